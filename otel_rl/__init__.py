@@ -1,0 +1,159 @@
+"""otel_rl: OpenTelemetry instrumentation for RL training and rollout.
+
+A drop-in for AReaL's ``perf_tracer`` (``import otel_rl as perf_tracer``):
+tasks, sessions and phases become OpenTelemetry traces, exported over OTLP to a
+collector when ``OTEL_EXPORTER_OTLP_ENDPOINT`` is set and always written as
+Perfetto-ready Chrome-trace JSONL per rank. ``OTEL_RL_ENABLED=1`` turns it on
+with no code change.
+"""
+
+from __future__ import annotations
+
+import os as _os
+from typing import Any
+
+from ._internal import guard as _guard
+from ._internal import setup as _setup
+from ._internal.config import ConfigError, Settings
+from ._internal.state import STATE as _STATE
+from .environment_variables import OTEL_RL_ENABLED as _OTEL_RL_ENABLED
+from .propagation import attach, extract, inject
+from .sessions import (
+    atrace_session_phase,
+    get_session_id,
+    get_task_id,
+    increment_counter,
+    register_phase,
+    register_session,
+    register_task,
+    session_context,
+    set_session_id,
+    set_task_id,
+    trace_session,
+    trace_session_event,
+    trace_session_phase,
+)
+from .tracing import (
+    Category,
+    atrace_scope,
+    instant,
+    set_step,
+    step_scope,
+    trace_perf,
+    trace_scope,
+)
+
+__version__ = "0.1.0"
+
+
+def configure(config: Any = None, *, rank: int | None = None, role: str | None = None,
+              **overrides: Any) -> None:
+    """Turns tracing on for this process (call once per rank at startup).
+
+    Settings come, lowest precedence first, from defaults, ``OTEL_RL_*``
+    environment variables, ``config`` and keyword overrides. Calling it again
+    reconfigures (the previous configuration is shut down first).
+
+    Args:
+        config: An AReaL-style ``PerfTracerConfig`` object or a dict with
+            ``enabled``, ``experiment_name``, ``trial_name``, ``fileroot``,
+            ``save_interval``, ``profile_steps``, ``session_tracer.enabled``,
+            ``session_tracer.flush_threshold``.
+        rank: This process's rank (default ``OTEL_RL_RANK``, then ``RANK``, then 0).
+        role: This process's role (``trainer``, ``rollout``...), part of file names.
+        **overrides: Any setting by name (see the README's configuration table),
+            plus ``tracer_provider=`` / ``meter_provider=`` to use providers you own.
+
+    Raises:
+        ConfigError: A setting is invalid; the message names it.
+    """
+    _setup.configure(config, rank=rank, role=role, **overrides)
+
+
+def is_configured() -> bool:
+    """Whether :func:`configure` has run (and :func:`reset` / :func:`shutdown` have not)."""
+    return _STATE.configured
+
+
+def is_enabled() -> bool:
+    """Whether spans are being recorded in this process."""
+    return _STATE.enabled
+
+
+def save(step: int | None = None, force: bool = False) -> None:
+    """Writes everything recorded so far to the files and exporters.
+
+    As in AReaL, with a ``step`` it only acts when ``step % save_interval == 0``
+    unless ``force`` is set. Files are also written continuously in the
+    background; ``save`` makes that synchronous.
+
+    Args:
+        step: The training step just finished.
+        force: Flush regardless of ``save_interval``.
+    """
+    try:
+        _setup.save(step, force)
+    except Exception as exc:  # noqa: BLE001
+        _guard.report("internal_error", "save failed: %r", exc)
+
+
+def shutdown() -> None:
+    """Ends open sessions as ``pending``, flushes and closes every output.
+
+    Bounded by ``shutdown_timeout_ms`` whatever the collector does. Also runs
+    at interpreter exit.
+    """
+    try:
+        _setup.shutdown()
+    except Exception as exc:  # noqa: BLE001
+        _guard.report("internal_error", "shutdown failed: %r", exc)
+
+
+def reset() -> None:
+    """Shuts tracing down and forgets the configuration (for tests and notebooks)."""
+    shutdown()
+    _STATE.settings = None
+    _guard.clear()
+
+
+def get_tracer() -> Any:
+    """The OpenTelemetry ``Tracer`` otel_rl records with (its lean tracer when
+    configured, the global one otherwise); use it for spans of your own."""
+    return _setup.get_tracer()
+
+
+def settings() -> Settings | None:
+    """The resolved settings of the current configuration, or ``None``."""
+    return _STATE.settings
+
+
+def diagnostics() -> dict[str, int]:
+    """Counts of every problem and drop seen (bad input, lost spans, write errors), by kind."""
+    return _guard.diagnostics()
+
+
+__all__ = [
+    "Category", "ConfigError", "Settings", "atrace_scope", "atrace_session_phase", "attach",
+    "configure", "diagnostics", "extract", "get_session_id", "get_task_id", "get_tracer",
+    "increment_counter", "inject", "instant", "is_configured", "is_enabled", "register_phase",
+    "register_session", "register_task", "reset", "save", "session_context", "set_session_id",
+    "set_step", "set_task_id", "settings", "shutdown", "step_scope", "trace_perf", "trace_scope",
+    "trace_session", "trace_session_event", "trace_session_phase",
+]
+
+
+def _auto_configure() -> None:
+    from ._internal.config import parse_bool
+
+    value = _os.environ.get(_OTEL_RL_ENABLED)
+    if value is None:
+        return
+    try:
+        enabled = parse_bool(value)
+    except ValueError as exc:
+        raise ConfigError(f"invalid value for environment variable {_OTEL_RL_ENABLED}: {exc}") from None
+    if enabled and not _STATE.configured:
+        configure()
+
+
+_auto_configure()

@@ -1,0 +1,54 @@
+"""Categories of traced work (AReaL's values and aliases)."""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Any
+
+from . import guard
+
+
+class Category(str, Enum):
+    """Kinds of traced work, as in AReaL (``rl.category`` on spans, ``cat`` in Perfetto)."""
+
+    COMPUTE = "compute"
+    COMM = "comm"
+    IO = "io"
+    SYNC = "sync"
+    SCHEDULER = "scheduler"
+    INSTR = "instr"
+    MISC = "misc"
+
+    # AReaL's longer spellings.
+    COMMUNICATION = "comm"
+    SYNCHRONIZATION = "sync"
+    INSTRUMENTATION = "instr"
+
+
+#: Accepted string spellings of each category (lower-case).
+CATEGORY_ALIASES: dict[str, Category] = {
+    **{c.value: c for c in Category},
+    "communication": Category.COMM,
+    "synchronization": Category.SYNC,
+    "instrumentation": Category.INSTR,
+    "schedule": Category.SCHEDULER,
+    "other": Category.MISC,
+}
+
+
+def normalize_category(category: Any) -> str | None:
+    """The category's canonical string; a wrong type or unknown name is counted
+    and recorded as ``misc`` (never raised)."""
+    if category is None:
+        return None
+    if isinstance(category, Category):
+        return category.value
+    if isinstance(category, str):
+        found = CATEGORY_ALIASES.get(category.lower())
+        if found is not None:
+            return found.value
+        guard.report("unknown_category", "unknown category %r recorded as 'misc'", category)
+        return Category.MISC.value
+    guard.report("bad_category_type", "category must be a Category or str, got %s",
+                 type(category).__name__)
+    return Category.MISC.value

@@ -1,0 +1,209 @@
+"""One registry of otel_rl's configuration parameters.
+
+Each :class:`Param` names its setting, environment variable, default, type, unit
+and, where AReaL's ``PerfTracerConfig`` has the same setting, its path there.
+Precedence, lowest first: default, environment, config object, keyword overrides.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from .. import environment_variables as ev
+
+
+class ConfigError(ValueError):
+    """A configuration value is invalid; the message names the setting."""
+
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
+
+
+def parse_bool(text: str) -> bool:
+    value = text.strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise ValueError(f"expected one of {sorted(_TRUE | _FALSE - {''})}, got {text!r}")
+
+
+def _non_negative_int(text: str) -> int:
+    value = int(str(text).strip())
+    if value < 0:
+        raise ValueError(f"must be >= 0, got {value}")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    value = int(str(text).strip())
+    if value <= 0:
+        raise ValueError(f"must be > 0, got {value}")
+    return value
+
+
+def _steps(text: str) -> tuple[int, ...] | None:
+    text = str(text).strip()
+    if not text:
+        return None
+    return tuple(_non_negative_int(part) for part in text.split(",") if part.strip())
+
+
+def _str(text: str) -> str:
+    return str(text)
+
+
+@dataclasses.dataclass(frozen=True)
+class Param:
+    """One configuration parameter."""
+
+    name: str
+    env: str
+    default: Any
+    parse: Callable[[str], Any]
+    unit: str
+    doc: str
+    areal: str | None = None
+
+
+PARAMS: tuple[Param, ...] = (
+    Param("enabled", ev.OTEL_RL_ENABLED, True, parse_bool, "bool",
+          "tracing on when configure() runs; the env var also configures on import", "enabled"),
+    Param("fileroot", ev.OTEL_RL_DIR, "otel_rl_runs", _str, "path",
+          "root directory for run files", "fileroot"),
+    Param("experiment_name", ev.OTEL_RL_EXPERIMENT, "default", _str, "name",
+          "experiment name", "experiment_name"),
+    Param("trial_name", ev.OTEL_RL_TRIAL, "trial0", _str, "name",
+          "trial name", "trial_name"),
+    Param("rank", ev.OTEL_RL_RANK, None, _non_negative_int, "int",
+          "process rank (falls back to RANK, then 0)"),
+    Param("role", ev.OTEL_RL_ROLE, "", _str, "name",
+          "process role, part of file names when set"),
+    Param("session_tracer", ev.OTEL_RL_SESSION_TRACER, True, parse_bool, "bool",
+          "session lifecycle tracking", "session_tracer.enabled"),
+    Param("flush_threshold", ev.OTEL_RL_FLUSH_THRESHOLD, 100, _positive_int, "sessions",
+          "session records buffered before writing", "session_tracer.flush_threshold"),
+    Param("save_interval", ev.OTEL_RL_SAVE_INTERVAL, 1, _positive_int, "steps",
+          "save(step) flushes when step % save_interval == 0", "save_interval"),
+    Param("profile_steps", ev.OTEL_RL_PROFILE_STEPS, None, _steps, "steps",
+          "steps during which scopes are recorded (all when unset)", "profile_steps"),
+    Param("file_export", ev.OTEL_RL_FILE_EXPORT, True, parse_bool, "bool",
+          "write traces-r{rank}.jsonl for Perfetto"),
+    Param("max_queue_size", ev.OTEL_RL_MAX_QUEUE_SIZE, 262_144, _positive_int, "spans",
+          "finished spans buffered before drops (counted)"),
+    Param("export_interval_ms", ev.OTEL_RL_EXPORT_INTERVAL_MS, 200, _positive_int, "ms",
+          "background drain interval"),
+    Param("shutdown_timeout_ms", ev.OTEL_RL_SHUTDOWN_TIMEOUT_MS, 5_000, _positive_int, "ms",
+          "upper bound on shutdown and exit"),
+    Param("max_pending_sessions", ev.OTEL_RL_MAX_PENDING_SESSIONS, 100_000, _positive_int,
+          "sessions", "open sessions kept before the oldest is dropped (counted)"),
+)
+
+PARAMS_BY_NAME = {p.name: p for p in PARAMS}
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """Resolved configuration of one process."""
+
+    enabled: bool
+    fileroot: str
+    experiment_name: str
+    trial_name: str
+    rank: int
+    role: str
+    session_tracer: bool
+    flush_threshold: int
+    save_interval: int
+    profile_steps: tuple[int, ...] | None
+    file_export: bool
+    max_queue_size: int
+    export_interval_ms: int
+    shutdown_timeout_ms: int
+    max_pending_sessions: int
+
+    @property
+    def run_dir(self) -> str:
+        return os.path.join(self.fileroot, self.experiment_name, self.trial_name)
+
+    def file_path(self, template: str) -> str:
+        """Path of a per-rank file; the role, when set, prefixes the rank."""
+        rank = f"{self.role}-r{self.rank}" if self.role else f"r{self.rank}"
+        return os.path.join(self.run_dir, template.replace("r{rank}", rank))
+
+
+def _lookup(config: Any, path: str) -> Any:
+    """Reads ``a.b`` from an attribute object or a mapping; ``_MISSING`` if absent."""
+    node = config
+    for part in path.split("."):
+        if node is None:
+            return _MISSING
+        if isinstance(node, Mapping):
+            if part not in node:
+                return _MISSING
+            node = node[part]
+        else:
+            node = getattr(node, part, _MISSING)
+            if node is _MISSING:
+                return _MISSING
+    return node
+
+
+_MISSING = object()
+
+
+def _coerce(param: Param, value: Any, source: str) -> Any:
+    if value is None and param.default is None:
+        return None
+    try:
+        if param.parse is parse_bool and isinstance(value, bool):
+            return value
+        if param.parse is _steps and isinstance(value, (list, tuple)):
+            return tuple(_non_negative_int(v) for v in value) or None
+        if param.parse in (_positive_int, _non_negative_int) and isinstance(value, bool):
+            raise ValueError("expected an integer, got a bool")
+        return param.parse(value if isinstance(value, str) else str(value)) \
+            if param.parse is not _str else str(value)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"invalid value for {source}: {exc}") from None
+
+
+def resolve(
+    config: Any = None,
+    overrides: Mapping[str, Any] | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> Settings:
+    """Builds :class:`Settings` from defaults, the environment, a config object and overrides.
+
+    Raises:
+        ConfigError: a value is invalid or an override names no setting; the
+            message names the setting and where it came from.
+    """
+    environ = os.environ if environ is None else environ
+    overrides = dict(overrides or {})
+    unknown = sorted(set(overrides) - set(PARAMS_BY_NAME))
+    if unknown:
+        raise ConfigError(
+            f"unknown setting(s) {unknown}; known: {sorted(PARAMS_BY_NAME)}"
+        )
+    values: dict[str, Any] = {}
+    for param in PARAMS:
+        value = param.default
+        if param.env in environ:
+            value = _coerce(param, environ[param.env], f"environment variable {param.env}")
+        elif param.name == "rank" and "RANK" in environ:
+            value = _coerce(param, environ["RANK"], "environment variable RANK")
+        if config is not None:
+            found = _lookup(config, param.areal or param.name)
+            if found is not _MISSING and found is not None:
+                value = _coerce(param, found, f"config setting {param.areal or param.name!r}")
+        if param.name in overrides and overrides[param.name] is not None:
+            value = _coerce(param, overrides[param.name], f"argument {param.name}=")
+        values[param.name] = value
+    if values["rank"] is None:
+        values["rank"] = 0
+    return Settings(**values)

@@ -1,0 +1,65 @@
+"""Keeps telemetry bugs and misuse away from user code.
+
+Every public entry point that runs inside the user's training loop is wrapped
+with :func:`guarded` or calls :func:`report`: a problem is counted by kind,
+logged once per kind, and never raised into the caller.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import threading
+from collections import Counter
+from typing import Any, Callable, TypeVar
+
+logger = logging.getLogger("otel_rl")
+
+_lock = threading.Lock()
+_counts: Counter[str] = Counter()
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def report(kind: str, message: str, *args: Any) -> None:
+    """Counts one problem of ``kind``; logs a warning the first time it is seen."""
+    with _lock:
+        _counts[kind] += 1
+        first = _counts[kind] == 1
+    if first:
+        logger.warning("otel_rl: " + message + " (further '%s' problems are counted, not logged)",
+                       *args, kind)
+
+
+def count(kind: str, n: int = 1) -> None:
+    """Counts ``n`` occurrences of ``kind`` without logging (drops reported in summaries)."""
+    with _lock:
+        _counts[kind] += n
+
+
+def diagnostics() -> dict[str, int]:
+    """Returns a snapshot of every problem and drop counted so far, by kind."""
+    with _lock:
+        return dict(_counts)
+
+
+def clear() -> None:
+    with _lock:
+        _counts.clear()
+
+
+def guarded(default: Any = None) -> Callable[[F], F]:
+    """Decorator: an exception inside ``fn`` is reported and ``default`` returned."""
+
+    def wrap(fn: F) -> F:
+        @functools.wraps(fn)
+        def inner(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return fn(*args, **kwargs)
+            except Exception as exc:  # noqa: BLE001 - the point is to swallow
+                report("internal_error", "internal error in %s: %r", fn.__qualname__, exc)
+                return default
+
+        return inner  # type: ignore[return-value]
+
+    return wrap

@@ -1,0 +1,77 @@
+"""Appending JSON lines so that a crash leaves every completed line readable."""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any
+
+import orjson
+
+from . import guard
+from .payload import json_safe
+
+
+def dumps_line(obj: Any) -> bytes:
+    """One JSON line; values orjson cannot encode are made JSON-safe first."""
+    try:
+        return orjson.dumps(obj, option=orjson.OPT_SERIALIZE_NUMPY) + b"\n"
+    except TypeError:
+        return orjson.dumps(json_safe(obj)) + b"\n"
+
+
+class JsonlAppender:
+    """Buffers JSON lines and appends them with one ``write`` per batch.
+
+    The file is opened in append mode, so concurrent writers (a forked child)
+    never overwrite each other and a batch is written as whole lines.
+    """
+
+    def __init__(self, path: str, flush_threshold: int = 1, kind: str = "file") -> None:
+        self.path = path
+        self._threshold = max(1, flush_threshold)
+        self._kind = kind
+        self._lines: list[bytes] = []
+        self._lock = threading.Lock()
+        self._fd: int | None = None
+        self.written = 0
+
+    def add(self, obj: Any) -> None:
+        line = dumps_line(obj)
+        with self._lock:
+            self._lines.append(line)
+            if len(self._lines) < self._threshold:
+                return
+            lines, self._lines = self._lines, []
+        self._write(lines)
+
+    def flush(self) -> bool:
+        with self._lock:
+            lines, self._lines = self._lines, []
+        return self._write(lines) if lines else True
+
+    def _write(self, lines: list[bytes]) -> bool:
+        try:
+            if self._fd is None:
+                os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
+                self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            data = b"".join(lines)
+            view = memoryview(data)
+            while view:
+                n = os.write(self._fd, view)
+                view = view[n:]
+            self.written += len(lines)
+            return True
+        except OSError as exc:
+            guard.count(f"{self._kind}_lines_lost", len(lines))
+            guard.report(f"{self._kind}_write_error", "cannot write %s: %s", self.path, exc)
+            return False
+
+    def close(self) -> None:
+        self.flush()
+        if self._fd is not None:
+            try:
+                os.close(self._fd)
+            except OSError:
+                pass
+            self._fd = None

@@ -1,0 +1,69 @@
+"""Every attribute key, baggage key and file name otel_rl writes, defined once.
+
+The ``rl.*`` namespace follows the public RL semantic-convention proposals where
+they name something (task, session, step, phase); ``gen_ai.*`` keys come from the
+OpenTelemetry GenAI semantic conventions and are used for generation requests.
+"""
+
+# --- ids carried in context (span attributes and W3C baggage use the same keys)
+TASK_ID = "rl.task.id"
+SESSION_ID = "rl.session.id"
+STEP = "rl.step"
+
+#: Keys copied from baggage onto every span started inside their context.
+BAGGAGE_KEYS = (TASK_ID, SESSION_ID, STEP)
+
+# --- resource attributes (one process of the job)
+RANK = "rl.rank"
+ROLE = "rl.role"
+EXPERIMENT = "rl.experiment.name"
+TRIAL = "rl.trial.name"
+
+# --- span attributes
+SPAN_KIND = "rl.span.kind"  # task | session | phase | step | scope | instant
+CATEGORY = "rl.category"
+PHASE = "rl.phase"
+PHASE_INTERRUPTED = "rl.phase.interrupted"
+SESSION_STATUS = "rl.session.status"
+SESSION_REASON = "rl.session.reason"
+SESSION_TOTAL_S = "rl.session.total_s"
+#: ``rl.session.<phase>_s`` and ``rl.session.<phase>_count`` are derived per phase.
+SESSION_PREFIX = "rl.session."
+#: ``rl.session.counter.<name>`` carries ``increment_counter`` values.
+SESSION_COUNTER_PREFIX = "rl.session.counter."
+TASK_SESSIONS = "rl.task.sessions"
+TASK_ACCEPTED = "rl.task.accepted"
+TASK_REJECTED = "rl.task.rejected"
+TASK_FAILED = "rl.task.failed"
+TASK_DROPPED = "rl.task.dropped"
+TASK_ACCEPTANCE_RATE = "rl.task.acceptance_rate"
+#: Prefix for user ``args`` / payload values on spans: ``rl.args.<key>``.
+ARGS_PREFIX = "rl.args."
+
+# --- span kinds (values of SPAN_KIND)
+KIND_TASK = "task"
+KIND_SESSION = "session"
+KIND_PHASE = "phase"
+KIND_STEP = "step"
+KIND_SCOPE = "scope"
+
+# --- GenAI semantic conventions used by generation phases
+GEN_AI_REQUEST_MODEL = "gen_ai.request.model"
+GEN_AI_USAGE_INPUT_TOKENS = "gen_ai.usage.input_tokens"
+GEN_AI_USAGE_OUTPUT_TOKENS = "gen_ai.usage.output_tokens"
+
+# --- session statuses
+STATUS_PENDING = "pending"
+STATUS_ACCEPTED = "accepted"
+STATUS_REJECTED = "rejected"
+STATUS_FAILED = "failed"
+STATUS_DROPPED = "dropped"
+FINAL_STATUSES = (STATUS_ACCEPTED, STATUS_REJECTED, STATUS_FAILED, STATUS_DROPPED)
+
+# --- instrumentation scope
+INSTRUMENTATION_NAME = "otel_rl"
+
+# --- files in the run directory (``{rank}`` is the process rank)
+TRACES_FILE = "traces-r{rank}.jsonl"
+SESSIONS_FILE = "sessions-r{rank}.jsonl"
+METRICS_FILE = "metrics-r{rank}.jsonl"

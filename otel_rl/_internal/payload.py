@@ -1,0 +1,83 @@
+"""Turns user payloads (``args``, phase payloads, counters) into safe values.
+
+Tensors and arrays are summarised as ``{type, shape, dtype, device}`` and never
+materialised (no ``.tolist()``, no device sync); anything else that JSON or an
+OpenTelemetry attribute cannot hold becomes its ``repr``, truncated.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+_MAX_STR = 4096
+_MAX_ITEMS = 128
+_PRIMITIVES = (str, bool, int, float)
+
+
+def _tensor_summary(value: Any) -> dict[str, Any] | None:
+    shape = getattr(value, "shape", None)
+    dtype = getattr(value, "dtype", None)
+    if shape is None or dtype is None:
+        return None
+    try:
+        shape = [int(dim) for dim in shape]
+    except Exception:  # noqa: BLE001 - an odd shape type is still summarised
+        shape = str(shape)
+    device = getattr(value, "device", "cpu")
+    return {"type": type(value).__name__, "shape": shape, "dtype": str(dtype), "device": str(device)}
+
+
+def json_safe(value: Any, depth: int = 0) -> Any:
+    """A JSON-serialisable version of ``value`` (for session records and files)."""
+    if value is None or isinstance(value, _PRIMITIVES):
+        if isinstance(value, str) and len(value) > _MAX_STR:
+            return value[:_MAX_STR] + "..."
+        if isinstance(value, float) and value != value:  # NaN is not JSON
+            return None
+        return value
+    summary = _tensor_summary(value)
+    if summary is not None:
+        if summary["shape"] == [] and hasattr(value, "item") and summary["device"] == "cpu":
+            try:
+                return json_safe(value.item(), depth)
+            except Exception:  # noqa: BLE001
+                pass
+        return summary
+    if depth >= 4:
+        return repr(value)[:_MAX_STR]
+    if isinstance(value, Mapping):
+        return {str(k): json_safe(v, depth + 1) for k, v in list(value.items())[:_MAX_ITEMS]}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [json_safe(v, depth + 1) for v in list(value)[:_MAX_ITEMS]]
+    return repr(value)[:_MAX_STR]
+
+
+def flatten_attributes(prefix: str, values: Mapping[str, Any] | None, out: dict[str, Any]) -> None:
+    """Adds ``values`` to ``out`` as OpenTelemetry attributes under ``prefix``.
+
+    Nested mappings become dotted keys; sequences of one primitive type stay
+    arrays; anything else is stored as its JSON-safe string form.
+    """
+    if not values:
+        return
+    for key, value in values.items():
+        name = prefix + str(key)
+        if value is None:
+            continue
+        if isinstance(value, _PRIMITIVES):
+            out[name] = value if not isinstance(value, str) or len(value) <= _MAX_STR else value[:_MAX_STR]
+            continue
+        safe = json_safe(value)
+        if isinstance(safe, Mapping):
+            flatten_attributes(name + ".", safe, out)
+        elif isinstance(safe, list):
+            kinds = {type(v) for v in safe}
+            if len(kinds) == 1 and kinds <= {str, bool, int, float}:
+                out[name] = tuple(safe)
+            elif not safe:
+                out[name] = ()
+            else:
+                out[name] = str(safe)
+        elif safe is not None:
+            out[name] = safe

@@ -1,0 +1,293 @@
+"""The hot path: a lean span that satisfies the OpenTelemetry API.
+
+What a span costs on the caller's thread is what training pays, so a
+:class:`LeanSpan` only takes two timestamps, draws ids, and attaches itself to
+the OpenTelemetry context (so ``trace.get_current_span()`` returns it and any
+third-party instrumentation nests under it). Everything else - the SDK
+``ReadableSpan``, baggage to attributes, payload sanitising, session
+derivation, encoding - happens on the background thread of
+:class:`~otel_rl._internal.pipeline.Pipeline`.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from random import getrandbits
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+from opentelemetry import context as context_api
+from opentelemetry import trace as trace_api
+from opentelemetry.trace import SpanContext, SpanKind, TraceFlags, TraceState
+from opentelemetry.trace.propagation import _SPAN_KEY
+from opentelemetry.trace.status import Status, StatusCode
+from opentelemetry.util import types
+
+if TYPE_CHECKING:
+    from .pipeline import Pipeline
+
+_time_ns = time.time_ns
+_get_ident = threading.get_ident
+_get_current = context_api.get_current
+_attach = context_api.attach
+_detach = context_api.detach
+_Context = context_api.Context
+_EMPTY_STATE = TraceState()
+_SAMPLED = 1
+
+
+def _new_trace_id() -> int:
+    trace_id = getrandbits(128)
+    while not trace_id:
+        trace_id = getrandbits(128)
+    return trace_id
+
+
+def _new_span_id() -> int:
+    span_id = getrandbits(64)
+    while not span_id:
+        span_id = getrandbits(64)
+    return span_id
+
+
+class LeanSpan(trace_api.Span):
+    """A recording span whose heavy work is deferred to the export thread.
+
+    Also its own context manager: entering makes it current, leaving ends it,
+    and an exception raised inside is recorded (event + ERROR status) and
+    propagated unchanged.
+    """
+
+    __slots__ = (
+        "name", "trace_id", "span_id", "parent_id", "parent_remote", "flags", "trace_state",
+        "start_ns", "end_ns", "ctx", "thread", "kind", "attributes", "args", "category",
+        "events", "links", "status_code", "status_desc", "_pipeline", "_token", "_sc",
+    )
+
+    def __init__(
+        self,
+        pipeline: Pipeline,
+        name: str,
+        ctx: Any,
+        kind: SpanKind = SpanKind.INTERNAL,
+        attributes: dict[str, Any] | None = None,
+        args: Any = None,
+        category: Any = None,
+        links: Any = None,
+        start_ns: int | None = None,
+    ) -> None:
+        self._pipeline = pipeline
+        self.name = name
+        self.ctx = ctx
+        self.kind = kind
+        self.attributes = attributes
+        self.args = args
+        self.category = category
+        self.events = None
+        self.links = links
+        self.status_code = StatusCode.UNSET
+        self.status_desc = None
+        self.end_ns = 0
+        self._token = None
+        self._sc = None
+        self.thread = _get_ident()
+        self.span_id = _new_span_id()
+        parent = ctx.get(_SPAN_KEY)
+        if type(parent) is LeanSpan:
+            self.trace_id = parent.trace_id
+            self.parent_id = parent.span_id
+            self.parent_remote = False
+            self.flags = parent.flags
+            self.trace_state = parent.trace_state
+        else:
+            sc = parent.get_span_context() if parent is not None else None
+            if sc is not None and sc.is_valid:
+                self.trace_id = sc.trace_id
+                self.parent_id = sc.span_id
+                self.parent_remote = sc.is_remote
+                self.flags = pipeline.sample_child(sc)
+                self.trace_state = sc.trace_state
+            else:
+                self.trace_id = _new_trace_id()
+                self.parent_id = 0
+                self.parent_remote = False
+                self.flags = pipeline.sample_root(ctx, self.trace_id, name, kind, attributes)
+                self.trace_state = _EMPTY_STATE
+        self.start_ns = start_ns or _time_ns()
+
+    # --- opentelemetry.trace.Span -------------------------------------------------
+    def get_span_context(self) -> SpanContext:
+        sc = self._sc
+        if sc is None:
+            sc = self._sc = SpanContext(
+                self.trace_id, self.span_id, False, TraceFlags(self.flags), self.trace_state
+            )
+        return sc
+
+    def is_recording(self) -> bool:
+        return not self.end_ns
+
+    def set_attribute(self, key: str, value: types.AttributeValue) -> None:
+        if self.end_ns:
+            return
+        if self.attributes is None:
+            self.attributes = {}
+        self.attributes[key] = value
+
+    def set_attributes(self, attributes: types.Attributes) -> None:
+        if self.end_ns or not attributes:
+            return
+        if self.attributes is None:
+            self.attributes = {}
+        self.attributes.update(attributes)
+
+    def add_event(
+        self, name: str, attributes: types.Attributes = None, timestamp: int | None = None
+    ) -> None:
+        if self.end_ns:
+            return
+        if self.events is None:
+            self.events = []
+        self.events.append((name, attributes, timestamp or _time_ns()))
+
+    def add_link(self, context: SpanContext, attributes: types.Attributes = None) -> None:
+        if self.end_ns or context is None or not context.is_valid:
+            return
+        if self.links is None:
+            self.links = []
+        self.links.append(trace_api.Link(context, attributes))
+
+    def update_name(self, name: str) -> None:
+        if not self.end_ns:
+            self.name = name
+
+    def set_status(self, status: Status | StatusCode, description: str | None = None) -> None:
+        if self.end_ns:
+            return
+        if isinstance(status, Status):
+            code, description = status.status_code, status.description
+        else:
+            code = status
+        # OK is final; UNSET never overrides (OpenTelemetry status rules).
+        if self.status_code is StatusCode.OK or code is StatusCode.UNSET:
+            return
+        self.status_code = code
+        self.status_desc = description if code is StatusCode.ERROR else None
+
+    def record_exception(
+        self,
+        exception: BaseException,
+        attributes: types.Attributes = None,
+        timestamp: int | None = None,
+        escaped: bool = False,
+    ) -> None:
+        attrs = {
+            "exception.type": type(exception).__qualname__,
+            "exception.message": str(exception),
+            "exception.escaped": escaped,
+        }
+        if attributes:
+            attrs.update(attributes)
+        self.add_event("exception", attrs, timestamp)
+
+    def end(self, end_time: int | None = None) -> None:
+        if self.end_ns:
+            return
+        self.end_ns = end_time or _time_ns()
+        self._pipeline.enqueue(self)
+
+    # --- context manager ------------------------------------------------------------
+    def __enter__(self) -> LeanSpan:
+        ctx = _Context(self.ctx)
+        dict.__setitem__(ctx, _SPAN_KEY, self)
+        self._token = _attach(ctx)
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        token = self._token
+        if token is not None:
+            self._token = None
+            try:
+                _detach(token)
+            except Exception:  # noqa: BLE001 - a token from another context; never raise
+                pass
+        if exc is not None and not self.end_ns:
+            self.record_exception(exc, escaped=True)
+            self.set_status(StatusCode.ERROR, f"{exc_type.__name__}: {exc}")
+        self.end()
+
+    async def __aenter__(self) -> LeanSpan:
+        return self.__enter__()
+
+    async def __aexit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        self.__exit__(exc_type, exc, tb)
+
+    def __repr__(self) -> str:
+        return f"LeanSpan({self.name!r}, trace_id={self.trace_id:032x}, span_id={self.span_id:016x})"
+
+
+class NullScope:
+    """What a disabled scope returns: a no-op sync and async context manager."""
+
+    __slots__ = ()
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: Any) -> None:
+        return None
+
+    async def __aenter__(self) -> None:
+        return None
+
+    async def __aexit__(self, *exc: Any) -> None:
+        return None
+
+
+NULL_SCOPE = NullScope()
+
+
+class LeanTracer(trace_api.Tracer):
+    """An OpenTelemetry ``Tracer`` producing :class:`LeanSpan` objects."""
+
+    def __init__(self, pipeline: Pipeline) -> None:
+        self._pipeline = pipeline
+
+    def start_span(
+        self,
+        name: str,
+        context: Any = None,
+        kind: SpanKind = SpanKind.INTERNAL,
+        attributes: types.Attributes = None,
+        links: Any = None,
+        start_time: int | None = None,
+        record_exception: bool = True,
+        set_status_on_exception: bool = True,
+    ) -> LeanSpan:
+        ctx = _get_current() if context is None else context
+        attrs = dict(attributes) if attributes else None
+        links = [link for link in links if link.context.is_valid] if links else None
+        return LeanSpan(self._pipeline, name, ctx, kind, attrs, links=links, start_ns=start_time)
+
+    def start_as_current_span(  # type: ignore[override]
+        self,
+        name: str,
+        context: Any = None,
+        kind: SpanKind = SpanKind.INTERNAL,
+        attributes: types.Attributes = None,
+        links: Any = None,
+        start_time: int | None = None,
+        record_exception: bool = True,
+        set_status_on_exception: bool = True,
+        end_on_exit: bool = True,
+    ) -> LeanSpan:
+        # A LeanSpan is its own context manager, which is cheaper than the API's
+        # generator-based one; ``with tracer.start_as_current_span(...) as span``
+        # behaves the same.
+        return self.start_span(name, context, kind, attributes, links, start_time)

@@ -1,0 +1,35 @@
+"""The process-wide state the public API reads on its fast path."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .config import Settings
+    from .pipeline import Pipeline
+    from .spans import LeanTracer
+    from .tracking import Registry
+
+
+class State:
+    """One instance, :data:`STATE`. ``scopes_on`` is the only flag a disabled
+    scope reads before returning."""
+
+    __slots__ = (
+        "configured", "enabled", "scopes_on", "sessions_on", "settings", "pipeline",
+        "tracer", "registry", "components",
+    )
+
+    def __init__(self) -> None:
+        self.configured = False
+        self.enabled = False
+        self.scopes_on = False
+        self.sessions_on = False
+        self.settings: Settings | None = None
+        self.pipeline: Pipeline | None = None
+        self.tracer: LeanTracer | None = None
+        self.registry: Registry | None = None
+        self.components: Any = None
+
+
+STATE = State()

@@ -1,0 +1,304 @@
+"""Tasks and sessions on the caller's side: their spans and what is still open.
+
+A task is the root span of its own trace, each session a child span of its
+task, each phase instance a child span of its session. The registry keeps only
+what is open (tasks with open sessions, unfinalized sessions, running phases);
+derivation happens later, in the session processor on the export thread.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import threading
+from typing import Any
+
+from opentelemetry.baggage import _BAGGAGE_KEY
+from opentelemetry.context import Context, get_current
+from opentelemetry.trace.propagation import _SPAN_KEY
+from opentelemetry.trace.status import StatusCode
+
+from . import guard, keys
+from .pipeline import id_value
+from .spans import LeanSpan
+
+
+def with_ids(ctx: Any, span: Any = None, **ids: Any) -> Context:
+    """``ctx`` plus baggage ids (keys from :mod:`keys`) and, optionally, a current span."""
+    values = dict(ctx)
+    if ids:
+        bag = dict(values.get(_BAGGAGE_KEY) or {})
+        bag.update(ids)
+        values[_BAGGAGE_KEY] = bag
+    if span is not None:
+        values[_SPAN_KEY] = span
+    return Context(values)
+
+
+def current_id(key: str, ctx: Any = None) -> Any:
+    bag = (get_current() if ctx is None else ctx).get(_BAGGAGE_KEY)
+    if not bag:
+        return None
+    value = bag.get(key)
+    return None if value is None else id_value(value)
+
+
+class PhaseOptions:
+    """Options of a registered phase (see ``otel_rl.register_phase``)."""
+
+    __slots__ = ("allow_overlap",)
+
+    def __init__(self, allow_overlap: bool = True) -> None:
+        self.allow_overlap = allow_overlap
+
+
+class TaskState:
+    __slots__ = ("task_id", "span", "ctx", "open_sessions", "counts", "finalize_requested")
+
+    def __init__(self, task_id: Any, span: LeanSpan, ctx: Context) -> None:
+        self.task_id = task_id
+        self.span = span
+        self.ctx = ctx
+        self.open_sessions: set[Any] = set()
+        self.counts: collections.Counter[str] = collections.Counter()
+        self.finalize_requested = False
+
+
+class SessionState:
+    __slots__ = ("session_id", "task_id", "span", "ctx", "open_phases", "counters")
+
+    def __init__(self, session_id: Any, task_id: Any, span: LeanSpan, ctx: Context) -> None:
+        self.session_id = session_id
+        self.task_id = task_id
+        self.span = span
+        self.ctx = ctx
+        self.open_phases: list[LeanSpan] = []
+        self.counters: dict[str, Any] | None = None
+
+
+class Registry:
+    """Open tasks and sessions of one process."""
+
+    def __init__(self, pipeline: Any, max_pending_sessions: int) -> None:
+        self._pipeline = pipeline
+        self._max_pending = max_pending_sessions
+        self._lock = threading.RLock()
+        self._task_ids = itertools.count()
+        self._session_ids = itertools.count()
+        self.tasks: dict[Any, TaskState] = {}
+        self.sessions: collections.OrderedDict[Any, SessionState] = collections.OrderedDict()
+        self._finalized: collections.OrderedDict[Any, None] = collections.OrderedDict()
+        self.phase_options: dict[str, PhaseOptions] = {}
+
+    # --- tasks ---------------------------------------------------------------------
+    def register_task(self, task_id: Any = None) -> Any:
+        if task_id is None:
+            task_id = next(self._task_ids)
+        current = get_current()
+        # A task is the root of its own trace; the step or scope that submitted
+        # it is linked, not parented, because rollouts cross step boundaries.
+        root = with_ids(Context(), **_carried_ids(current, keys.STEP))
+        root_values = dict(root)
+        root_values.pop(_SPAN_KEY, None)
+        span = LeanSpan(self._pipeline, "task", Context(root_values),
+                        attributes={keys.SPAN_KIND: keys.KIND_TASK, keys.TASK_ID: task_id})
+        parent = current.get(_SPAN_KEY)
+        if parent is not None:
+            span.add_link(parent.get_span_context())
+        state = TaskState(task_id, span, with_ids(root, span, **{keys.TASK_ID: task_id}))
+        with self._lock:
+            old = self.tasks.get(task_id)
+            self.tasks[task_id] = state
+        if old is not None:
+            guard.report("task_reregistered", "task %r registered twice; the first is ended", task_id)
+            self._end_task(old)
+        return task_id
+
+    def task_context(self, task_id: Any) -> Context:
+        state = self.tasks.get(task_id)
+        if state is not None:
+            return with_ids(get_current(), state.span, **{keys.TASK_ID: task_id})
+        return with_ids(get_current(), **{keys.TASK_ID: task_id})
+
+    def _end_task(self, task: TaskState) -> None:
+        span = task.span
+        counts = task.counts
+        finished = sum(counts[s] for s in keys.FINAL_STATUSES)
+        span.set_attributes({
+            keys.TASK_SESSIONS: finished + counts[keys.STATUS_PENDING],
+            keys.TASK_ACCEPTED: counts[keys.STATUS_ACCEPTED],
+            keys.TASK_REJECTED: counts[keys.STATUS_REJECTED],
+            keys.TASK_FAILED: counts[keys.STATUS_FAILED],
+            keys.TASK_DROPPED: counts[keys.STATUS_DROPPED],
+            keys.TASK_ACCEPTANCE_RATE: counts[keys.STATUS_ACCEPTED] / finished if finished else 0.0,
+        })
+        span.end()
+
+    # --- sessions ------------------------------------------------------------------
+    def register_session(self, task_id: Any = None) -> Any:
+        if task_id is None:
+            task_id = current_id(keys.TASK_ID)
+        task = self.tasks.get(task_id) if task_id is not None else None
+        if task is None:
+            guard.report("session_without_task",
+                         "session registered for unregistered task %r; registering it", task_id)
+            task_id = self.register_task(task_id)
+            task = self.tasks[task_id]
+        session_id = next(self._session_ids)
+        span = LeanSpan(self._pipeline, "session", task.ctx, attributes={
+            keys.SPAN_KIND: keys.KIND_SESSION, keys.SESSION_ID: session_id, keys.TASK_ID: task_id,
+        })
+        ctx = with_ids(task.ctx, span, **{keys.SESSION_ID: session_id})
+        state = SessionState(session_id, task_id, span, ctx)
+        evicted = None
+        with self._lock:
+            self.sessions[session_id] = state
+            task.open_sessions.add(session_id)
+            if len(self.sessions) > self._max_pending:
+                _, evicted = self.sessions.popitem(last=False)
+        if evicted is not None:
+            guard.count("sessions_evicted")
+            self._finalize(evicted, keys.STATUS_DROPPED, "evicted: too many pending sessions")
+        return session_id
+
+    def session_context(self, session_id: Any) -> Context:
+        state = self.sessions.get(session_id)
+        if state is not None:
+            return with_ids(get_current(), state.span, **{
+                keys.TASK_ID: state.task_id, keys.SESSION_ID: session_id})
+        return with_ids(get_current(), **{keys.SESSION_ID: session_id})
+
+    def lookup_session(self, session_id: Any, what: str) -> SessionState | None:
+        if session_id is None:
+            session_id = current_id(keys.SESSION_ID)
+        state = self.sessions.get(session_id) if session_id is not None else None
+        if state is None:
+            if session_id is None:
+                guard.report("no_session", "%s outside any session; ignored", what)
+            elif session_id in self._finalized:
+                guard.report("event_after_finalize", "%s for finalized session %r; ignored",
+                             what, session_id)
+            else:
+                guard.report("unknown_session", "%s for unknown session %r; ignored", what, session_id)
+        return state
+
+    # --- phases --------------------------------------------------------------------
+    def start_phase(self, state: SessionState, phase: str, payload: Any = None) -> LeanSpan:
+        options = self.phase_options.get(phase)
+        if options is not None and not options.allow_overlap:
+            if any(p.name == phase for p in state.open_phases):
+                guard.report("overlapping_phase",
+                             "phase %r started while another instance is open (register_phase "
+                             "allow_overlap=False); both are recorded", phase)
+        # Phases are children of their session span whatever scope is current.
+        values = dict(get_current())
+        values[_SPAN_KEY] = state.span
+        span = LeanSpan(self._pipeline, phase, Context(values), args=payload,
+                        attributes={keys.SPAN_KIND: keys.KIND_PHASE, keys.PHASE: phase,
+                                    keys.SESSION_ID: state.session_id, keys.TASK_ID: state.task_id})
+        state.open_phases.append(span)
+        return span
+
+    def end_phase(self, state: SessionState | None, span: LeanSpan, payload: Any = None) -> None:
+        if payload:
+            span.args = {**span.args, **payload} if span.args else payload
+        if state is not None:
+            try:
+                state.open_phases.remove(span)
+            except ValueError:
+                pass
+        span.end()
+
+    def end_phase_by_name(self, state: SessionState, phase: str, payload: Any = None) -> None:
+        for span in reversed(state.open_phases):
+            if span.name == phase:
+                self.end_phase(state, span, payload)
+                return
+        guard.report("phase_end_without_start", "mark_%s_end without a start; ignored", phase)
+
+    def increment_counter(self, state: SessionState, name: str, value: Any = 1) -> None:
+        counters = state.counters
+        if counters is None:
+            counters = state.counters = {}
+        counters[name] = counters.get(name, 0) + value
+
+    # --- finalization ----------------------------------------------------------------
+    def finalize_session(self, session_id: Any, status: str, reason: Any) -> None:
+        with self._lock:
+            state = self.sessions.pop(session_id, None)
+        if state is None:
+            if session_id in self._finalized:
+                guard.report("double_finalize",
+                             "session %r finalized twice; the first status stands", session_id)
+            else:
+                guard.report("unknown_session", "mark_finalized for unknown session %r; ignored",
+                             session_id)
+            return
+        self._finalize(state, status, reason)
+
+    def finalize_task(self, task_id: Any, status: str, reason: Any) -> None:
+        task = self.tasks.get(task_id)
+        if task is None:
+            guard.report("unknown_task", "mark_finalized for unknown task %r; ignored", task_id)
+            return
+        task.finalize_requested = True
+        for session_id in list(task.open_sessions):
+            self.finalize_session(session_id, status, reason)
+        if task_id in self.tasks:
+            with self._lock:
+                self.tasks.pop(task_id, None)
+            self._end_task(task)
+
+    def _finalize(self, state: SessionState, status: str, reason: Any) -> None:
+        if status not in keys.FINAL_STATUSES and status != keys.STATUS_PENDING:
+            guard.report("unknown_status", "unknown session status %r; recorded as given", status)
+        for phase in list(state.open_phases):
+            # A phase still running when its session ends is interrupted: ended
+            # now (no leaked span) with ERROR status and a null end in the record.
+            phase.set_attribute(keys.PHASE_INTERRUPTED, True)
+            phase.set_status(StatusCode.ERROR, f"interrupted: session {status}")
+            phase.end()
+        state.open_phases.clear()
+        span = state.span
+        attrs: dict[str, Any] = {keys.SESSION_STATUS: status}
+        if reason is not None:
+            attrs[keys.SESSION_REASON] = str(reason)
+        if state.counters:
+            for name, value in state.counters.items():
+                attrs[keys.SESSION_COUNTER_PREFIX + str(name)] = value
+        span.set_attributes(attrs)
+        if status == keys.STATUS_FAILED:
+            span.set_status(StatusCode.ERROR, str(reason or "failed"))
+        span.end()
+        with self._lock:
+            self._finalized[state.session_id] = None
+            if len(self._finalized) > 65536:
+                self._finalized.popitem(last=False)
+            task = self.tasks.get(state.task_id)
+            if task is None:
+                return
+            task.open_sessions.discard(state.session_id)
+            task.counts[status] += 1
+            done = not task.open_sessions and not task.finalize_requested
+            if done:
+                self.tasks.pop(state.task_id, None)
+        if done:
+            self._end_task(task)
+
+    def close_all(self) -> None:
+        """Ends everything still open: sessions as ``pending``, then their tasks."""
+        with self._lock:
+            sessions = list(self.sessions.values())
+            self.sessions.clear()
+        for state in sessions:
+            self._finalize(state, keys.STATUS_PENDING, None)
+        with self._lock:
+            tasks = list(self.tasks.values())
+            self.tasks.clear()
+        for task in tasks:
+            self._end_task(task)
+
+
+def _carried_ids(ctx: Any, *names: str) -> dict[str, Any]:
+    bag = ctx.get(_BAGGAGE_KEY) or {}
+    return {name: bag[name] for name in names if name in bag}

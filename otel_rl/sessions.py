@@ -1,0 +1,291 @@
+"""Tasks, sessions and phases (AReaL ``perf_tracer`` session-tracer names).
+
+A task is one dataset item being rolled out (the root span of its own trace);
+each sampled trajectory is a session (a child span of its task); generate,
+toolcall, reward and any phase you name are child spans of the session. Ids
+live in the OpenTelemetry context (baggage), so asyncio tasks and threads that
+copy context inherit them, and :func:`otel_rl.inject` carries them across
+processes.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from typing import Any, Callable, TypeVar
+
+from opentelemetry import context as context_api
+
+from ._internal import guard, keys
+from ._internal.spans import LeanSpan
+from ._internal.state import STATE
+from ._internal.tracking import PhaseOptions, current_id
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+@guard.guarded()
+def register_task(task_id: Any = None) -> Any:
+    """Registers a dataset task and starts its span (the root of a new trace).
+
+    Args:
+        task_id: Your id for the task; a process-unique integer when omitted.
+
+    Returns:
+        The task id (``None`` when tracing is off and no id was given).
+    """
+    if not STATE.sessions_on:
+        return task_id
+    return STATE.registry.register_task(task_id)
+
+
+@guard.guarded()
+def set_task_id(task_id: Any) -> None:
+    """Makes ``task_id`` (and its span, if registered here) current in this context."""
+    if STATE.sessions_on:
+        context_api.attach(STATE.registry.task_context(task_id))
+
+
+def get_task_id() -> Any:
+    """The task id of the current context, or ``None``."""
+    return current_id(keys.TASK_ID)
+
+
+@guard.guarded()
+def register_session(task_id: Any = None) -> Any:
+    """Registers one sampled session of a task and starts its span.
+
+    Args:
+        task_id: The task; defaults to the current context's task.
+
+    Returns:
+        The new session id (``None`` when tracing is off).
+    """
+    if not STATE.sessions_on:
+        return None
+    return STATE.registry.register_session(task_id)
+
+
+@guard.guarded()
+def set_session_id(session_id: Any) -> None:
+    """Makes ``session_id`` (and its span) current in this context."""
+    if STATE.sessions_on:
+        context_api.attach(STATE.registry.session_context(session_id))
+
+
+def get_session_id() -> Any:
+    """The session id of the current context, or ``None``."""
+    return current_id(keys.SESSION_ID)
+
+
+def session_context() -> Callable[[F], F]:
+    """Decorator registering a new session for each call made inside a task.
+
+    The call runs with the session current, so phases and scopes inside it
+    belong to the session. Outside a task (no task id in context) the function
+    simply runs.
+    """
+
+    def decorate(fn: F) -> F:
+        if inspect.iscoroutinefunction(fn):
+            @functools.wraps(fn)
+            async def async_wrapper(*a: Any, **kw: Any) -> Any:
+                token = _enter_new_session()
+                try:
+                    return await fn(*a, **kw)
+                finally:
+                    _leave(token)
+
+            return async_wrapper  # type: ignore[return-value]
+
+        @functools.wraps(fn)
+        def wrapper(*a: Any, **kw: Any) -> Any:
+            token = _enter_new_session()
+            try:
+                return fn(*a, **kw)
+            finally:
+                _leave(token)
+
+        return wrapper  # type: ignore[return-value]
+
+    return decorate
+
+
+@guard.guarded()
+def _enter_new_session() -> Any:
+    if not STATE.sessions_on or current_id(keys.TASK_ID) is None:
+        return None
+    session_id = STATE.registry.register_session()
+    return context_api.attach(STATE.registry.session_context(session_id))
+
+
+def _leave(token: Any) -> None:
+    if token is not None:
+        try:
+            context_api.detach(token)
+        except Exception:  # noqa: BLE001 - never raise into user code
+            pass
+
+
+class trace_session_phase:  # noqa: N801 - AReaL's name; a class for speed
+    """Times one phase of the current session: ``with trace_session_phase("generate"):``.
+
+    Any phase name works (built-in generate, toolcall, reward, or your own) and
+    repeats are counted as turns. Also an async context manager
+    (``async with atrace_session_phase(...)``).
+
+    Args:
+        phase: Phase name.
+        start_payload: Metadata recorded at the start (``rl.args.*`` attributes).
+        end_payload: Metadata recorded at the end.
+    """
+
+    __slots__ = ("phase", "start_payload", "end_payload", "_state", "_span", "_token")
+
+    def __init__(self, phase: str, start_payload: dict[str, Any] | None = None,
+                 end_payload: dict[str, Any] | None = None) -> None:
+        self.phase = phase
+        self.start_payload = start_payload
+        self.end_payload = end_payload
+        self._span: LeanSpan | None = None
+
+    def __enter__(self) -> LeanSpan | None:
+        if not STATE.sessions_on:
+            return None
+        try:
+            registry = STATE.registry
+            state = self._state = registry.lookup_session(None, f"phase {self.phase!r}")
+            if state is None:
+                return None
+            span = self._span = registry.start_phase(state, self.phase, self.start_payload)
+            span.__enter__()
+            return span
+        except Exception as exc:  # noqa: BLE001
+            guard.report("internal_error", "internal error starting a phase: %r", exc)
+            self._span = None
+            return None
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        span = self._span
+        if span is None:
+            return
+        self._span = None
+        try:
+            token, span._token = span._token, None
+            if token is not None:
+                context_api.detach(token)
+            if exc is not None and not span.end_ns:
+                span.record_exception(exc, escaped=True)
+                from opentelemetry.trace.status import StatusCode
+
+                span.set_status(StatusCode.ERROR, f"{exc_type.__name__}: {exc}")
+            STATE.registry.end_phase(self._state, span, self.end_payload)
+        except Exception as err:  # noqa: BLE001
+            guard.report("internal_error", "internal error ending a phase: %r", err)
+
+    async def __aenter__(self) -> LeanSpan | None:
+        return self.__enter__()
+
+    async def __aexit__(self, *exc: Any) -> None:
+        self.__exit__(*exc)
+
+
+atrace_session_phase = trace_session_phase
+"""``async with atrace_session_phase(phase, ...)`` - the async spelling."""
+
+
+def trace_session(phase: str) -> Callable[[F], F]:
+    """Decorator timing each call as ``phase`` of the current session."""
+
+    def decorate(fn: F) -> F:
+        if inspect.iscoroutinefunction(fn):
+            @functools.wraps(fn)
+            async def async_wrapper(*a: Any, **kw: Any) -> Any:
+                with trace_session_phase(phase):
+                    return await fn(*a, **kw)
+
+            return async_wrapper  # type: ignore[return-value]
+
+        @functools.wraps(fn)
+        def wrapper(*a: Any, **kw: Any) -> Any:
+            with trace_session_phase(phase):
+                return fn(*a, **kw)
+
+        return wrapper  # type: ignore[return-value]
+
+    return decorate
+
+
+@guard.guarded()
+def trace_session_event(method: str, session_id: Any = None, task_id: Any = None, **payload: Any) -> None:
+    """Records a lifecycle event of a session (or of every session of a task).
+
+    Methods:
+        ``mark_finalized`` (``status``: accepted, rejected, failed or dropped;
+        ``reason``): ends the session; with ``task_id`` and no ``session_id``
+        it finalizes every open session of the task and ends the task span.
+        ``mark_<phase>_start`` / ``mark_<phase>_end``: opens / closes a phase
+        instance (payload recorded on it). ``increment_counter`` (``name``,
+        ``value=1``): adds to a counter in the session record.
+
+    Args:
+        method: One of the methods above.
+        session_id: Target session; defaults to the current one.
+        task_id: Target task (for ``mark_finalized`` of a whole task).
+        **payload: Method arguments and metadata.
+    """
+    if not STATE.sessions_on:
+        return
+    registry = STATE.registry
+    if method == "mark_finalized":
+        status = payload.get("status", keys.STATUS_ACCEPTED)
+        reason = payload.get("reason")
+        if session_id is None and task_id is not None:
+            registry.finalize_task(task_id, status, reason)
+            return
+        if session_id is None:
+            session_id = current_id(keys.SESSION_ID)
+        registry.finalize_session(session_id, status, reason)
+        return
+    if method == "increment_counter":
+        state = registry.lookup_session(session_id, method)
+        if state is not None:
+            name = payload.get("name", payload.get("counter", "count"))
+            registry.increment_counter(state, str(name), payload.get("value", 1))
+        return
+    if method.startswith("mark_") and method.endswith(("_start", "_end")):
+        start = method.endswith("_start")
+        phase = method[len("mark_"):-len("_start" if start else "_end")]
+        if phase:
+            state = registry.lookup_session(session_id, method)
+            if state is None:
+                return
+            extra = {k: v for k, v in payload.items()} or None
+            if start:
+                registry.start_phase(state, phase, extra)
+            else:
+                registry.end_phase_by_name(state, phase, extra)
+            return
+    guard.report("unknown_session_method", "unknown trace_session_event method %r; ignored", method)
+
+
+@guard.guarded()
+def increment_counter(name: str, value: int | float = 1, session_id: Any = None) -> None:
+    """Adds ``value`` to counter ``name`` of the current (or given) session."""
+    trace_session_event("increment_counter", session_id=session_id, name=name, value=value)
+
+
+def register_phase(name: str, *, allow_overlap: bool = True) -> None:
+    """Declares options of a phase (any name works without registering).
+
+    Args:
+        name: Phase name.
+        allow_overlap: Whether instances of this phase may overlap within one
+            session; when ``False`` an overlap is reported (and still recorded).
+    """
+    _PHASES[name] = PhaseOptions(allow_overlap)
+    if STATE.registry is not None:
+        STATE.registry.phase_options[name] = _PHASES[name]
+
+
+_PHASES: dict[str, PhaseOptions] = {}
