@@ -93,7 +93,7 @@ class Pipeline:
             guard.count("spans_dropped_queue_full")
             return
         queue.append(span)
-        if len(queue) >= self._wake_at:
+        if len(queue) == self._wake_at:
             self._wake.set()
 
     def sample_root(self, ctx: Any, trace_id: int, name: str, kind: SpanKind, attributes: Any) -> int:

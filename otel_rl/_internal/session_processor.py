@@ -30,7 +30,7 @@ BUILTIN_PHASES = ("generate", "reward", "toolcall")
 #: Bucket boundaries in seconds, from sub-second rewards to multi-minute rollouts.
 DURATION_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
 
-_NS = 1e-9
+_NS_PER_S = 1e9
 
 
 class SessionMetrics:
@@ -110,7 +110,7 @@ class SessionSpanProcessor(SpanProcessor):
             status = "interrupted" if interrupted else (
                 "error" if span.status.status_code is StatusCode.ERROR else "ok")
             self._metrics.phase_duration.record(
-                (span.end_time - span.start_time) * _NS,
+                (span.end_time - span.start_time) / _NS_PER_S,
                 {keys.PHASE: phase, "status": status},
                 context=_exemplar_context(span),
             )
@@ -121,9 +121,9 @@ class SessionSpanProcessor(SpanProcessor):
         status = attrs.get(keys.SESSION_STATUS, keys.STATUS_PENDING)
         reason = attrs.get(keys.SESSION_REASON)
         pending = status == keys.STATUS_PENDING
-        submit_ts = span.start_time * _NS
-        finalized_ts = None if pending else span.end_time * _NS
-        total_s = None if pending else (span.end_time - span.start_time) * _NS
+        submit_ts = span.start_time / _NS_PER_S
+        finalized_ts = None if pending else span.end_time / _NS_PER_S
+        total_s = None if pending else (span.end_time - span.start_time) / _NS_PER_S
         derived: dict[str, Any] = {}
         if total_s is not None:
             derived[keys.SESSION_TOTAL_S] = total_s
@@ -142,7 +142,7 @@ class SessionSpanProcessor(SpanProcessor):
         phase_counts = {}
         for name in names:
             instances = phases.get(name, ())
-            seconds = sum(end - start for start, end in instances if end is not None) * _NS
+            seconds = sum(end - start for start, end in instances if end is not None) / _NS_PER_S
             record[f"{name}_s"] = seconds
             phase_counts[name] = len(instances)
             if instances:
@@ -151,7 +151,7 @@ class SessionSpanProcessor(SpanProcessor):
         record["phase_counts"] = phase_counts
         record["phases"] = {
             name: [
-                {"start_ts": start * _NS, "end_ts": None if end is None else end * _NS}
+                {"start_ts": start / _NS_PER_S, "end_ts": None if end is None else end / _NS_PER_S}
                 for start, end in instances
             ]
             for name, instances in phases.items()

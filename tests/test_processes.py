@@ -1,0 +1,93 @@
+"""Enablement by environment alone, and ids crossing into other processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+from opentelemetry.sdk.trace import TracerProvider
+
+import otel_rl
+
+
+def _run(code: str, env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "RANK"))}
+    full_env.update(env)
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code), *args], env=full_env,
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_env_vars_alone_enable_tracing_and_export(grpc_receiver, tmp_path):
+    result = _run("""
+        import otel_rl
+        with otel_rl.trace_scope("from_env"):
+            pass
+    """, {"OTEL_RL_ENABLED": "1", "OTEL_RL_DIR": str(tmp_path), "RANK": "2",
+          "OTEL_EXPORTER_OTLP_ENDPOINT": grpc_receiver.endpoint, "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"})
+    assert result.returncode == 0, result.stderr
+    (span,) = grpc_receiver.wait_for_spans(1)
+    assert span["name"] == "from_env"
+    assert span["resource"]["service.name"] == "otel-rl"
+    assert span["resource"]["rl.rank"] == 2
+    assert os.path.exists(tmp_path / "default" / "trial0" / "traces-r2.jsonl")
+
+
+def test_otel_service_name_is_honoured(grpc_receiver, tmp_path):
+    result = _run("""
+        import otel_rl
+        with otel_rl.trace_scope("x"):
+            pass
+    """, {"OTEL_RL_ENABLED": "true", "OTEL_RL_DIR": str(tmp_path), "OTEL_SERVICE_NAME": "rollout-svc",
+          "OTEL_EXPORTER_OTLP_ENDPOINT": grpc_receiver.endpoint, "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"})
+    assert result.returncode == 0, result.stderr
+    (span,) = grpc_receiver.wait_for_spans(1)
+    assert span["resource"]["service.name"] == "rollout-svc"
+
+
+def test_importing_otel_rl_does_not_import_torch():
+    result = _run("import sys, otel_rl; print('torch' in sys.modules)", {})
+    assert result.stdout.strip() == "False"
+
+
+def test_without_the_env_var_nothing_is_configured(tmp_path):
+    result = _run("import otel_rl; print(otel_rl.is_configured())", {"OTEL_RL_DIR": str(tmp_path)})
+    assert result.stdout.strip() == "False"
+
+
+def test_a_bad_env_value_fails_at_import_naming_the_variable(tmp_path):
+    result = _run("import otel_rl", {"OTEL_RL_ENABLED": "1", "OTEL_RL_FLUSH_THRESHOLD": "lots"})
+    assert result.returncode != 0
+    assert "OTEL_RL_FLUSH_THRESHOLD" in result.stderr
+
+
+def test_inject_extract_joins_a_subprocess_span_to_the_session(grpc_receiver, monkeypatch, tmp_path):
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", grpc_receiver.endpoint)
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
+    otel_rl.configure(fileroot=str(tmp_path), tracer_provider=TracerProvider(shutdown_on_exit=False))
+    otel_rl.set_task_id(otel_rl.register_task())
+    session_id = otel_rl.register_session()
+    otel_rl.set_session_id(session_id)
+    with otel_rl.trace_session_phase("generate"):
+        headers = otel_rl.inject({})
+        result = _run("""
+            import json, sys, otel_rl
+            with otel_rl.attach(json.loads(sys.argv[1])):
+                with otel_rl.trace_scope("server.generate"):
+                    print(json.dumps([otel_rl.get_task_id(), otel_rl.get_session_id()]))
+        """, {"OTEL_RL_ENABLED": "1", "OTEL_RL_DIR": str(tmp_path), "OTEL_RL_ROLE": "server",
+              "OTEL_EXPORTER_OTLP_ENDPOINT": grpc_receiver.endpoint,
+              "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}, json.dumps(headers))
+    otel_rl.trace_session_event("mark_finalized", status="accepted")
+    otel_rl.save(force=True)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == [0, session_id]
+    spans = {s["name"]: s for s in grpc_receiver.wait_for_spans(4)}
+    server, phase = spans["server.generate"], spans["generate"]
+    assert server["trace_id"] == phase["trace_id"]
+    assert server["parent_span_id"] == phase["span_id"]
+    assert server["attributes"]["rl.session.id"] == session_id
+    assert server["resource"]["rl.role"] == "server"
+    otel_rl.shutdown()
