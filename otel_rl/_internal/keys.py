@@ -67,3 +67,9 @@ INSTRUMENTATION_NAME = "otel_rl"
 TRACES_FILE = "traces-r{rank}.jsonl"
 SESSIONS_FILE = "sessions-r{rank}.jsonl"
 METRICS_FILE = "metrics-r{rank}.jsonl"
+
+# --- standard attribute keys otel_rl reads or writes (OpenTelemetry semantic conventions)
+SERVICE_NAME = "service.name"
+PROCESS_PID = "process.pid"
+THREAD_ID = "thread.id"
+THREAD_NAME = "thread.name"

@@ -1,0 +1,31 @@
+"""The ``otel-rl`` command: ``convert`` (to Perfetto) and ``demo``."""
+
+from __future__ import annotations
+
+import sys
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``otel-rl``; dispatches to a subcommand."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    commands = {
+        "convert": "merge trace files (per-rank JSONL, OTLP/JSON, Chrome JSON) into one Perfetto JSON",
+        "demo": "run a small traced asynchronous rollout and leave its files on disk",
+    }
+    if not argv or argv[0] in ("-h", "--help") or argv[0] not in commands:
+        sys.stderr.write("usage: otel-rl {convert,demo} ...\n\n")
+        for name, text in commands.items():
+            sys.stderr.write(f"  {name:<8} {text}\n")
+        return 0 if argv and argv[0] in ("-h", "--help") else 2
+    command, rest = argv[0], argv[1:]
+    if command == "convert":
+        from .convert import main as convert_main
+
+        return convert_main(rest)
+    from .demo import main as demo_main
+
+    return demo_main(rest)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
