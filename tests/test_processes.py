@@ -91,3 +91,49 @@ def test_inject_extract_joins_a_subprocess_span_to_the_session(grpc_receiver, mo
     assert server["attributes"]["rl.session.id"] == session_id
     assert server["resource"]["rl.role"] == "server"
     otel_rl.shutdown()
+
+
+def test_an_application_provider_installed_globally_gets_otel_rl_spans(tmp_path):
+    result = _run("""
+        from opentelemetry import trace
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+        from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+        exporter = InMemorySpanExporter()
+        provider = TracerProvider()
+        provider.add_span_processor(SimpleSpanProcessor(exporter))
+        trace.set_tracer_provider(provider)
+        import otel_rl
+        otel_rl.configure()
+        with otel_rl.trace_scope("mine"):
+            with trace.get_tracer("app").start_as_current_span("app-span"):
+                pass
+        otel_rl.save(force=True)
+        print(sorted(s.name for s in exporter.get_finished_spans()))
+        print(trace.get_tracer_provider() is provider)
+    """, {"OTEL_RL_DIR": str(tmp_path)})
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split("\n")[:2] == ["['app-span', 'mine']", "True"]
+
+
+def test_opentelemetry_instrument_runs_otel_rl_on_the_distro_provider_without_duplicates(
+        grpc_receiver, tmp_path):
+    import shutil
+
+    instrument = shutil.which("opentelemetry-instrument", path=os.path.dirname(sys.executable))
+    assert instrument, "opentelemetry-distro is part of the test extra"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "RANK"))}
+    env.update({"OTEL_RL_DIR": str(tmp_path), "OTEL_EXPORTER_OTLP_ENDPOINT": grpc_receiver.endpoint,
+                "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc", "OTEL_TRACES_EXPORTER": "otlp",
+                "OTEL_METRICS_EXPORTER": "none", "OTEL_LOGS_EXPORTER": "none",
+                "OTEL_BSP_SCHEDULE_DELAY": "50"})
+    code = "import otel_rl\nwith otel_rl.trace_scope('under-instrument'):\n    pass\nprint(otel_rl.is_enabled())"
+    result = subprocess.run([instrument, sys.executable, "-c", code], env=env,
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "True"
+    spans = grpc_receiver.wait_for_spans(1)
+    import time
+
+    time.sleep(0.5)
+    assert [s["name"] for s in grpc_receiver.spans()] == ["under-instrument"]

@@ -15,6 +15,7 @@ import collections
 import os
 import threading
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -66,9 +67,13 @@ class Pipeline:
         self._batch_hooks = tuple(batch_hooks)
         self._queue: collections.deque[LeanSpan] = collections.deque()
         self._thread_names: dict[int, str] = {}
+        self._closed = False
         self._init_thread_state()
         if hasattr(os, "register_at_fork"):
-            os.register_at_fork(after_in_child=self._after_fork_in_child)
+            # A weak reference: fork hooks cannot be unregistered, and a shut
+            # down pipeline must neither be kept alive nor restarted by them.
+            ref = weakref.WeakMethod(self._after_fork_in_child)
+            os.register_at_fork(after_in_child=lambda: (m := ref()) and m())
 
     # --- thread management --------------------------------------------------------
     def _init_thread_state(self) -> None:
@@ -83,6 +88,8 @@ class Pipeline:
     def _after_fork_in_child(self) -> None:
         # The parent's queued spans belong to the parent: a child that exported
         # them would duplicate them. The export thread did not survive the fork.
+        if self._closed:
+            return
         self._queue.clear()
         self._init_thread_state()
 
@@ -124,6 +131,7 @@ class Pipeline:
 
     def shutdown(self, timeout_s: float) -> bool:
         ok = self.flush(timeout_s)
+        self._closed = True
         self._stopping = True
         self._wake.set()
         self._thread.join(timeout=max(0.0, timeout_s))

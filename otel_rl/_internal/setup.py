@@ -162,6 +162,23 @@ def _otlp_metric_exporter(environ: Any) -> Any:
     return HTTPExporter()
 
 
+def _exporters_of(provider: TracerProvider) -> list[Any]:
+    """Exporters behind the provider's processors, as far as the SDK lets us see."""
+    found = []
+    for processor in getattr(provider._active_span_processor, "_span_processors", ()):  # noqa: SLF001
+        inner = getattr(processor, "_batch_processor", processor)
+        exporter = getattr(inner, "_exporter", None) or getattr(inner, "span_exporter", None)
+        if exporter is not None:
+            found.append(exporter)
+    return found
+
+
+def _has_otlp_exporter(provider: TracerProvider) -> bool:
+    # Under opentelemetry-instrument (or an app that set up its own OTLP export)
+    # a second OTLP exporter would send every span twice.
+    return any(type(e).__module__.startswith("opentelemetry.exporter.otlp") for e in _exporters_of(provider))
+
+
 def configure(config: Any = None, *, rank: int | None = None, role: str | None = None,
               tracer_provider: TracerProvider | None = None,
               meter_provider: MeterProvider | None = None, **overrides: Any) -> None:
@@ -207,7 +224,7 @@ def configure(config: Any = None, *, rank: int | None = None, role: str | None =
                 ChromeTraceFileExporter(settings.file_path(keys.TRACES_FILE)))
             delegates.append(comps.file_processor)
             batch_hooks.append(comps.file_processor.flush_batch)
-        exporter = _otlp_span_exporter(environ)
+        exporter = None if _has_otlp_exporter(provider) else _otlp_span_exporter(environ)
         if exporter is not None:
             queue = None if environ.get(OTEL_BSP_MAX_QUEUE_SIZE) else DEFAULT_BSP_QUEUE
             comps.otlp_processor = BatchSpanProcessor(exporter, max_queue_size=queue)

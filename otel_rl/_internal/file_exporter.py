@@ -1,0 +1,200 @@
+"""The per-rank Chrome trace file: spans appended as JSON lines, Perfetto-ready.
+
+The file is append-only and written one batch at a time, each batch as whole
+lines, flushed before ``export`` returns: a crash loses at most the batch being
+written, and at worst leaves one truncated last line, which the converter skips.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import orjson
+from opentelemetry.context import Context
+from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
+from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+
+from . import guard
+from .chrome_trace import ChromeTraceEncoder, json_safe_value
+
+
+def _dumps(event: dict[str, Any]) -> bytes:
+    try:
+        return orjson.dumps(event)
+    except (TypeError, orjson.JSONEncodeError):
+        # The encoder already made args JSON-safe; this only catches what slipped
+        # through (a subclass orjson refuses), at the cost of a second pass.
+        return orjson.dumps({k: json_safe_value(v) for k, v in event.items()})
+
+
+class ChromeTraceFileExporter(SpanExporter):
+    """Appends spans to a JSONL file of Chrome Trace events, one event per line.
+
+    Args:
+        path: The file to append to; missing parent directories are created.
+        encoder: The encoder to use (a default one when omitted).
+    """
+
+    def __init__(self, path: str, encoder: ChromeTraceEncoder | None = None) -> None:
+        self.path = os.fspath(path)
+        self._encoder = encoder if encoder is not None else ChromeTraceEncoder()
+        self._lock = threading.Lock()
+        self._fd: int | None = None
+        # A write that failed half way may have left a partial line; the next
+        # batch starts on a fresh line so only that one line is lost.
+        self._dirty = False
+        self._closed = False
+        self.lines_written = 0
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        """Encodes ``spans`` and appends their events; never raises.
+
+        Args:
+            spans: Finished spans.
+
+        Returns:
+            ``SUCCESS``, or ``FAILURE`` when the file could not be written.
+        """
+        with self._lock:
+            if self._closed:
+                return SpanExportResult.FAILURE
+            try:
+                events = self._encoder.encode(spans)
+            except Exception as exc:  # noqa: BLE001
+                guard.report("trace_file_error", "cannot encode spans for %s: %r", self.path, exc)
+                return SpanExportResult.FAILURE
+            return SpanExportResult.SUCCESS if self._write(events) else SpanExportResult.FAILURE
+
+    def _write(self, events: list[dict[str, Any]]) -> bool:
+        if not events:
+            return True
+        try:
+            parts = [_dumps(event) for event in events]
+            parts.append(b"")
+            data = b"\n".join(parts)
+        except Exception as exc:  # noqa: BLE001
+            guard.report("trace_file_error", "cannot serialise trace events: %r", exc)
+            return False
+        if self._dirty:
+            data = b"\n" + data
+        try:
+            if self._fd is None:
+                directory = os.path.dirname(self.path)
+                if directory:
+                    os.makedirs(directory, exist_ok=True)
+                self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            view = memoryview(data)
+            self._dirty = True
+            # Unbuffered: once a write returns the lines are the kernel's, so a
+            # crash of this process cannot lose them.
+            while view:
+                written = os.write(self._fd, view)
+                view = view[written:]
+            self._dirty = False
+        except OSError as exc:
+            guard.count("trace_file_events_lost", len(events))
+            guard.report("trace_file_error", "cannot write %s: %s", self.path, exc)
+            return False
+        self.lines_written += len(events)
+        return True
+
+    def force_flush(self, timeout_millis: int = 30_000) -> bool:
+        """Every exported batch is already written; nothing is held back here."""
+        return True
+
+    def shutdown(self) -> None:
+        """Writes the spans the encoder still holds and closes the file."""
+        with self._lock:
+            if self._closed:
+                return
+            try:
+                self._write(self._encoder.finish())
+            except Exception as exc:  # noqa: BLE001
+                guard.report("trace_file_error", "cannot finish %s: %r", self.path, exc)
+            self._closed = True
+            if self._fd is not None:
+                try:
+                    os.close(self._fd)
+                except OSError:
+                    pass
+                self._fd = None
+
+
+class InPlaceBatchProcessor(SpanProcessor):
+    """Collects sampled spans and hands them to an exporter on ``flush_batch``.
+
+    Unlike the SDK's batch processor it owns no thread: otel_rl's export thread
+    calls :meth:`flush_batch` after each drain, so spans reach the file in the
+    same rhythm as everything else, without a second thread waking up.
+
+    Args:
+        exporter: Receives the batches.
+        max_batch: Spans per ``export`` call.
+        max_buffered: Spans held between flushes before new ones are dropped.
+    """
+
+    def __init__(self, exporter: SpanExporter, max_batch: int = 8192,
+                 max_buffered: int = 1_000_000) -> None:
+        self.exporter = exporter
+        self._max_batch = max(1, max_batch)
+        self._max_buffered = max(1, max_buffered)
+        self._spans: list[ReadableSpan] = []
+        self._lock = threading.Lock()
+        self._export_lock = threading.Lock()
+        self._shutdown = False
+
+    def on_start(self, span: Span, parent_context: Context | None = None) -> None:
+        pass
+
+    def on_end(self, span: ReadableSpan) -> None:
+        """Keeps ``span`` for the next batch if it is sampled."""
+        if self._shutdown or not span.context.trace_flags.sampled:
+            return
+        with self._lock:
+            if len(self._spans) >= self._max_buffered:
+                guard.count("spans_dropped_file_buffer")
+                return
+            self._spans.append(span)
+
+    def flush_batch(self) -> bool:
+        """Exports every span collected so far.
+
+        Returns:
+            ``False`` if any batch failed to export.
+        """
+        with self._export_lock:
+            with self._lock:
+                spans, self._spans = self._spans, []
+            ok = True
+            step = self._max_batch
+            for i in range(0, len(spans), step):
+                try:
+                    result = self.exporter.export(spans[i:i + step])
+                except Exception as exc:  # noqa: BLE001 - a foreign exporter may raise
+                    guard.report("export_error", "an exporter failed: %r", exc)
+                    result = SpanExportResult.FAILURE
+                ok = ok and result is SpanExportResult.SUCCESS
+            return ok
+
+    def force_flush(self, timeout_millis: int = 30_000) -> bool:
+        """Exports what is collected, then flushes the exporter."""
+        ok = self.flush_batch()
+        try:
+            return self.exporter.force_flush(timeout_millis) and ok
+        except Exception as exc:  # noqa: BLE001
+            guard.report("export_error", "an exporter failed to flush: %r", exc)
+            return False
+
+    def shutdown(self) -> None:
+        """Exports what is collected and shuts the exporter down; later spans are ignored."""
+        if self._shutdown:
+            return
+        self.flush_batch()
+        self._shutdown = True
+        try:
+            self.exporter.shutdown()
+        except Exception as exc:  # noqa: BLE001
+            guard.report("export_error", "an exporter failed to shut down: %r", exc)

@@ -1,0 +1,938 @@
+"""Merges trace files into one Chrome trace JSON that Perfetto opens.
+
+``python -m otel_rl.convert RUN_DIR/ -o trace.json`` (or ``otel-rl convert``)
+reads any mix of:
+
+* per-rank Chrome trace JSONL files written by otel_rl (``traces-r*.jsonl``),
+* OTLP/JSON files, one ``ExportTraceServiceRequest`` per line or per file (what
+  the OpenTelemetry Collector's file exporter writes),
+* Chrome JSON documents (``{"traceEvents": [...]}`` or a bare array), such as
+  torch profiler traces,
+
+each optionally gzipped, and writes one ``{"traceEvents": [...]}`` document
+(``.json`` or ``.json.gz``). Events are streamed through: memory stays flat
+however large the inputs (a JSON *document* input is the exception: it is
+parsed whole). Processes that used the same pid in different files get
+distinct pids, so ranks on different machines never share a track.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import base64
+import glob
+import gzip
+import os
+import re
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import IO, Any
+
+import orjson
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import Event, ReadableSpan
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+from opentelemetry.trace import Link, SpanContext, SpanKind, TraceFlags
+from opentelemetry.trace.status import Status, StatusCode
+
+from ._internal.chrome_trace import ChromeTraceEncoder
+
+__all__ = ["ConvertStats", "convert", "main", "iter_chrome_json_events", "spans_from_otlp_json"]
+
+_SUFFIXES = (".jsonl", ".json", ".jsonl.gz", ".json.gz")
+_CHUNK = 1 << 22
+_WRITE_EVERY = 8192
+_MAX_REPORTED = 1000
+# Remapped integer pids start above every real Linux pid and every pid the
+# encoder synthesises, and stay below 2**32 (Perfetto's limit).
+_REMAP_PID_BASE = 1 << 23
+_OTLP_SOURCE = "<otlp>"
+_PARALLEL_MIN_BYTES = 32 << 20
+
+
+@dataclass
+class ConvertStats:
+    """What a conversion read, wrote and skipped.
+
+    Attributes:
+        files: Input files whose events were converted.
+        events: Events written to the output.
+        spans: OTLP spans converted (their events are part of ``events``).
+        skipped_truncated: Incomplete last lines skipped (a writer was killed mid-line).
+        malformed: ``(file, line, message)`` for lines that could not be read
+            (the first 1000; ``malformed_count`` counts all).
+        malformed_count: Every malformed line.
+        skipped_files: ``(file, reason)`` for inputs that were not converted.
+        remapped_pids: Processes given a new pid because another file used theirs.
+        output: The file written.
+        seconds: Wall-clock duration of the conversion.
+    """
+
+    files: int = 0
+    events: int = 0
+    spans: int = 0
+    skipped_truncated: int = 0
+    malformed: list[tuple[str, int, str]] = field(default_factory=list)
+    malformed_count: int = 0
+    skipped_files: list[tuple[str, str]] = field(default_factory=list)
+    remapped_pids: int = 0
+    output: str = ""
+    seconds: float = 0.0
+    warnings: list[str] = field(default_factory=list)
+
+    def _malformed(self, path: str, line: int, message: str) -> None:
+        self.malformed_count += 1
+        if len(self.malformed) < _MAX_REPORTED:
+            self.malformed.append((path, line, message))
+
+
+# --- input discovery --------------------------------------------------------------------
+def _natural_key(path: str) -> list[Any]:
+    # traces-r2 before traces-r10: the first file to use a pid keeps it.
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", path)]
+
+
+def _is_trace_name(name: str) -> bool:
+    return name.endswith(_SUFFIXES)
+
+
+def discover_inputs(inputs: Sequence[str], exclude: Sequence[str] = ()) -> tuple[list[str], list[str]]:
+    """Expands files, directories (recursively) and glob patterns into input files.
+
+    Args:
+        inputs: Paths, directories or glob patterns.
+        exclude: Paths never to read (the output being written).
+
+    Returns:
+        ``(files, missing)``: the files found, naturally sorted and without
+        duplicates, and the inputs that matched nothing.
+    """
+    skip = {os.path.realpath(p) for p in exclude}
+    found: list[str] = []
+    seen: set[str] = set()
+    missing: list[str] = []
+
+    def add(path: str) -> None:
+        real = os.path.realpath(path)
+        if real not in seen and real not in skip:
+            seen.add(real)
+            found.append(path)
+
+    def add_dir(directory: str) -> None:
+        names = []
+        for root, dirs, files in os.walk(directory):
+            dirs.sort()
+            names.extend(os.path.join(root, n) for n in files if _is_trace_name(n))
+        for name in sorted(names, key=_natural_key):
+            add(name)
+
+    for item in inputs:
+        if os.path.isdir(item):
+            add_dir(item)
+        elif os.path.isfile(item):
+            add(item)
+        elif glob.has_magic(item):
+            matches = sorted(glob.glob(item, recursive=True), key=_natural_key)
+            if not matches:
+                missing.append(item)
+            for match in matches:
+                if os.path.isdir(match):
+                    add_dir(match)
+                elif os.path.isfile(match):
+                    add(match)
+        else:
+            missing.append(item)
+    return found, missing
+
+
+def _open_input(path: str) -> IO[bytes]:
+    if path.endswith(".gz"):
+        return gzip.open(path, "rb")  # type: ignore[return-value]
+    return open(path, "rb", buffering=_CHUNK)
+
+
+# --- Chrome JSON documents (torch profiler traces) ---------------------------------------
+def iter_chrome_json_events(path: str) -> Iterator[dict[str, Any]]:
+    """Yields the events of a Chrome JSON document: ``{"traceEvents": [...]}`` or ``[...]``.
+
+    This is the seam for kernel-level traces from the torch profiler (Kineto):
+    they land on the same timeline as otel_rl's spans when both use the wall
+    clock. otel_rl's timestamps are Unix-epoch microseconds; Kineto writes
+    epoch microseconds too on current PyTorch, but may write timestamps
+    relative to ``baseTimeNanoseconds`` - those (recognisably small) are
+    shifted onto the epoch here. A profiler clock that is not the wall clock
+    cannot be aligned after the fact.
+
+    Args:
+        path: A ``.json`` or ``.json.gz`` file.
+
+    Yields:
+        Event dicts, in file order.
+
+    Raises:
+        ValueError: The file is not a Chrome JSON document.
+    """
+    with _open_input(path) as f:
+        doc = orjson.loads(f.read())
+    yield from _document_events(doc)
+
+
+def _document_events(doc: Any) -> Iterator[dict[str, Any]]:
+    if isinstance(doc, dict):
+        events = doc.get("traceEvents")
+        if not isinstance(events, list):
+            raise ValueError("a JSON object without a traceEvents list")
+        base_ns = doc.get("baseTimeNanoseconds")
+    elif isinstance(doc, list):
+        events, base_ns = doc, None
+    else:
+        raise ValueError("neither a JSON object nor an array")
+    shift = 0.0
+    if isinstance(base_ns, (int, float)) and base_ns > 0:
+        # Epoch microseconds are > 1e15 today; anything below 1e12 (11 days after
+        # 1970) can only be relative to the base.
+        first = next((e.get("ts") for e in events
+                      if isinstance(e, dict) and isinstance(e.get("ts"), (int, float))), None)
+        if first is not None and first < 1e12:
+            shift = base_ns / 1000
+    for event in events:
+        if isinstance(event, dict):
+            if shift and isinstance(event.get("ts"), (int, float)):
+                event["ts"] += shift
+            yield event
+
+
+# --- OTLP/JSON ---------------------------------------------------------------------------------
+_OTLP_KINDS = {
+    0: SpanKind.INTERNAL, 1: SpanKind.INTERNAL, 2: SpanKind.SERVER, 3: SpanKind.CLIENT,
+    4: SpanKind.PRODUCER, 5: SpanKind.CONSUMER,
+    "SPAN_KIND_UNSPECIFIED": SpanKind.INTERNAL, "SPAN_KIND_INTERNAL": SpanKind.INTERNAL,
+    "SPAN_KIND_SERVER": SpanKind.SERVER, "SPAN_KIND_CLIENT": SpanKind.CLIENT,
+    "SPAN_KIND_PRODUCER": SpanKind.PRODUCER, "SPAN_KIND_CONSUMER": SpanKind.CONSUMER,
+}
+_OTLP_STATUS = {
+    0: StatusCode.UNSET, 1: StatusCode.OK, 2: StatusCode.ERROR,
+    "STATUS_CODE_UNSET": StatusCode.UNSET, "STATUS_CODE_OK": StatusCode.OK,
+    "STATUS_CODE_ERROR": StatusCode.ERROR,
+}
+_UNSET_STATUS = Status(StatusCode.UNSET)
+# Span.flags bits 8 and 9 (OTLP 1.1+): whether, and that, the parent was remote.
+_HAS_IS_REMOTE = 0x100
+_IS_REMOTE = 0x200
+
+
+def _get(obj: dict[str, Any], camel: str, snake: str, default: Any = None) -> Any:
+    # The OTLP/JSON spec mandates lowerCamelCase; protobuf JSON printers can also
+    # emit the proto field names, and receivers are asked to accept both.
+    value = obj.get(camel)
+    if value is None:
+        value = obj.get(snake, default)
+    return value
+
+
+def _any_value(value: dict[str, Any] | None) -> Any:
+    if not value:
+        return None
+    for key, item in value.items():
+        if key == "stringValue" or key == "string_value":
+            return item
+        if key == "intValue" or key == "int_value":
+            return int(item)  # int64 is a JSON string in OTLP/JSON
+        if key == "doubleValue" or key == "double_value":
+            return float(item)  # also "NaN", "Infinity"
+        if key == "boolValue" or key == "bool_value":
+            return bool(item)
+        if key == "arrayValue" or key == "array_value":
+            return [_any_value(v) for v in (item or {}).get("values") or ()]
+        if key == "kvlistValue" or key == "kvlist_value":
+            return _attributes((item or {}).get("values"))
+        if key == "bytesValue" or key == "bytes_value":
+            return item  # base64 text; kept as such
+    return None
+
+
+def _attributes(items: list[dict[str, Any]] | None) -> dict[str, Any]:
+    if not items:
+        return {}
+    return {kv.get("key", ""): _any_value(kv.get("value")) for kv in items}
+
+
+def _otlp_id(value: Any, size: int) -> int:
+    if not value:
+        return 0
+    if len(value) == size * 2:
+        try:
+            return int(value, 16)
+        except ValueError:
+            pass
+    # The protobuf JSON mapping writes bytes as base64; some exporters follow it.
+    return int.from_bytes(base64.b64decode(value), "big")
+
+
+def _otlp_int(value: Any) -> int:
+    return int(value) if value is not None and value != "" else 0
+
+
+class _OtlpReader:
+    """Builds ``ReadableSpan`` objects from OTLP/JSON, sharing resources and scopes."""
+
+    def __init__(self) -> None:
+        self._resources: dict[bytes, Resource] = {}
+        self._scopes: dict[tuple[str, str], InstrumentationScope] = {}
+
+    def spans(self, request: dict[str, Any]) -> list[ReadableSpan]:
+        out: list[ReadableSpan] = []
+        for resource_spans in _get(request, "resourceSpans", "resource_spans") or ():
+            resource_json = resource_spans.get("resource") or {}
+            raw_attrs = resource_json.get("attributes") or []
+            cache_key = orjson.dumps(raw_attrs)
+            resource = self._resources.get(cache_key)
+            if resource is None:
+                if len(self._resources) >= 4096:
+                    self._resources.clear()
+                # The constructor, not Resource.create: no detectors, no defaults
+                # mixed into someone else's resource.
+                resource = self._resources[cache_key] = Resource(_attributes(raw_attrs))
+            for scope_spans in _get(resource_spans, "scopeSpans", "scope_spans") or ():
+                scope_json = scope_spans.get("scope") or {}
+                scope_key = (scope_json.get("name") or "", scope_json.get("version") or "")
+                scope = self._scopes.get(scope_key)
+                if scope is None:
+                    scope = self._scopes[scope_key] = InstrumentationScope(*scope_key)
+                for span_json in scope_spans.get("spans") or ():
+                    out.append(self._span(span_json, resource, scope))
+        return out
+
+    @staticmethod
+    def _span(obj: dict[str, Any], resource: Resource, scope: InstrumentationScope) -> ReadableSpan:
+        trace_id = _otlp_id(_get(obj, "traceId", "trace_id"), 16)
+        span_id = _otlp_id(_get(obj, "spanId", "span_id"), 8)
+        parent_id = _otlp_id(_get(obj, "parentSpanId", "parent_span_id"), 8)
+        kind = _OTLP_KINDS.get(obj.get("kind", 0), SpanKind.INTERNAL)
+        span_flags = _otlp_int(obj.get("flags"))
+        # A span in an exported file was sampled, whether or not its flags say so.
+        trace_flags = TraceFlags((span_flags & 0xFF) | TraceFlags.SAMPLED)
+        parent = None
+        if parent_id:
+            if span_flags & _HAS_IS_REMOTE:
+                remote = bool(span_flags & _IS_REMOTE)
+            else:
+                remote = kind is SpanKind.SERVER or kind is SpanKind.CONSUMER
+            parent = SpanContext(trace_id, parent_id, remote, trace_flags)
+        status_json = obj.get("status") or {}
+        code = _OTLP_STATUS.get(status_json.get("code", 0), StatusCode.UNSET)
+        status = _UNSET_STATUS if code is StatusCode.UNSET else Status(code, status_json.get("message"))
+        events = tuple(
+            Event(ev.get("name", ""), _attributes(ev.get("attributes")),
+                  _otlp_int(_get(ev, "timeUnixNano", "time_unix_nano")))
+            for ev in obj.get("events") or ()
+        )
+        links = tuple(
+            Link(SpanContext(_otlp_id(_get(ln, "traceId", "trace_id"), 16),
+                             _otlp_id(_get(ln, "spanId", "span_id"), 8), True),
+                 _attributes(ln.get("attributes")))
+            for ln in obj.get("links") or ()
+        )
+        return ReadableSpan(
+            name=obj.get("name", ""),
+            context=SpanContext(trace_id, span_id, False, trace_flags),
+            parent=parent,
+            resource=resource,
+            attributes=_attributes(obj.get("attributes")),
+            events=events,
+            links=links,
+            kind=kind,
+            status=status,
+            start_time=_otlp_int(_get(obj, "startTimeUnixNano", "start_time_unix_nano")),
+            end_time=_otlp_int(_get(obj, "endTimeUnixNano", "end_time_unix_nano")),
+            instrumentation_scope=scope,
+        )
+
+
+def spans_from_otlp_json(request: dict[str, Any]) -> list[ReadableSpan]:
+    """Builds SDK spans from one OTLP/JSON ``ExportTraceServiceRequest``.
+
+    Args:
+        request: The parsed JSON object (``{"resourceSpans": [...]}``).
+
+    Returns:
+        The spans, in request order, each with its resource and scope.
+    """
+    return _OtlpReader().spans(request)
+
+
+# --- Chrome JSON lines ---------------------------------------------------------------------------
+_MISSING = object()
+
+
+def scan_chrome_lines(data: bytes, mapping: dict[Any, Any]) -> tuple[bytes, int, list, list]:
+    """Checks a block of complete Chrome trace JSON lines and prepares them for output.
+
+    Every line is parsed, because a line that is not valid JSON would make the
+    whole output unreadable; a line whose pid stays the same is then copied
+    as it was read rather than serialised again. Runs in worker processes on
+    large inputs, so it only touches its arguments.
+
+    Args:
+        data: Whole lines, newline-separated.
+        mapping: Old pid -> pid to write, for the pids known so far.
+
+    Returns:
+        ``(blob, count, unresolved, bad)``: the ready events joined with
+        ``",\\n"``, how many they are, ``(index, line)`` for lines whose pid is
+        not in ``mapping``, and ``(index, message)`` for lines that are not
+        events (``index`` counts lines from 0 within ``data``).
+    """
+    loads = orjson.loads
+    dumps = orjson.dumps
+    decode_error = orjson.JSONDecodeError
+    parts: list[bytes] = []
+    append = parts.append
+    unresolved: list[tuple[int, bytes]] = []
+    bad: list[tuple[int, str]] = []
+    get = mapping.get
+    for index, line in enumerate(data.split(b"\n")):
+        try:
+            event = loads(line)
+        except decode_error as exc:
+            if line.strip():
+                bad.append((index, str(exc)))
+            continue
+        if type(event) is not dict:
+            bad.append((index, "not a JSON object"))
+            continue
+        pid = event.get("pid")
+        if pid is None:
+            append(line)
+            continue
+        if type(pid) is not int and type(pid) is not str:
+            bad.append((index, "pid is not an integer or string"))
+            continue
+        new = get(pid, _MISSING)
+        if new is _MISSING:
+            unresolved.append((index, line))
+        elif new == pid:
+            append(line)
+        else:
+            event["pid"] = new
+            append(dumps(event))
+    return b",\n".join(parts), len(parts), unresolved, bad
+
+
+class _Done:
+    """A finished job, for the in-process path (same interface as a future)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def result(self) -> Any:
+        return self.value
+
+
+def _worker_pool(workers: int) -> Any:
+    import multiprocessing
+    import threading
+    from concurrent.futures import ProcessPoolExecutor
+
+    # fork starts workers in milliseconds, but is only safe while this process
+    # has no other thread that could hold a lock the children would inherit.
+    method = "fork" if threading.active_count() == 1 and \
+        "fork" in multiprocessing.get_all_start_methods() else "spawn"
+    return ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context(method))
+
+
+# --- output ------------------------------------------------------------------------------------
+class _Output:
+    """Streams ``{"traceEvents": [...]}``: events are written as they come."""
+
+    def __init__(self, path: str, final_name: str) -> None:
+        self._raw = open(path, "wb")
+        self._file: IO[bytes] = self._raw
+        if final_name.endswith(".gz"):
+            # Level 3: most of the size win of level 9 at several times the speed.
+            self._file = gzip.GzipFile(filename=os.path.basename(final_name[:-3]), mode="wb",
+                                       fileobj=self._raw, compresslevel=3, mtime=0)
+        self._file.write(b'{"traceEvents":[\n')
+        self._first = True
+        self.events = 0
+
+    def write(self, parts: list[bytes]) -> None:
+        if parts:
+            self.write_blob(b",\n".join(parts), len(parts))
+
+    def write_blob(self, blob: bytes, count: int) -> None:
+        """Writes ``count`` events already joined with ``",\\n"``."""
+        if not count:
+            return
+        if self._first:
+            self._first = False
+        else:
+            self._file.write(b",\n")
+        self._file.write(blob)
+        self.events += count
+
+    def close(self, other: dict[str, Any]) -> None:
+        self._file.write(b'\n],"displayTimeUnit":"ms","otherData":')
+        self._file.write(orjson.dumps(other))
+        self._file.write(b"}\n")
+        if self._file is not self._raw:
+            self._file.close()
+        self._raw.close()
+
+    def abort(self) -> None:
+        try:
+            if self._file is not self._raw:
+                self._file.close()
+        finally:
+            self._raw.close()
+
+
+# --- conversion --------------------------------------------------------------------------------
+class _Converter:
+    def __init__(self, output: _Output, stats: ConvertStats, workers: int = 0) -> None:
+        self.out = output
+        self.stats = stats
+        self._pool = _worker_pool(workers) if workers > 1 else None
+        # Chunks in flight, written strictly in submission order.
+        self._pending: collections.deque[tuple] = collections.deque()
+        self._max_in_flight = 2 * workers + 1 if self._pool is not None else 0
+        # pid -> the source that owns it; (source, old pid) -> pid written
+        self._owner: dict[Any, str] = {}
+        self._mapping: dict[tuple[str, Any], Any] = {}
+        self._next_pid = _REMAP_PID_BASE
+        self._encoder: ChromeTraceEncoder | None = None
+        self._otlp = _OtlpReader()
+
+    # pids ------------------------------------------------------------------------------------
+    def _claim(self, source: str, pid: Any) -> Any:
+        key = (source, pid)
+        mapped = self._mapping.get(key)
+        if mapped is not None:
+            return mapped
+        if pid not in self._owner:
+            mapped = pid
+        elif isinstance(pid, str):
+            n = 2
+            while f"{pid} #{n}" in self._owner:
+                n += 1
+            mapped = f"{pid} #{n}"
+        else:
+            while self._next_pid in self._owner:
+                self._next_pid += 1
+            mapped = self._next_pid
+            self._next_pid += 1
+        if mapped != pid:
+            self.stats.remapped_pids += 1
+        self._owner[mapped] = source
+        self._mapping[key] = mapped
+        return mapped
+
+    def _write_events(self, source: str, events: Sequence[dict[str, Any]]) -> None:
+        parts = []
+        dumps = orjson.dumps
+        for event in events:
+            pid = event.get("pid")
+            if pid is not None and (type(pid) is int or type(pid) is str):
+                new = self._claim(source, pid)
+                if new != pid:
+                    event["pid"] = new
+            parts.append(dumps(event))
+            if len(parts) >= _WRITE_EVERY:
+                self.out.write(parts)
+                parts = []
+        self.out.write(parts)
+
+    # files -------------------------------------------------------------------------------------
+    def convert_file(self, path: str) -> None:
+        stats = self.stats
+        before = self.out.events
+        try:
+            kind, head = self._sniff(path)
+            if kind == "chrome-jsonl":
+                self._chrome_jsonl(path, head.get("pid"))
+            elif kind == "otlp-jsonl":
+                self._otlp_jsonl(path)
+            elif kind == "document":
+                self._document(path)
+            else:
+                stats.skipped_files.append((path, kind))
+                return
+        except (OSError, EOFError, ValueError, orjson.JSONDecodeError) as exc:
+            # gzip.BadGzipFile is an OSError; a damaged file loses its own events only.
+            stats.skipped_files.append((path, f"unreadable: {exc}"))
+            self._drain(0)
+            if self.out.events == before:
+                return
+        stats.files += 1
+
+    def _sniff(self, path: str) -> tuple[str, Any]:
+        """Tells the file kind from its first JSON line (or the whole document)."""
+        with _open_input(path) as f:
+            first = b""
+            for line in f:
+                if line.strip():
+                    first = line
+                    break
+            if not first:
+                return "empty", None
+            try:
+                head = orjson.loads(first)
+            except orjson.JSONDecodeError:
+                head = None
+            if head is None:
+                # A pretty-printed document, or JSON lines whose first line is damaged.
+                f.seek(0)
+                try:
+                    doc = orjson.loads(f.read())
+                except orjson.JSONDecodeError:
+                    doc = None
+                if doc is not None:
+                    return self._classify_document(doc), None
+                f.seek(0)
+                for n, line in enumerate(f):
+                    if n > 1000:
+                        break
+                    try:
+                        head = orjson.loads(line)
+                    except orjson.JSONDecodeError:
+                        continue
+                    if isinstance(head, dict):
+                        break
+                    head = None
+                if head is None:
+                    return "not JSON", None
+        if isinstance(head, list):
+            return "document", None
+        if not isinstance(head, dict):
+            return "not a trace file", None
+        if "traceEvents" in head:
+            return "document", None
+        if "resourceSpans" in head or "resource_spans" in head:
+            return "otlp-jsonl", None
+        if "ph" in head:
+            return "chrome-jsonl", head
+        return "not a trace file (no Chrome trace events or OTLP spans)", None
+
+    @staticmethod
+    def _classify_document(doc: Any) -> str:
+        if isinstance(doc, list) or (isinstance(doc, dict) and "traceEvents" in doc):
+            return "document"
+        if isinstance(doc, dict) and ("resourceSpans" in doc or "resource_spans" in doc):
+            return "otlp-jsonl"  # one request spread over lines: read as a document below
+        return "not a trace file"
+
+    def _lines(self, path: str) -> Iterator[tuple[int, bytes, bool]]:
+        """Yields ``(line number, line, is_last_without_newline)`` for non-blank lines."""
+        with _open_input(path) as f:
+            pending = b""
+            lineno = 0
+            while True:
+                chunk = f.read(_CHUNK)
+                if not chunk:
+                    break
+                lines = (pending + chunk).split(b"\n") if pending else chunk.split(b"\n")
+                pending = lines.pop()
+                for line in lines:
+                    lineno += 1
+                    yield lineno, line, False
+            if pending.strip():
+                yield lineno + 1, pending, True
+
+    def _bad_line(self, path: str, lineno: int, unterminated: bool, message: str) -> None:
+        if unterminated:
+            self.stats.skipped_truncated += 1
+            self.stats.warnings.append(f"{path}:{lineno}: incomplete last line skipped")
+        else:
+            self.stats._malformed(path, lineno, message)
+
+    def _chrome_jsonl(self, path: str, first_pid: Any) -> None:
+        """Sends the file's complete lines, a chunk at a time, to be checked and copied.
+
+        The pid of the file's first event is claimed up front: every chunk then
+        knows how to map it, which covers every line of an otel_rl file.
+        """
+        mapping: dict[Any, Any] = {}
+        if type(first_pid) is int or type(first_pid) is str:
+            mapping[first_pid] = self._claim(path, first_pid)
+        base = 0
+        remainder = b""
+        with _open_input(path) as f:
+            while True:
+                chunk = f.read(_CHUNK)
+                if not chunk:
+                    break
+                data = remainder + chunk if remainder else chunk
+                cut = data.rfind(b"\n") + 1
+                if cut == 0:
+                    remainder = data
+                    continue
+                remainder = data[cut:]
+                body = data[:cut] if remainder else data
+                self._submit(path, body, base, mapping)
+                base += body.count(b"\n")
+        if remainder.strip():
+            self._pending.append(("tail", path, base + 1, remainder, mapping))
+        self._drain(self._max_in_flight)
+
+    def _submit(self, path: str, body: bytes, base: int, mapping: dict[Any, Any]) -> None:
+        if self._pool is None:
+            job: Any = _Done(scan_chrome_lines(body, mapping))
+        else:
+            job = self._pool.submit(scan_chrome_lines, body, dict(mapping))
+        self._pending.append(("chunk", path, base, job, mapping))
+        self._drain(self._max_in_flight)
+
+    def _drain(self, keep: int) -> None:
+        """Writes finished chunks in submission order until at most ``keep`` are in flight."""
+        pending = self._pending
+        while len(pending) > keep:
+            kind, path, base, payload, mapping = pending.popleft()
+            if kind == "tail":
+                self._tail(path, base, payload, mapping)
+                continue
+            blob, count, unresolved, bad = payload.result()
+            self.out.write_blob(blob, count)
+            for index, message in bad:
+                self._bad_line(path, base + index + 1, False, message)
+            if unresolved:
+                self._resolve(path, base, unresolved, mapping)
+
+    def _resolve(self, path: str, base: int, unresolved: list[tuple[int, bytes]],
+                 mapping: dict[Any, Any]) -> None:
+        # Lines whose pid the chunk did not know yet: claimed here, in file order.
+        parts = []
+        for index, line in unresolved:
+            event = orjson.loads(line)
+            pid = event["pid"]
+            new = mapping.get(pid)
+            if new is None:
+                new = mapping[pid] = self._claim(path, pid)
+            if new == pid:
+                parts.append(line)
+            else:
+                event["pid"] = new
+                parts.append(orjson.dumps(event))
+        self.out.write(parts)
+
+    def _tail(self, path: str, lineno: int, line: bytes, mapping: dict[Any, Any]) -> None:
+        # The last line had no newline: a writer may have died half way through it.
+        try:
+            event = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            self._bad_line(path, lineno, True, "")
+            return
+        if type(event) is not dict:
+            self._bad_line(path, lineno, False, "not a JSON object")
+            return
+        pid = event.get("pid")
+        if type(pid) is int or type(pid) is str:
+            new = mapping.get(pid)
+            if new is None:
+                new = mapping[pid] = self._claim(path, pid)
+            if new != pid:
+                event["pid"] = new
+                line = orjson.dumps(event)
+        self.out.write([line])
+
+    def _encoder_for_otlp(self) -> ChromeTraceEncoder:
+        # One encoder for every OTLP input: a process whose spans a collector
+        # split over several files keeps one pid and one set of tracks.
+        if self._encoder is None:
+            self._encoder = ChromeTraceEncoder()
+        return self._encoder
+
+    def _otlp_request(self, request: Any) -> None:
+        if not isinstance(request, dict):
+            raise ValueError("not a JSON object")
+        spans = self._otlp.spans(request)
+        self.stats.spans += len(spans)
+        if spans:
+            self._write_events(_OTLP_SOURCE, self._encoder_for_otlp().encode(spans))
+
+    def _otlp_jsonl(self, path: str) -> None:
+        with _open_input(path) as f:
+            whole_doc = not f.readline().rstrip().endswith(b"}")
+        if whole_doc:
+            # One request pretty-printed over many lines.
+            with _open_input(path) as f:
+                self._otlp_request(orjson.loads(f.read()))
+            return
+        for lineno, line, unterminated in self._lines(path):
+            if not line.strip():
+                continue
+            try:
+                request = orjson.loads(line)
+            except orjson.JSONDecodeError as exc:
+                self._bad_line(path, lineno, unterminated, str(exc))
+                continue
+            if isinstance(request, dict) and not (
+                    "resourceSpans" in request or "resource_spans" in request):
+                continue  # metrics or logs written to the same file by a collector
+            try:
+                self._otlp_request(request)
+            except (ValueError, TypeError, KeyError, AttributeError) as exc:
+                self.stats._malformed(path, lineno, f"not an OTLP/JSON trace request: {exc!r}")
+
+    def _document(self, path: str) -> None:
+        self._write_events(path, iter_chrome_json_events(path))  # type: ignore[arg-type]
+
+    def finish(self) -> None:
+        self._drain(0)
+        if self._encoder is not None:
+            self._write_events(_OTLP_SOURCE, self._encoder.finish())
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(cancel_futures=True)
+            self._pool = None
+
+
+def _auto_workers(files: Sequence[str]) -> int:
+    # Worker processes pay off once parsing dominates their start-up cost.
+    total = 0
+    for path in files:
+        try:
+            size = os.path.getsize(path)
+        except OSError:
+            continue
+        total += size * (6 if path.endswith(".gz") else 1)
+    if total < _PARALLEL_MIN_BYTES:
+        return 0
+    return min(4, os.cpu_count() or 1)
+
+
+def convert(inputs: Sequence[str], output: str, *, workers: int | None = None) -> ConvertStats:
+    """Merges trace files into one Chrome trace JSON document.
+
+    Args:
+        inputs: Files, directories (searched recursively for ``*.jsonl``,
+            ``*.json`` and their ``.gz`` forms) and glob patterns.
+        output: The ``.json`` or ``.json.gz`` file to write; replaced atomically
+            once the conversion is complete.
+        workers: Processes that parse Chrome JSON lines; ``None`` picks one per
+            CPU for large inputs and none (parse in this process) for small ones.
+
+    Returns:
+        What was converted and what was skipped, and why.
+
+    Raises:
+        OSError: The output cannot be written.
+    """
+    started = time.perf_counter()
+    stats = ConvertStats(output=output)
+    tmp = f"{output}.tmp-{os.getpid()}"
+    files, missing = discover_inputs(inputs, exclude=(output, tmp))
+    stats.skipped_files.extend((item, "no such file") for item in missing)
+    directory = os.path.dirname(output)
+    if directory:
+        os.makedirs(directory, exist_ok=True)
+    if workers is None:
+        workers = _auto_workers(files)
+    out = _Output(tmp, output)
+    converter = None
+    try:
+        converter = _Converter(out, stats, workers)
+        for path in files:
+            converter.convert_file(path)
+        converter.finish()
+        stats.events = out.events
+        stats.seconds = time.perf_counter() - started
+        out.close({
+            "generator": "otel_rl.convert",
+            "inputs": files,
+            "files": stats.files,
+            "events": stats.events,
+            "remapped_pids": stats.remapped_pids,
+            "skipped_truncated": stats.skipped_truncated,
+            "malformed_lines": stats.malformed_count,
+        })
+        os.replace(tmp, output)
+    except BaseException:
+        out.abort()
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    finally:
+        if converter is not None:
+            converter.close()
+    stats.seconds = time.perf_counter() - started
+    return stats
+
+
+def _summary(stats: ConvertStats) -> str:
+    rate = stats.events / stats.seconds if stats.seconds > 0 else 0.0
+    text = (f"otel_rl.convert: {stats.files} files, {stats.events:,} events -> {stats.output} "
+            f"in {stats.seconds:.2f} s ({rate:,.0f} events/s)")
+    extras = []
+    if stats.spans:
+        extras.append(f"{stats.spans:,} OTLP spans")
+    if stats.remapped_pids:
+        extras.append(f"{stats.remapped_pids} pids remapped")
+    if stats.skipped_truncated:
+        extras.append(f"{stats.skipped_truncated} incomplete last lines skipped")
+    if stats.malformed_count:
+        extras.append(f"{stats.malformed_count} malformed lines skipped")
+    if stats.skipped_files:
+        extras.append(f"{len(stats.skipped_files)} inputs skipped")
+    return text + ("; " + ", ".join(extras) if extras else "")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Command line: ``python -m otel_rl.convert INPUT... -o OUTPUT [--strict]``.
+
+    Args:
+        argv: Arguments (``sys.argv[1:]`` when ``None``).
+
+    Returns:
+        0 on success; 1 when nothing could be converted, or, with ``--strict``,
+        when any line or input was skipped.
+    """
+    parser = argparse.ArgumentParser(
+        prog="otel-rl convert",
+        description="Merge otel_rl trace files (per-rank Chrome JSONL, OTLP/JSON from a "
+                    "Collector, Chrome JSON such as torch profiler traces) into one JSON "
+                    "file for Perfetto (ui.perfetto.dev) or chrome://tracing.")
+    parser.add_argument("inputs", nargs="+", metavar="INPUT",
+                        help="files, directories (searched recursively) or glob patterns")
+    parser.add_argument("-o", "--output", required=True,
+                        help="the .json or .json.gz file to write")
+    parser.add_argument("--strict", action="store_true",
+                        help="exit non-zero if any line or input had to be skipped")
+    parser.add_argument("-j", "--jobs", type=int, default=None,
+                        help="worker processes parsing the input (default: one per CPU "
+                             "for large inputs; 0 parses in this process)")
+    parser.add_argument("-q", "--quiet", action="store_true", help="print only the summary")
+    args = parser.parse_args(argv)
+    err = sys.stderr
+    try:
+        stats = convert(args.inputs, args.output, workers=args.jobs)
+    except OSError as exc:
+        err.write(f"otel_rl.convert: cannot write {args.output}: {exc}\n")
+        return 1
+    if not args.quiet:
+        for message in stats.warnings[:_MAX_REPORTED]:
+            err.write(f"warning: {message}\n")
+        for path, lineno, message in stats.malformed:
+            err.write(f"warning: {path}:{lineno}: malformed line skipped: {message}\n")
+        if stats.malformed_count > len(stats.malformed):
+            err.write(f"warning: ... and {stats.malformed_count - len(stats.malformed)} "
+                      "more malformed lines\n")
+        for path, reason in stats.skipped_files:
+            err.write(f"warning: {path}: skipped ({reason})\n")
+    err.write(_summary(stats) + "\n")
+    if stats.files == 0 or stats.events == 0:
+        return 1
+    if args.strict and (stats.malformed_count or stats.skipped_truncated or stats.skipped_files):
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
