@@ -19,14 +19,15 @@ distinct pids, so ranks on different machines never share a track.
 from __future__ import annotations
 
 import argparse
-import collections
 import base64
+import collections
 import glob
 import gzip
 import os
 import re
 import sys
 import time
+import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any
@@ -38,7 +39,7 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import Link, SpanContext, SpanKind, TraceFlags
 from opentelemetry.trace.status import Status, StatusCode
 
-from ._internal.chrome_trace import ChromeTraceEncoder
+from ._internal.chrome_trace import BATCH_MARKER, BATCH_MARKER_PREFIX, ChromeTraceEncoder
 
 __all__ = ["ConvertStats", "convert", "main", "iter_chrome_json_events", "spans_from_otlp_json"]
 
@@ -50,7 +51,6 @@ _MAX_REPORTED = 1000
 # encoder synthesises, and stay below 2**32 (Perfetto's limit).
 _REMAP_PID_BASE = 1 << 23
 _OTLP_SOURCE = "<otlp>"
-_PARALLEL_MIN_BYTES = 32 << 20
 
 
 @dataclass
@@ -66,6 +66,8 @@ class ConvertStats:
             (the first 1000; ``malformed_count`` counts all).
         malformed_count: Every malformed line.
         skipped_files: ``(file, reason)`` for inputs that were not converted.
+        ignored: Files found in a directory or by a pattern that hold no trace
+            (session records, metrics): left out without a warning.
         remapped_pids: Processes given a new pid because another file used theirs.
         output: The file written.
         seconds: Wall-clock duration of the conversion.
@@ -78,6 +80,7 @@ class ConvertStats:
     malformed: list[tuple[str, int, str]] = field(default_factory=list)
     malformed_count: int = 0
     skipped_files: list[tuple[str, str]] = field(default_factory=list)
+    ignored: list[str] = field(default_factory=list)
     remapped_pids: int = 0
     output: str = ""
     seconds: float = 0.0
@@ -368,58 +371,195 @@ def spans_from_otlp_json(request: dict[str, Any]) -> list[ReadableSpan]:
 _MISSING = object()
 
 
-def scan_chrome_lines(data: bytes, mapping: dict[Any, Any]) -> tuple[bytes, int, list, list]:
+def _replace_pid(line: bytes, old: Any, new: Any) -> bytes | None:
+    """``line`` with its top-level pid changed textually, or ``None`` if unsure.
+
+    Serialising the parsed event again would be exact but costs more than the
+    parse; a key ``"pid":`` that occurs once is the top-level one (the event
+    has a pid, and the bytes cannot occur inside a JSON string).
+    """
+    if type(old) is not int or type(new) is not int or line.count(b'"pid":') != 1:
+        return None
+    start = line.find(b'"pid":') + 6
+    while line[start:start + 1] == b" ":
+        start += 1
+    digits = b"%d" % old
+    stop = start + len(digits)
+    if line[start:stop] != digits or line[stop:stop + 1] not in (b",", b"}", b" "):
+        return None
+    return line[:start] + b"%d" % new + line[stop:]
+
+
+def scan_chrome_lines(data: bytes, mapping: dict[Any, Any],
+                      end: int | None = None) -> tuple[bytes, int, int, list, list]:
     """Checks a block of complete Chrome trace JSON lines and prepares them for output.
 
-    Every line is parsed, because a line that is not valid JSON would make the
-    whole output unreadable; a line whose pid stays the same is then copied
-    as it was read rather than serialised again. Runs in worker processes on
-    large inputs, so it only touches its arguments.
+    One line that is not JSON would make the whole output unreadable, so every
+    line is checked. A batch closed by a marker whose CRC-32 matches is checked
+    by that checksum alone - its lines are exactly what otel_rl's exporter
+    wrote - and copied as a block. Other lines are parsed one by one and copied
+    as read (at most with their pid rewritten), never serialised again. Runs in
+    worker processes on large inputs, so it only touches its arguments.
 
     Args:
         data: Whole lines, newline-separated.
         mapping: Old pid -> pid to write, for the pids known so far.
+        end: Only ``data[:end]`` is read (saves copying a prefix); all of it by default.
 
     Returns:
-        ``(blob, count, unresolved, bad)``: the ready events joined with
-        ``",\\n"``, how many they are, ``(index, line)`` for lines whose pid is
-        not in ``mapping``, and ``(index, message)`` for lines that are not
-        events (``index`` counts lines from 0 within ``data``).
+        ``(blob, count, lines, unresolved, bad)``: the ready events joined with
+        ``",\\n"``, how many they are, how many lines ``data`` holds,
+        ``(index, line)`` for lines whose pid is not in ``mapping`` yet, and
+        ``(index, message)`` for lines that are not events (``index`` counts
+        lines from 0 within ``data``).
     """
+    blobs: list[bytes] = []
+    count = 0
+    unresolved: list[tuple[int, bytes]] = []
+    bad: list[tuple[int, str]] = []
+    pos = 0
+    size = len(data) if end is None else end
+    while pos < size:
+        marker = data.find(BATCH_MARKER_PREFIX, pos, size)
+        if marker < 0:
+            break
+        eol = data.find(b"\n", marker, size)
+        if eol < 0:
+            eol = size
+        batch = _verified_batch(data, pos, marker, eol, mapping)
+        if batch is None:
+            count += _scan_lines(data, pos, eol + 1, mapping, blobs, unresolved, bad)
+        else:
+            start, blob, events = batch
+            if start > pos:
+                count += _scan_lines(data, pos, start, mapping, blobs, unresolved, bad)
+            blobs.append(blob)
+            count += events
+        pos = eol + 1
+    if pos < size:
+        count += _scan_lines(data, pos, size, mapping, blobs, unresolved, bad)
+    lines = data.count(b"\n", 0, size) + (0 if data.endswith(b"\n", 0, size) else 1)
+    return b",\n".join(blobs), count, lines, unresolved, bad
+
+
+def _chunk_end(data: bytes) -> int:
+    """Where to cut ``data`` for parsing: after its last batch marker, so batches
+    stay whole and can be verified by checksum; at the last newline once a
+    batch marker is overdue; 0 to wait for more data."""
+    marker = data.rfind(BATCH_MARKER_PREFIX)
+    if marker >= 0:
+        eol = data.find(b"\n", marker)
+        if eol >= 0:
+            return eol + 1
+    if len(data) < 2 * _CHUNK:
+        return 0
+    return data.rfind(b"\n") + 1
+
+
+def _verified_batch(data: bytes, pos: int, marker: int, eol: int,
+                    mapping: dict[Any, Any]) -> tuple[int, bytes, int] | None:
+    """``(start, blob, events)`` for the batch the marker at ``marker`` closes, if
+    its checksum matches and all its pids are mapped; ``None`` otherwise."""
+    try:
+        info = orjson.loads(data[marker:eol])["args"]
+        length, lines, crc, pids = info["bytes"], info["lines"], info["crc32"], info["pids"]
+        start = marker - length
+        if start < pos or (start and data[start - 1] != 10) or lines <= 0:
+            return None
+        if zlib.crc32(data[start:marker]) != crc:
+            return None
+        changes = {}
+        for pid in pids:
+            new = mapping.get(pid, _MISSING)
+            if new is _MISSING:
+                return None
+            if new != pid:
+                changes[pid] = new
+    except (orjson.JSONDecodeError, KeyError, TypeError, IndexError):
+        return None
+    blob = data[start:marker - 1].replace(b"\n", b",\n")
+    if changes:
+        if len(pids) != 1:
+            return None
+        blob = _remap_blob(blob, lines, changes)
+        if blob is None:
+            return None
+    return start, blob, lines
+
+
+def _scan_lines(data: bytes, begin: int, end: int, mapping: dict[Any, Any], blobs: list[bytes],
+                unresolved: list[tuple[int, bytes]], bad: list[tuple[int, str]]) -> int:
+    """Parses the lines of ``data[begin:end]`` one by one; returns how many it kept."""
     loads = orjson.loads
-    dumps = orjson.dumps
     decode_error = orjson.JSONDecodeError
     parts: list[bytes] = []
     append = parts.append
-    unresolved: list[tuple[int, bytes]] = []
-    bad: list[tuple[int, str]] = []
-    get = mapping.get
-    for index, line in enumerate(data.split(b"\n")):
+    pids: list[Any] = []
+    add_pid = pids.append
+    new_pids: list[tuple[int, bytes]] = []
+    problems: list[tuple[int, str]] = []
+    for index, line in enumerate(data[begin:end].split(b"\n")):
+        if line.startswith(BATCH_MARKER_PREFIX):
+            continue  # a marker whose batch could not be verified: the lines speak for themselves
         try:
             event = loads(line)
         except decode_error as exc:
             if line.strip():
-                bad.append((index, str(exc)))
+                problems.append((index, str(exc)))
             continue
         if type(event) is not dict:
-            bad.append((index, "not a JSON object"))
+            problems.append((index, "not a JSON object"))
             continue
         pid = event.get("pid")
-        if pid is None:
-            append(line)
-            continue
-        if type(pid) is not int and type(pid) is not str:
-            bad.append((index, "pid is not an integer or string"))
-            continue
-        new = get(pid, _MISSING)
-        if new is _MISSING:
-            unresolved.append((index, line))
-        elif new == pid:
-            append(line)
-        else:
-            event["pid"] = new
-            append(dumps(event))
-    return b",\n".join(parts), len(parts), unresolved, bad
+        if pid is not None:
+            if type(pid) is not int and type(pid) is not str:
+                problems.append((index, "pid is not an integer or string"))
+                continue
+            if pid not in mapping:
+                new_pids.append((index, line))
+                continue
+        append(line)
+        add_pid(pid)
+    if problems or new_pids:
+        first = data.count(b"\n", 0, begin)  # line index of data[begin] within data
+        unresolved.extend((first + index, line) for index, line in new_pids)
+        bad.extend((first + index, message) for index, message in problems)
+    distinct = set(pids)
+    changes = {pid: mapping[pid] for pid in distinct if pid is not None and mapping[pid] != pid}
+    blob = b",\n".join(parts)
+    if changes:
+        # Whole-block rewriting needs every line to carry the one pid that changes.
+        blob = _remap_blob(blob, len(parts), changes) if len(distinct) == 1 else None
+        if blob is None:
+            for i, pid in enumerate(pids):
+                new = changes.get(pid)
+                if new is not None:
+                    parts[i] = _with_pid(parts[i], pid, new)
+            blob = b",\n".join(parts)
+    if parts:
+        blobs.append(blob)
+    return len(parts)
+
+
+def _remap_blob(blob: bytes, count: int, changes: dict[Any, Any]) -> bytes | None:
+    # The usual case - one file, one process, one pid to change - done on the
+    # whole block at once, when every pid key in it is exactly ``"pid":OLD,``.
+    ((old, new),) = changes.items()
+    if type(old) is not int or type(new) is not int:
+        return None
+    pieces = blob.split(b'"pid":%d,' % old)
+    if len(pieces) != count + 1 or blob.count(b'"pid":') != count:
+        return None
+    return (b'"pid":%d,' % new).join(pieces)
+
+
+def _with_pid(line: bytes, old: Any, new: Any) -> bytes:
+    changed = _replace_pid(line, old, new)
+    if changed is None:
+        event = orjson.loads(line)
+        event["pid"] = new
+        changed = orjson.dumps(event)
+    return changed
 
 
 class _Done:
@@ -450,9 +590,9 @@ def _worker_pool(workers: int) -> Any:
 class _Output:
     """Streams ``{"traceEvents": [...]}``: events are written as they come."""
 
-    def __init__(self, path: str, final_name: str) -> None:
-        self._raw = open(path, "wb")
-        self._file: IO[bytes] = self._raw
+    def __init__(self, raw: IO[bytes], final_name: str) -> None:
+        self._raw = raw
+        self._file: IO[bytes] = raw
         if final_name.endswith(".gz"):
             # Level 3: most of the size win of level 9 at several times the speed.
             self._file = gzip.GzipFile(filename=os.path.basename(final_name[:-3]), mode="wb",
@@ -482,22 +622,24 @@ class _Output:
         self._file.write(b"}\n")
         if self._file is not self._raw:
             self._file.close()
-        self._raw.close()
+        self._raw.flush()
 
     def abort(self) -> None:
-        try:
-            if self._file is not self._raw:
+        if self._file is not self._raw:
+            try:
                 self._file.close()
-        finally:
-            self._raw.close()
+            except Exception:  # noqa: BLE001 - already failing; the first error matters
+                pass
 
 
 # --- conversion --------------------------------------------------------------------------------
 class _Converter:
-    def __init__(self, output: _Output, stats: ConvertStats, workers: int = 0) -> None:
+    def __init__(self, output: _Output, stats: ConvertStats, workers: int = 0,
+                 named: frozenset[str] = frozenset()) -> None:
         self.out = output
         self.stats = stats
-        self._pool = _worker_pool(workers) if workers > 1 else None
+        self._named = named  # real paths of the files named one by one
+        self._pool = _worker_pool(workers) if workers > 0 else None
         # Chunks in flight, written strictly in submission order.
         self._pending: collections.deque[tuple] = collections.deque()
         self._max_in_flight = 2 * workers + 1 if self._pool is not None else 0
@@ -548,17 +690,43 @@ class _Converter:
         self.out.write(parts)
 
     # files -------------------------------------------------------------------------------------
-    def convert_file(self, path: str) -> None:
+    def run(self, files: Sequence[str]) -> None:
+        """Converts ``files`` in order, then releases what the OTLP encoder holds."""
+        plan = []
+        for path in files:
+            try:
+                kind, head = self._sniff(path)
+            except (OSError, EOFError, ValueError) as exc:
+                kind, head = f"unreadable: {exc}", None
+            mapping: dict[Any, Any] = {}
+            if kind == "chrome-jsonl":
+                # Each file's main pid is claimed before any chunk is parsed: workers
+                # then know how to map nearly every line, and which file keeps a
+                # contested pid follows the file order, with or without workers.
+                pid = head.get("pid")
+                if type(pid) is int or type(pid) is str:
+                    mapping[pid] = self._claim(path, pid)
+            plan.append((path, kind, mapping))
+        for path, kind, mapping in plan:
+            self.convert_file(path, kind, mapping)
+        self.finish()
+
+    def convert_file(self, path: str, kind: str, mapping: dict[Any, Any]) -> None:
         stats = self.stats
         before = self.out.events
         try:
-            kind, head = self._sniff(path)
             if kind == "chrome-jsonl":
-                self._chrome_jsonl(path, head.get("pid"))
+                self._chrome_jsonl(path, mapping)
             elif kind == "otlp-jsonl":
+                self._drain(0)  # pids are claimed in file order
                 self._otlp_jsonl(path)
             elif kind == "document":
+                self._drain(0)
                 self._document(path)
+            elif kind.startswith("not a trace file") and \
+                    os.path.realpath(path) not in self._named:
+                stats.ignored.append(path)
+                return
             else:
                 stats.skipped_files.append((path, kind))
                 return
@@ -627,7 +795,7 @@ class _Converter:
         return "not a trace file"
 
     def _lines(self, path: str) -> Iterator[tuple[int, bytes, bool]]:
-        """Yields ``(line number, line, is_last_without_newline)`` for non-blank lines."""
+        """Yields ``(line number, line, is_last_line_without_newline)`` for every line."""
         with _open_input(path) as f:
             pending = b""
             lineno = 0
@@ -650,73 +818,72 @@ class _Converter:
         else:
             self.stats._malformed(path, lineno, message)
 
-    def _chrome_jsonl(self, path: str, first_pid: Any) -> None:
+    def _chrome_jsonl(self, path: str, mapping: dict[Any, Any]) -> None:
         """Sends the file's complete lines, a chunk at a time, to be checked and copied.
 
-        The pid of the file's first event is claimed up front: every chunk then
-        knows how to map it, which covers every line of an otel_rl file.
+        ``mapping`` already holds the file's main pid, which covers every line
+        of an otel_rl file; pids seen later are claimed as their chunks are written.
         """
-        mapping: dict[Any, Any] = {}
-        if type(first_pid) is int or type(first_pid) is str:
-            mapping[first_pid] = self._claim(path, first_pid)
-        base = 0
-        remainder = b""
+        lines_done = [0]  # lines of this file written so far, for line numbers
+        data = b""
         with _open_input(path) as f:
             while True:
                 chunk = f.read(_CHUNK)
                 if not chunk:
                     break
-                data = remainder + chunk if remainder else chunk
-                cut = data.rfind(b"\n") + 1
-                if cut == 0:
-                    remainder = data
-                    continue
-                remainder = data[cut:]
-                body = data[:cut] if remainder else data
-                self._submit(path, body, base, mapping)
-                base += body.count(b"\n")
-        if remainder.strip():
-            self._pending.append(("tail", path, base + 1, remainder, mapping))
+                data = data + chunk if data else chunk
+                cut = _chunk_end(data)
+                if cut:
+                    self._submit(path, data, lines_done, mapping, cut)
+                    data = data[cut:]
+        # What is left has no batch marker: its whole lines, then perhaps a line
+        # cut short by a writer that died.
+        cut = data.rfind(b"\n") + 1
+        if cut:
+            self._submit(path, data, lines_done, mapping, cut)
+        if data[cut:].strip():
+            self._pending.append(("tail", path, lines_done, data[cut:], mapping))
         self._drain(self._max_in_flight)
 
-    def _submit(self, path: str, body: bytes, base: int, mapping: dict[Any, Any]) -> None:
+    def _submit(self, path: str, data: bytes, lines_done: list[int],
+                mapping: dict[Any, Any], end: int) -> None:
+        """Queues ``data[:end]`` (whole lines) to be checked and written in order."""
         if self._pool is None:
-            job: Any = _Done(scan_chrome_lines(body, mapping))
+            job: Any = _Done(scan_chrome_lines(data, mapping, end))
         else:
+            body = data if end == len(data) else data[:end]
             job = self._pool.submit(scan_chrome_lines, body, dict(mapping))
-        self._pending.append(("chunk", path, base, job, mapping))
+        self._pending.append(("chunk", path, lines_done, job, mapping))
         self._drain(self._max_in_flight)
 
     def _drain(self, keep: int) -> None:
         """Writes finished chunks in submission order until at most ``keep`` are in flight."""
         pending = self._pending
         while len(pending) > keep:
-            kind, path, base, payload, mapping = pending.popleft()
+            kind, path, lines_done, payload, mapping = pending.popleft()
+            base = lines_done[0]
             if kind == "tail":
-                self._tail(path, base, payload, mapping)
+                self._tail(path, base + 1, payload, mapping)
                 continue
-            blob, count, unresolved, bad = payload.result()
+            blob, count, lines, unresolved, bad = payload.result()
+            lines_done[0] = base + lines
             self.out.write_blob(blob, count)
             for index, message in bad:
                 self._bad_line(path, base + index + 1, False, message)
             if unresolved:
-                self._resolve(path, base, unresolved, mapping)
+                self._resolve(path, unresolved, mapping)
 
-    def _resolve(self, path: str, base: int, unresolved: list[tuple[int, bytes]],
+    def _resolve(self, path: str, unresolved: list[tuple[int, bytes]],
                  mapping: dict[Any, Any]) -> None:
         # Lines whose pid the chunk did not know yet: claimed here, in file order.
         parts = []
-        for index, line in unresolved:
+        for _index, line in unresolved:
             event = orjson.loads(line)
             pid = event["pid"]
             new = mapping.get(pid)
             if new is None:
                 new = mapping[pid] = self._claim(path, pid)
-            if new == pid:
-                parts.append(line)
-            else:
-                event["pid"] = new
-                parts.append(orjson.dumps(event))
+            parts.append(line if new == pid else _with_pid(line, pid, new))
         self.out.write(parts)
 
     def _tail(self, path: str, lineno: int, line: bytes, mapping: dict[Any, Any]) -> None:
@@ -728,6 +895,8 @@ class _Converter:
             return
         if type(event) is not dict:
             self._bad_line(path, lineno, False, "not a JSON object")
+            return
+        if event.get("ph") == "M" and event.get("name") == BATCH_MARKER:
             return
         pid = event.get("pid")
         if type(pid) is int or type(pid) is str:
@@ -756,7 +925,8 @@ class _Converter:
 
     def _otlp_jsonl(self, path: str) -> None:
         with _open_input(path) as f:
-            whole_doc = not f.readline().rstrip().endswith(b"}")
+            first = next((line for line in f if line.strip()), b"")
+        whole_doc = not first.rstrip().endswith(b"}")
         if whole_doc:
             # One request pretty-printed over many lines.
             with _open_input(path) as f:
@@ -792,30 +962,19 @@ class _Converter:
             self._pool = None
 
 
-def _auto_workers(files: Sequence[str]) -> int:
-    # Worker processes pay off once parsing dominates their start-up cost.
-    total = 0
-    for path in files:
-        try:
-            size = os.path.getsize(path)
-        except OSError:
-            continue
-        total += size * (6 if path.endswith(".gz") else 1)
-    if total < _PARALLEL_MIN_BYTES:
-        return 0
-    return min(4, os.cpu_count() or 1)
-
-
-def convert(inputs: Sequence[str], output: str, *, workers: int | None = None) -> ConvertStats:
+def convert(inputs: Sequence[str], output: str, *, workers: int = 0) -> ConvertStats:
     """Merges trace files into one Chrome trace JSON document.
 
     Args:
         inputs: Files, directories (searched recursively for ``*.jsonl``,
             ``*.json`` and their ``.gz`` forms) and glob patterns.
-        output: The ``.json`` or ``.json.gz`` file to write; replaced atomically
-            once the conversion is complete.
-        workers: Processes that parse Chrome JSON lines; ``None`` picks one per
-            CPU for large inputs and none (parse in this process) for small ones.
+        output: The ``.json`` or ``.json.gz`` file to write (replaced atomically
+            once the conversion is complete), or ``"-"`` for standard output.
+        workers: Processes that parse Chrome JSON lines which carry no batch
+            checksum (files not written by otel_rl, such as AReaL's), for large
+            inputs on machines with idle cores; 0 parses in this process.
+            Files written by otel_rl are checked by checksum, which is faster
+            than handing them to another process.
 
     Returns:
         What was converted and what was skipped, and why.
@@ -825,21 +984,27 @@ def convert(inputs: Sequence[str], output: str, *, workers: int | None = None) -
     """
     started = time.perf_counter()
     stats = ConvertStats(output=output)
-    tmp = f"{output}.tmp-{os.getpid()}"
-    files, missing = discover_inputs(inputs, exclude=(output, tmp))
+    to_stdout = output == "-"
+    # A regular file is written next to its final name and renamed into place, so
+    # a failed run never leaves half a trace; anything else (stdout, a pipe, a
+    # device) is written directly and must never be renamed over.
+    atomic = not to_stdout and (not os.path.exists(output) or os.path.isfile(output))
+    tmp = f"{output}.tmp-{os.getpid()}" if atomic else None
+    files, missing = discover_inputs(inputs, exclude=[p for p in (output, tmp) if p and not to_stdout])
     stats.skipped_files.extend((item, "no such file") for item in missing)
-    directory = os.path.dirname(output)
-    if directory:
-        os.makedirs(directory, exist_ok=True)
-    if workers is None:
-        workers = _auto_workers(files)
-    out = _Output(tmp, output)
+    if to_stdout:
+        raw: IO[bytes] = sys.stdout.buffer
+    else:
+        directory = os.path.dirname(output)
+        if directory:
+            os.makedirs(directory, exist_ok=True)
+        raw = open(tmp or output, "wb", buffering=1 << 20)
+    out = _Output(raw, output)
     converter = None
     try:
-        converter = _Converter(out, stats, workers)
-        for path in files:
-            converter.convert_file(path)
-        converter.finish()
+        named = frozenset(os.path.realpath(p) for p in inputs if os.path.isfile(p))
+        converter = _Converter(out, stats, workers, named)
+        converter.run(files)
         stats.events = out.events
         stats.seconds = time.perf_counter() - started
         out.close({
@@ -851,13 +1016,19 @@ def convert(inputs: Sequence[str], output: str, *, workers: int | None = None) -
             "skipped_truncated": stats.skipped_truncated,
             "malformed_lines": stats.malformed_count,
         })
-        os.replace(tmp, output)
+        if not to_stdout:
+            raw.close()
+        if tmp is not None:
+            os.replace(tmp, output)
     except BaseException:
         out.abort()
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
+        if not to_stdout:
+            raw.close()
+        if tmp is not None:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
         raise
     finally:
         if converter is not None:
@@ -902,12 +1073,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("inputs", nargs="+", metavar="INPUT",
                         help="files, directories (searched recursively) or glob patterns")
     parser.add_argument("-o", "--output", required=True,
-                        help="the .json or .json.gz file to write")
+                        help="the .json or .json.gz file to write ('-' for standard output)")
     parser.add_argument("--strict", action="store_true",
                         help="exit non-zero if any line or input had to be skipped")
-    parser.add_argument("-j", "--jobs", type=int, default=None,
-                        help="worker processes parsing the input (default: one per CPU "
-                             "for large inputs; 0 parses in this process)")
+    parser.add_argument("-j", "--jobs", type=int, default=0,
+                        help="worker processes parsing lines that carry no otel_rl batch "
+                             "checksum, for large foreign JSONL inputs (default: 0, parse "
+                             "in this process)")
     parser.add_argument("-q", "--quiet", action="store_true", help="print only the summary")
     args = parser.parse_args(argv)
     err = sys.stderr

@@ -37,6 +37,13 @@ from . import guard, keys
 #: Category and name of every flow event: Perfetto keys v1 flows on (id, cat, name).
 FLOW_CATEGORY = "rl.flow"
 FLOW_NAME = "flow"
+#: Name of the metadata line that closes each batch in a trace file. Its args
+#: give the batch's line count, byte length, CRC-32 and pids, so a reader can
+#: trust (and copy) the whole batch without parsing every line. Viewers ignore
+#: metadata they do not know; the converter drops it.
+BATCH_MARKER = "otel_rl.batch"
+#: How a batch marker line starts: the exporter writes its keys in this order.
+BATCH_MARKER_PREFIX = b'{"ph":"M","name":"otel_rl.batch",'
 
 # Synthetic pids stay above Linux's largest possible pid (2**22) and, like every
 # pid and tid written here, below 2**32: Perfetto rejects larger ones.
@@ -49,6 +56,9 @@ _encoder_numbers = itertools.count(1)
 # Local parent->child links use the child's span id mixed with this constant, so
 # they never take the id a client span uses for its cross-process link.
 _LOCAL_FLOW_MIX = 0x9E3779B97F4A7C15
+
+_MAX_GROUPS = 1024  # source threads remembered per process
+_MAX_WAITING_CHILDREN = 4096  # children of one unplaced parent remembered for its flows
 
 _INT_MIN = -(1 << 63)
 _INT_MAX = (1 << 64) - 1
@@ -79,7 +89,8 @@ def _args_from(attributes: Mapping[str, Any] | None) -> dict[str, Any]:
     out = {}
     for key, value in attributes.items():
         kind = type(value)
-        if kind is str or kind is bool or kind is float:
+        if kind is str or kind is bool or kind is float or (
+                kind is int and _INT_MIN <= value <= _INT_MAX):
             out[key] = value
         else:
             out[key] = json_safe_value(value)
@@ -242,21 +253,23 @@ class _Lane:
 class _Group:
     """The lanes of one source thread of one process."""
 
-    __slots__ = ("key", "name", "number", "lanes")
+    __slots__ = ("key", "name", "number", "lanes", "used")
 
     def __init__(self, key: Any, name: str, number: int) -> None:
         self.key = key
         self.name = name
         self.number = number
         self.lanes: list[_Lane] = []
+        self.used = 0
 
 
 class _Process:
-    __slots__ = ("pid", "groups")
+    __slots__ = ("pid", "groups", "groups_made")
 
     def __init__(self, pid: int) -> None:
         self.pid = pid
         self.groups: dict[Any, _Group] = {}
+        self.groups_made = 0
 
 
 def _identity(attributes: Mapping[str, Any]) -> tuple:
@@ -315,6 +328,7 @@ class ChromeTraceEncoder:
         self._horizon_ns = int(horizon_s * 1e9)
         self._max_intervals = max(16, max_intervals_per_lane)
         self._prune_at = max(8, self._max_intervals // 5)
+        self._prune_step = max(8, self._max_intervals // 8)
         self._next_tid = next(_encoder_numbers) * _TIDS_PER_ENCODER % (1 << 31) + 1
         self._resource_cache: dict[int, tuple[Any, _Process]] = {}
         self._processes: dict[tuple, _Process] = {}
@@ -331,6 +345,7 @@ class ChromeTraceEncoder:
         self._session_lane = _TwoGen(10_000)  # (pid, session id) -> (group, lane index)
         self._foreign_sessions = _TwoGen(10_000)  # sessions whose session span lives elsewhere
         self._newest_end = 0
+        self._clock = 0
 
     # --- public API -------------------------------------------------------------------
     def encode(self, spans: Iterable[ReadableSpan]) -> list[dict[str, Any]]:
@@ -518,13 +533,21 @@ class ChromeTraceEncoder:
             # instrumentation scope keeps them together and apart from threads.
             scope = span.instrumentation_scope
             key = ("scope", scope.name if scope is not None else "")
-        group = proc.groups.get(key)
+        groups = proc.groups
+        group = groups.get(key)
         if group is None:
+            if len(groups) >= _MAX_GROUPS:
+                # A process that keeps starting threads: forget the one idle
+                # longest. Should it come back it gets fresh tracks.
+                del groups[min(groups.values(), key=_last_used).key]
             if thread is not None:
                 name = attrs.get(keys.THREAD_NAME) or f"thread {thread}"
             else:
                 name = key[1] or "spans"
-            group = proc.groups[key] = _Group(key, str(name), len(proc.groups))
+            group = groups[key] = _Group(key, str(name), proc.groups_made)
+            proc.groups_made += 1
+        self._clock += 1
+        group.used = self._clock
         return group
 
     def _new_lane(self, proc: _Process, group: _Group, out: list[dict[str, Any]]) -> _Lane:
@@ -545,10 +568,13 @@ class ChromeTraceEncoder:
             return
         horizon = self._horizon_ns
         lane.prune(lane.max_end - horizon)
-        while lane.count > self._max_intervals and horizon > 0:
+        # Over the cap, shorten the history until a quarter of the cap is free,
+        # so the next prune is many insertions away rather than the next one.
+        target = self._max_intervals * 3 // 4
+        while lane.count > target and horizon > 0:
             horizon //= 2
             lane.prune(lane.max_end - horizon)
-        lane.next_prune = lane.count + max(1024, self._prune_at // 4)
+        lane.next_prune = max(lane.count + 1, min(self._max_intervals, lane.count + self._prune_step))
 
     # --- placement and events ------------------------------------------------------------
     def _place(self, span: ReadableSpan, proc: _Process, attrs: Mapping[str, Any],
@@ -639,8 +665,10 @@ class ChromeTraceEncoder:
                 siblings = self._waiting.get(parent.span_id)
                 if siblings is None:
                     self._waiting.set(parent.span_id, [record + (span_id,)])
-                else:
+                elif len(siblings) < _MAX_WAITING_CHILDREN:
                     siblings.append(record + (span_id,))
+                else:
+                    guard.count("chrome_trace_flows_dropped")
         if children:
             for child in children:
                 self._link(record, child, child[5], out)
@@ -660,6 +688,10 @@ class ChromeTraceEncoder:
                     "ts": parent[4], "pid": parent[2], "tid": parent[3]})
         out.append({"ph": "f", "bp": "e", "name": FLOW_NAME, "cat": FLOW_CATEGORY, "id": flow_id,
                     "ts": child[4], "pid": child[2], "tid": child[3]})
+
+
+def _last_used(group: _Group) -> int:
+    return group.used
 
 
 def _outer_first(item: tuple[ReadableSpan, Any]) -> tuple[int, int]:

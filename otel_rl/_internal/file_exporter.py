@@ -3,12 +3,18 @@
 The file is append-only and written one batch at a time, each batch as whole
 lines, flushed before ``export`` returns: a crash loses at most the batch being
 written, and at worst leaves one truncated last line, which the converter skips.
+
+Each batch ends with a marker line (:data:`~.chrome_trace.BATCH_MARKER`) holding
+the batch's CRC-32: the converter copies a batch whose checksum matches without
+parsing its lines, which makes merging large runs several times faster.
 """
 
 from __future__ import annotations
 
 import os
 import threading
+import weakref
+import zlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -18,7 +24,21 @@ from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from . import guard
-from .chrome_trace import ChromeTraceEncoder, json_safe_value
+from .chrome_trace import BATCH_MARKER, ChromeTraceEncoder, json_safe_value
+
+
+# Objects whose locks must be new in a forked child: a lock held by the parent's
+# export thread at the moment of the fork would otherwise never be released.
+_fork_sensitive: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for obj in list(_fork_sensitive):
+        obj._after_fork_in_child()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _dumps(event: dict[str, Any]) -> bytes:
@@ -28,6 +48,29 @@ def _dumps(event: dict[str, Any]) -> bytes:
         # The encoder already made args JSON-safe; this only catches what slipped
         # through (a subclass orjson refuses), at the cost of a second pass.
         return orjson.dumps({k: json_safe_value(v) for k, v in event.items()})
+
+
+def _batch(events: list[dict[str, Any]]) -> bytearray:
+    """The lines of ``events`` followed by the batch marker line."""
+    # Appending each line to one buffer frees orjson's output at once, which is
+    # markedly faster than keeping a list of lines alive until a join.
+    body = bytearray()
+    pids = set()
+    for event in events:
+        body += _dumps(event)
+        body += b"\n"
+        pid = event.get("pid")
+        if type(pid) is int:
+            pids.add(pid)
+    ordered = sorted(pids)
+    marker = orjson.dumps({"ph": "M", "name": BATCH_MARKER, "pid": ordered[0] if ordered else 0,
+                           "tid": 0, "args": {"lines": len(events), "bytes": len(body),
+                                              "crc32": zlib.crc32(body), "pids": ordered}})
+    # orjson keeps the key order above, so the line starts with BATCH_MARKER_PREFIX,
+    # which is how the converter finds it.
+    body += marker
+    body += b"\n"
+    return body
 
 
 class ChromeTraceFileExporter(SpanExporter):
@@ -48,6 +91,23 @@ class ChromeTraceFileExporter(SpanExporter):
         self._dirty = False
         self._closed = False
         self.lines_written = 0
+        _fork_sensitive.add(self)
+        try:
+            self._open()
+        except OSError as exc:
+            # Not fatal: the next export tries again, and counts its failure.
+            guard.report("trace_file_error", "cannot open %s: %s", self.path, exc)
+
+    def _after_fork_in_child(self) -> None:
+        self._lock = threading.Lock()
+
+    def _open(self) -> int:
+        if self._fd is None:
+            directory = os.path.dirname(self.path)
+            if directory:
+                os.makedirs(directory, exist_ok=True)
+            self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        return self._fd
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         """Encodes ``spans`` and appends their events; never raises.
@@ -72,26 +132,20 @@ class ChromeTraceFileExporter(SpanExporter):
         if not events:
             return True
         try:
-            parts = [_dumps(event) for event in events]
-            parts.append(b"")
-            data = b"\n".join(parts)
+            data = _batch(events)
         except Exception as exc:  # noqa: BLE001
             guard.report("trace_file_error", "cannot serialise trace events: %r", exc)
             return False
         if self._dirty:
-            data = b"\n" + data
+            data[:0] = b"\n"
         try:
-            if self._fd is None:
-                directory = os.path.dirname(self.path)
-                if directory:
-                    os.makedirs(directory, exist_ok=True)
-                self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            fd = self._open()
             view = memoryview(data)
             self._dirty = True
             # Unbuffered: once a write returns the lines are the kernel's, so a
             # crash of this process cannot lose them.
             while view:
-                written = os.write(self._fd, view)
+                written = os.write(fd, view)
                 view = view[written:]
             self._dirty = False
         except OSError as exc:
@@ -145,6 +199,13 @@ class InPlaceBatchProcessor(SpanProcessor):
         self._lock = threading.Lock()
         self._export_lock = threading.Lock()
         self._shutdown = False
+        _fork_sensitive.add(self)
+
+    def _after_fork_in_child(self) -> None:
+        # The parent exports the spans it collected; the child starts empty.
+        self._spans = []
+        self._lock = threading.Lock()
+        self._export_lock = threading.Lock()
 
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
         pass

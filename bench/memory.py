@@ -1,0 +1,105 @@
+"""RSS over a long run of the session workload, in a fresh child process.
+
+``python -m bench.memory --kind otel_rl --sessions 1000000 --chunks 10``
+runs the session workload (4 sessions per task) in ``chunks`` equal chunks,
+flushing at the end of each chunk as a training step would
+(``otel_rl.save(force=True)`` / the tracker's flush), and prints one JSON line
+with the resident set size after every chunk. Flat numbers after the first
+chunks mean memory does not grow with the number of sessions.
+
+The suite runs it with ``--memory-sessions`` (default 100,000); one million
+sessions takes a few minutes and is the figure to quote for long runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import sys
+import time
+
+from .harness import max_rss_kib, rss_kib, scrub_environment
+from .workloads import SESSIONS_PER_TASK, jsonl_session_loop, otel_session_loop
+
+
+def run_series(kind: str, sessions: int, chunks: int, fileroot: str, file_export: bool) -> dict:
+    tasks_total = max(chunks, sessions // SESSIONS_PER_TASK)
+    per_chunk = max(1, tasks_total // chunks)
+    if kind == "otel_rl":
+        import otel_rl
+        from opentelemetry.sdk.trace import TracerProvider
+
+        otel_rl.configure(fileroot=fileroot, tracer_provider=TracerProvider(shutdown_on_exit=False),
+                          file_export=file_export, shutdown_timeout_ms=120_000)
+        loop = otel_session_loop
+
+        def flush() -> None:
+            otel_rl.save(force=True)
+    elif kind == "jsonl":
+        from .baselines import JsonlSessionTracker
+
+        tracker = JsonlSessionTracker(os.path.join(fileroot, "sessions.jsonl"))
+
+        def loop(tasks: int) -> None:
+            jsonl_session_loop(tracker, tasks)
+
+        def flush() -> None:
+            tracker.flush()
+    else:
+        raise SystemExit(f"unknown kind {kind!r}")
+
+    loop(10)
+    flush()
+    gc.collect()
+    start_rss = rss_kib()
+    out_chunks = []
+    t0 = time.perf_counter()
+    for i in range(chunks):
+        loop(per_chunk)
+        flush()
+        out_chunks.append({"sessions": (i + 1) * per_chunk * SESSIONS_PER_TASK, "rss_kib": rss_kib(),
+                           "elapsed_s": round(time.perf_counter() - t0, 3)})
+    result = {
+        "kind": kind, "sessions": per_chunk * chunks * SESSIONS_PER_TASK, "chunks": out_chunks,
+        "start_rss_kib": start_rss, "max_rss_kib": max_rss_kib(),
+    }
+    rss = [c["rss_kib"] for c in out_chunks if c["rss_kib"] is not None]
+    if rss and start_rss is not None:
+        result["total_growth_kib"] = rss[-1] - start_rss
+        result["first_chunk_growth_kib"] = rss[0] - start_rss
+        result["late_growth_kib"] = rss[-1] - rss[len(rss) // 2 - 1] if len(rss) >= 2 else 0
+        late_sessions = out_chunks[-1]["sessions"] - out_chunks[len(rss) // 2 - 1]["sessions"] \
+            if len(rss) >= 2 else 0
+        result["late_bytes_per_session"] = (result["late_growth_kib"] * 1024 / late_sessions
+                                            if late_sessions else None)
+    if kind == "otel_rl":
+        import otel_rl
+
+        result["diagnostics"] = otel_rl.diagnostics()
+        otel_rl.reset()
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.memory", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--kind", choices=("otel_rl", "jsonl"), default="otel_rl")
+    parser.add_argument("--sessions", type=int, default=100_000)
+    parser.add_argument("--chunks", type=int, default=10)
+    parser.add_argument("--fileroot", required=True)
+    parser.add_argument("--file-export", choices=("0", "1"), default="1")
+    args = parser.parse_args(argv)
+    scrub_environment()
+    import logging
+
+    logging.getLogger("opentelemetry").setLevel(logging.ERROR)
+    logging.getLogger("otel_rl").setLevel(logging.ERROR)
+    result = run_series(args.kind, args.sessions, max(2, args.chunks), args.fileroot, args.file_export == "1")
+    sys.stdout.write(json.dumps(result) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

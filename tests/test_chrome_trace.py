@@ -1,0 +1,435 @@
+"""ChromeTraceEncoder: spans become Chrome Trace events that Perfetto draws correctly."""
+
+from __future__ import annotations
+
+import itertools
+import random
+from collections import defaultdict
+from typing import Any
+
+import orjson
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import Event, ReadableSpan
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+from opentelemetry.trace import SpanContext, SpanKind, TraceFlags
+from opentelemetry.trace.status import Status, StatusCode
+
+from otel_rl._internal import keys
+from otel_rl._internal.chrome_trace import FLOW_CATEGORY, ChromeTraceEncoder
+
+# Span times are whole microseconds after a realistic epoch start, so ts and
+# ts + dur are exact floats and the nesting checks below can compare exactly.
+T0_NS = 1_700_000_000_000_000_000
+RANK0 = Resource({keys.SERVICE_NAME: "rollout-worker", keys.PROCESS_PID: 4242,
+                  keys.RANK: 0, keys.ROLE: "rollout"})
+MAIN_THREAD = {keys.THREAD_ID: 140_000_000_001, keys.THREAD_NAME: "MainThread"}
+
+
+class SpanFactory:
+    """Builds finished ReadableSpans with explicit times, parents and attributes."""
+
+    def __init__(self) -> None:
+        self._ids = itertools.count(1)
+
+    def context(self, parent: SpanContext | None = None) -> SpanContext:
+        """A new span context, in the parent's trace if there is one."""
+        trace_id = parent.trace_id if parent is not None else next(self._ids)
+        return SpanContext(trace_id, next(self._ids), False, TraceFlags(TraceFlags.SAMPLED))
+
+    def span(self, name: str, start_us: float, end_us: float,
+             parent: ReadableSpan | SpanContext | None = None, *,
+             attrs: dict[str, Any] | None = None, resource: Resource = RANK0,
+             thread: dict[str, Any] | None = MAIN_THREAD, kind: SpanKind = SpanKind.INTERNAL,
+             events: tuple[Event, ...] = (), status: Status | None = None,
+             remote_parent: SpanContext | None = None, context: SpanContext | None = None,
+             scope: str = "otel_rl") -> ReadableSpan:
+        parent_ctx = remote_parent
+        if isinstance(parent, ReadableSpan):
+            parent_ctx = parent.context
+        elif parent is not None:
+            parent_ctx = parent
+        all_attrs = dict(thread or {})
+        all_attrs.update(attrs or {})
+        return ReadableSpan(
+            name=name,
+            context=context or self.context(parent_ctx),
+            parent=parent_ctx,
+            resource=resource,
+            attributes=all_attrs,
+            events=events,
+            kind=kind,
+            status=status or Status(StatusCode.UNSET),
+            start_time=T0_NS + round(start_us * 1000),
+            end_time=T0_NS + round(end_us * 1000),
+            instrumentation_scope=InstrumentationScope(scope),
+        )
+
+
+def by_end(spans: list[ReadableSpan]) -> list[ReadableSpan]:
+    """Spans in the order an exporter sees them: as they end."""
+    return sorted(spans, key=lambda s: s.end_time)
+
+
+def encode_all(spans: list[ReadableSpan], **options: Any) -> list[dict[str, Any]]:
+    encoder = ChromeTraceEncoder(**options)
+    return encoder.encode(spans) + encoder.finish()
+
+
+def complete(events: list[dict[str, Any]], name: str | None = None) -> list[dict[str, Any]]:
+    return [e for e in events if e["ph"] == "X" and (name is None or e["name"] == name)]
+
+
+def one(events: list[dict[str, Any]], name: str) -> dict[str, Any]:
+    found = complete(events, name)
+    assert len(found) == 1, f"expected one {name!r}, got {len(found)}"
+    return found[0]
+
+
+def metadata(events: list[dict[str, Any]], name: str) -> list[dict[str, Any]]:
+    return [e for e in events if e["ph"] == "M" and e["name"] == name]
+
+
+def track(event: dict[str, Any]) -> tuple[Any, Any]:
+    return event["pid"], event["tid"]
+
+
+def assert_properly_nested(events: list[dict[str, Any]]) -> None:
+    """Fails if two complete events on one (pid, tid) track partially overlap."""
+    tracks: dict[tuple, list[tuple[float, float, str]]] = defaultdict(list)
+    for e in complete(events):
+        tracks[track(e)].append((e["ts"], e["ts"] + e["dur"], e["name"]))
+    for key, slices in tracks.items():
+        slices.sort(key=lambda s: (s[0], -s[1]))
+        open_slices: list[tuple[float, float, str]] = []
+        for start, end, name in slices:
+            while open_slices and open_slices[-1][1] <= start:
+                open_slices.pop()
+            if open_slices:
+                outer = open_slices[-1]
+                assert end <= outer[1], (
+                    f"{name} [{start}, {end}] partially overlaps {outer[2]} "
+                    f"[{outer[0]}, {outer[1]}] on track {key}")
+            open_slices.append((start, end, name))
+
+
+def flows(events: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, Any]]]:
+    """Flow events by id: {"s": start event, "f": finish event}."""
+    by_id: dict[str, dict[str, dict[str, Any]]] = defaultdict(dict)
+    for e in events:
+        if e["ph"] in ("s", "f"):
+            assert e["ph"] not in by_id[e["id"]], f"flow id {e['id']} used twice for {e['ph']}"
+            by_id[e["id"]][e["ph"]] = e
+    return by_id
+
+
+def encloses(event: dict[str, Any], ts: float) -> bool:
+    return event["ts"] <= ts <= event["ts"] + event["dur"]
+
+
+# --- complete events ------------------------------------------------------------------------
+def test_span_tree_round_trips_with_exact_timestamps_and_ids():
+    f = SpanFactory()
+    root = f.span("train_step", 0, 1000, attrs={keys.SPAN_KIND: "step", keys.STEP: 7})
+    child = f.span("forward", 100, 400, root)
+    # Nanoseconds are kept as fractional microseconds.
+    grandchild = f.span("matmul", 150.123, 200.456, child)
+    events = encode_all(by_end([root, child, grandchild]))
+
+    for span in (root, child, grandchild):
+        event = one(events, span.name)
+        assert event["ts"] == span.start_time / 1000
+        assert event["dur"] == (span.end_time - span.start_time) / 1000
+        assert event["args"]["span_id"] == f"{span.context.span_id:016x}"
+        assert event["args"]["trace_id"] == f"{span.context.trace_id:032x}"
+    assert one(events, "matmul")["dur"] == 50.333
+    assert "parent_span_id" not in one(events, "train_step")["args"]
+    assert one(events, "forward")["args"]["parent_span_id"] == f"{root.context.span_id:016x}"
+    assert one(events, "train_step")["args"][keys.STEP] == 7
+    # A synchronous call tree stays on the thread's own track.
+    assert len({track(e) for e in complete(events)}) == 1
+    assert_properly_nested(events)
+
+
+def test_category_is_rl_category_then_span_kind_then_span():
+    f = SpanFactory()
+    spans = [
+        f.span("a", 0, 1, attrs={keys.CATEGORY: "compute", keys.SPAN_KIND: "scope"}),
+        f.span("b", 2, 3, attrs={keys.SPAN_KIND: "phase"}),
+        f.span("c", 4, 5),
+    ]
+    events = encode_all(spans)
+    assert [one(events, n)["cat"] for n in "abc"] == ["compute", "phase", "span"]
+
+
+def test_status_appears_in_args_only_when_set():
+    f = SpanFactory()
+    spans = [f.span("ok", 0, 1),
+             f.span("failed", 2, 3, status=Status(StatusCode.ERROR, "boom"))]
+    events = encode_all(spans)
+    assert "status" not in one(events, "ok")["args"]
+    assert one(events, "failed")["args"]["status"] == "ERROR"
+    assert one(events, "failed")["args"]["status.description"] == "boom"
+
+
+def test_attribute_values_are_made_json_safe():
+    f = SpanFactory()
+    span = f.span("odd", 0, 1, attrs={"blob": b"\x00\xff", "huge": 1 << 70,
+                                      "seq": (1, 2.5, "x"), "flag": True})
+    event = one(encode_all([span]), "odd")
+    assert orjson.loads(orjson.dumps(event))["args"]["seq"] == [1, 2.5, "x"]
+    assert event["args"]["blob"] == "00ff"
+    assert event["args"]["huge"] == str(1 << 70)
+    assert event["args"]["flag"] is True
+
+
+def test_span_events_become_instant_events_on_the_span_track():
+    f = SpanFactory()
+    span = f.span("generate", 0, 100, events=(
+        Event("first_token", {"tokens": 1}, T0_NS + 12_500),
+        Event("done", None, T0_NS + 99_000)))
+    events = encode_all([span])
+    instants = [e for e in events if e["ph"] == "i"]
+    assert [(e["name"], e["ts"], e["s"]) for e in instants] == [
+        ("first_token", (T0_NS + 12_500) / 1000, "t"), ("done", (T0_NS + 99_000) / 1000, "t")]
+    assert instants[0]["args"] == {"tokens": 1}
+    assert {track(e) for e in instants} == {track(one(events, "generate"))}
+
+
+# --- processes and threads --------------------------------------------------------------
+def test_metadata_names_process_and_thread_once():
+    f = SpanFactory()
+    encoder = ChromeTraceEncoder()
+    first = encoder.encode([f.span("a", 0, 1)])
+    again = encoder.encode([f.span("b", 2, 3)])
+
+    (process,) = metadata(first, "process_name")
+    assert process["pid"] == 4242 and process["args"]["name"] == "rank 0 · rollout"
+    assert metadata(first, "process_sort_index")[0]["args"]["sort_index"] == 0
+    (thread,) = metadata(first, "thread_name")
+    assert thread["args"]["name"] == "MainThread"
+    assert thread["tid"] == one(first, "a")["tid"]
+    assert metadata(first, "thread_sort_index")
+    assert not [e for e in again if e["ph"] == "M"]
+
+
+def test_process_without_rank_is_named_after_its_service():
+    f = SpanFactory()
+    server = Resource({keys.SERVICE_NAME: "sglang", keys.PROCESS_PID: 77})
+    events = encode_all([f.span("req", 0, 1, resource=server)])
+    assert metadata(events, "process_name")[0]["args"]["name"] == "sglang"
+    assert "process_sort_index" not in {e["name"] for e in events}
+
+
+def test_process_without_pid_gets_a_stable_synthetic_pid():
+    f = SpanFactory()
+    nopid = Resource({keys.SERVICE_NAME: "worker", keys.RANK: 3})
+    first = one(encode_all([f.span("a", 0, 1, resource=nopid)]), "a")["pid"]
+    second = one(encode_all([f.span("a", 0, 1, resource=nopid)]), "a")["pid"]
+    assert first == second
+    assert (1 << 22) <= first < (1 << 32)
+
+
+def test_two_resources_claiming_one_pid_get_two_tracks():
+    f = SpanFactory()
+    host_a = Resource({keys.SERVICE_NAME: "w", keys.PROCESS_PID: 1, "host.name": "a"})
+    host_b = Resource({keys.SERVICE_NAME: "w", keys.PROCESS_PID: 1, "host.name": "b"})
+    events = encode_all([f.span("a", 0, 1, resource=host_a), f.span("b", 0, 1, resource=host_b)])
+    assert one(events, "a")["pid"] != one(events, "b")["pid"]
+    assert len(metadata(events, "process_name")) == 2
+
+
+def test_spans_without_a_thread_are_grouped_by_instrumentation_scope():
+    f = SpanFactory()
+    events = encode_all([f.span("http", 0, 1, thread=None, scope="opentelemetry.instrumentation.httpx"),
+                         f.span("work", 0, 1)])
+    names = {e["tid"]: e["args"]["name"] for e in metadata(events, "thread_name")}
+    assert names[one(events, "http")["tid"]] == "opentelemetry.instrumentation.httpx"
+    assert one(events, "http")["tid"] != one(events, "work")["tid"]
+
+
+# --- lanes ------------------------------------------------------------------------------------
+def test_overlapping_spans_of_one_thread_go_to_named_lanes():
+    f = SpanFactory()
+    events = encode_all(by_end([f.span("session A", 0, 100), f.span("session B", 50, 150)]))
+    a, b = one(events, "session A"), one(events, "session B")
+    assert a["tid"] != b["tid"]
+    names = {e["tid"]: e["args"]["name"] for e in metadata(events, "thread_name")}
+    assert names[a["tid"]] == "MainThread"
+    assert names[b["tid"]] == "MainThread · lane 1"
+    assert_properly_nested(events)
+
+
+def test_a_span_only_nests_under_its_own_ancestors():
+    f = SpanFactory()
+    # "other" runs inside "long" on the same thread (asyncio) but is not its child.
+    events = encode_all(by_end([f.span("long", 0, 100), f.span("other", 10, 20)]))
+    assert one(events, "long")["tid"] != one(events, "other")["tid"]
+
+
+def test_two_hundred_interleaved_async_sessions_nest_properly():
+    f = SpanFactory()
+    rng = random.Random(7)
+    spans: list[ReadableSpan] = []
+    phases_of: dict[str, list[ReadableSpan]] = {}
+    for task_no in range(20):
+        task_start = rng.randint(0, 50_000)
+        children: list[ReadableSpan] = []
+        task_id = f"task-{task_no}"
+        # The task span is built last, once its end is known, under this context.
+        task_ctx = f.context()
+        task_end = task_start
+        for sample in range(10):
+            session_id = f"{task_id}/{sample}"
+            start = task_start + rng.randint(0, 2_000)
+            cursor = start
+            phases = []
+            for phase in ("generate", "toolcall", "generate", "reward"):
+                length = rng.randint(50, 3_000)
+                phases.append((phase, cursor, cursor + length))
+                cursor += length + rng.randint(0, 200)
+            session = f.span("session", start, cursor, task_ctx,
+                             attrs={keys.SPAN_KIND: "session", keys.SESSION_ID: session_id})
+            phase_spans = [f.span(name, s, e, session,
+                                  attrs={keys.SPAN_KIND: "phase", keys.SESSION_ID: session_id,
+                                         keys.PHASE: name})
+                           for name, s, e in phases]
+            phases_of[f"{session.context.span_id:016x}"] = phase_spans
+            children += phase_spans + [session]
+            task_end = max(task_end, cursor)
+        task = f.span("task", task_start, task_end + 10, context=task_ctx,
+                      attrs={keys.SPAN_KIND: "task", keys.TASK_ID: task_id})
+        spans += children + [task]
+
+    events = encode_all(by_end(spans))
+
+    assert_properly_nested(events)
+    assert len(complete(events)) == len(spans) == 20 + 200 + 800
+    assert len(complete(events, "session")) == 200
+    # Each session is drawn together with its phases, on one track.
+    for session in complete(events, "session"):
+        phase_ids = {f"{p.context.span_id:016x}" for p in phases_of[session["args"]["span_id"]]}
+        placed = [e for e in complete(events) if e["args"]["span_id"] in phase_ids]
+        assert {track(e) for e in placed} == {track(session)}
+
+
+def test_session_spans_wait_for_their_session_span():
+    f = SpanFactory()
+    session = f.span("session", 0, 100, attrs={keys.SPAN_KIND: "session", keys.SESSION_ID: "s1"})
+    phase = f.span("generate", 10, 50, session,
+                   attrs={keys.SPAN_KIND: "phase", keys.SESSION_ID: "s1"})
+    encoder = ChromeTraceEncoder()
+
+    assert complete(encoder.encode([phase])) == []
+    assert encoder.buffered == 1
+    released = complete(encoder.encode([session]))
+    assert [e["name"] for e in released] == ["session", "generate"]
+    assert encoder.buffered == 0
+
+
+def test_finish_releases_spans_whose_session_never_ended():
+    f = SpanFactory()
+    parent = f.span("session", 0, 100)  # never exported: the process died first
+    phase = f.span("generate", 10, 50, parent, attrs={keys.SESSION_ID: "s1"})
+    encoder = ChromeTraceEncoder()
+    assert complete(encoder.encode([phase])) == []
+    assert [e["name"] for e in complete(encoder.finish())] == ["generate"]
+
+
+def test_waiting_spans_are_bounded():
+    f = SpanFactory()
+    session = f.span("session", 0, 100)
+    encoder = ChromeTraceEncoder(max_buffered_spans=10)
+    phases = [f.span(f"p{i}", i, i + 1, session, attrs={keys.SESSION_ID: f"s{i}"})
+              for i in range(25)]
+    released = complete(encoder.encode(phases))
+    assert encoder.buffered <= 10
+    assert len(released) + encoder.buffered == 25
+    # The oldest waiting sessions are the ones let go.
+    assert [e["name"] for e in released] == [f"p{i}" for i in range(len(released))]
+
+
+def test_work_for_a_session_owned_by_another_process_is_not_held_back():
+    f = SpanFactory()
+    client_side = SpanContext(1, 0xABC, True, TraceFlags(1))
+    server_root = f.span("handle_request", 0, 100, remote_parent=client_side,
+                         kind=SpanKind.SERVER, attrs={keys.SESSION_ID: "s1"})
+    prefill = f.span("prefill", 10, 40, server_root, attrs={keys.SESSION_ID: "s1"})
+    encoder = ChromeTraceEncoder()
+    first = encoder.encode([prefill])
+    out = complete(first) + complete(encoder.encode([server_root]))
+    assert sorted(e["name"] for e in out) == ["handle_request", "prefill"]
+    assert encoder.buffered == 0
+
+
+def test_lane_history_is_pruned_to_its_bounds():
+    f = SpanFactory()
+    encoder = ChromeTraceEncoder(max_intervals_per_lane=100, horizon_s=0.001)
+    spans = [f.span(f"op{i}", i * 10, i * 10 + 5) for i in range(5_000)]
+    events = encoder.encode(spans)
+    assert len(complete(events)) == 5_000
+    assert_properly_nested(events)
+    lanes = [lane for proc in encoder._processes.values()
+             for group in proc.groups.values() for lane in group.lanes]
+    assert len(lanes) == 1
+    assert lanes[0].count <= 100
+
+
+# --- flows --------------------------------------------------------------------------------
+def test_flow_links_a_task_to_a_session_drawn_on_another_track():
+    f = SpanFactory()
+    task = f.span("task", 0, 1_000, attrs={keys.SPAN_KIND: "task"})
+    s1 = f.span("session", 10, 500, task, attrs={keys.SPAN_KIND: "session", keys.SESSION_ID: "a"})
+    s2 = f.span("session", 20, 900, task, attrs={keys.SPAN_KIND: "session", keys.SESSION_ID: "b"})
+    events = encode_all(by_end([task, s1, s2]))
+
+    task_event = one(events, "task")
+    sessions = complete(events, "session")
+    elsewhere = [s for s in sessions if track(s) != track(task_event)]
+    assert elsewhere, "overlapping sessions cannot all share the task's track"
+    links = flows(events)
+    assert len(links) == len(elsewhere)
+    for session in elsewhere:
+        (link,) = [pair for pair in links.values() if track(pair["f"]) == track(session)]
+        start, finish = link["s"], link["f"]
+        assert track(start) == track(task_event) and encloses(task_event, start["ts"])
+        assert finish["ts"] == session["ts"] and finish["bp"] == "e"
+        assert start["cat"] == finish["cat"] == FLOW_CATEGORY
+        assert start["name"] == finish["name"]
+
+
+def test_children_on_the_parent_track_need_no_flow():
+    f = SpanFactory()
+    root = f.span("step", 0, 100)
+    events = encode_all(by_end([root, f.span("forward", 10, 20, root)]))
+    assert flows(events) == {}
+
+
+def test_cross_process_client_and_server_share_a_flow_id():
+    f = SpanFactory()
+    server_res = Resource({keys.SERVICE_NAME: "inference-server", keys.PROCESS_PID: 900})
+    client = f.span("POST /generate", 0, 100, kind=SpanKind.CLIENT)
+    server = f.span("generate", 10, 90, kind=SpanKind.SERVER, resource=server_res,
+                    remote_parent=SpanContext(client.context.trace_id, client.context.span_id,
+                                              True, TraceFlags(1)))
+    # Each process encodes its own spans, as each writes its own file.
+    client_events = encode_all([client])
+    server_events = encode_all([server])
+
+    (start,) = [e for e in client_events if e["ph"] == "s"]
+    (finish,) = [e for e in server_events if e["ph"] == "f"]
+    assert start["id"] == finish["id"]
+    assert (start["cat"], start["name"]) == (finish["cat"], finish["name"])
+    assert start["pid"] == 4242 and finish["pid"] == 900
+    assert finish["bp"] == "e" and finish["ts"] == one(server_events, "generate")["ts"]
+
+
+def test_flow_ids_are_unique_per_link():
+    f = SpanFactory()
+    spans = []
+    for i in range(30):
+        parent = f.span(f"task{i}", i * 100, i * 100 + 90)
+        spans.append(parent)
+        spans += [f.span(f"s{i}.{k}", i * 100 + k, i * 100 + 50 + k, parent) for k in range(3)]
+    events = encode_all(by_end(spans))
+    links = flows(events)  # asserts each id starts and finishes once
+    assert links and all(set(pair) == {"s", "f"} for pair in links.values())

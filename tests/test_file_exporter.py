@@ -1,0 +1,208 @@
+"""The per-rank Chrome trace file: whole JSON lines, appended, never raising."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import zlib
+from pathlib import Path
+from typing import Any
+
+import pytest
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SpanExportResult
+from opentelemetry.trace import SpanContext, TraceFlags
+
+from otel_rl._internal import guard, keys
+from otel_rl._internal.chrome_trace import BATCH_MARKER
+from otel_rl._internal.file_exporter import ChromeTraceFileExporter, InPlaceBatchProcessor
+
+T0_NS = 1_700_000_000_000_000_000
+RESOURCE = Resource({keys.SERVICE_NAME: "trainer", keys.PROCESS_PID: 31337, keys.RANK: 2})
+_ids = itertools.count(1)
+
+
+def make_span(name: str, start_us: int = 0, end_us: int = 10, *, sampled: bool = True,
+              parent: ReadableSpan | None = None, attrs: dict[str, Any] | None = None) -> ReadableSpan:
+    flags = TraceFlags(TraceFlags.SAMPLED if sampled else 0)
+    trace_id = parent.context.trace_id if parent is not None else next(_ids)
+    return ReadableSpan(
+        name, SpanContext(trace_id, next(_ids), False, flags),
+        parent.context if parent is not None else None, RESOURCE,
+        {keys.THREAD_ID: 1, keys.THREAD_NAME: "MainThread", **(attrs or {})},
+        start_time=T0_NS + start_us * 1000, end_time=T0_NS + end_us * 1000)
+
+
+def read_events(path: Path) -> list[dict[str, Any]]:
+    """Every line of the file, each of which must be one JSON object."""
+    data = path.read_bytes()
+    assert data.endswith(b"\n"), "the file must end with a complete line"
+    return [json.loads(line) for line in data.decode().splitlines()]
+
+
+def names(events: list[dict[str, Any]]) -> list[str]:
+    return [e["name"] for e in events if e["ph"] == "X"]
+
+
+@pytest.fixture(autouse=True)
+def fresh_diagnostics():
+    guard.clear()
+    yield
+    guard.clear()
+
+
+def test_spans_of_a_tracer_provider_become_json_lines_in_a_new_directory(tmp_path):
+    path = tmp_path / "run" / "logs" / "traces-r2.jsonl"
+    processor = InPlaceBatchProcessor(ChromeTraceFileExporter(str(path)))
+    provider = TracerProvider(resource=RESOURCE, shutdown_on_exit=False)
+    provider.add_span_processor(processor)
+    tracer = provider.get_tracer("test")
+
+    with tracer.start_as_current_span("train_step"):
+        with tracer.start_as_current_span("forward"):
+            pass
+    provider.force_flush()
+
+    events = read_events(path)
+    assert sorted(names(events)) == ["forward", "train_step"]
+    step = next(e for e in events if e["name"] == "train_step")
+    assert step["pid"] == 31337
+    assert any(e["ph"] == "M" and e["name"] == "process_name" for e in events)
+    provider.shutdown()
+
+
+def test_nothing_is_written_before_flush_batch(tmp_path):
+    path = tmp_path / "traces.jsonl"
+    processor = InPlaceBatchProcessor(ChromeTraceFileExporter(str(path)))
+    processor.on_end(make_span("step"))
+    assert path.read_bytes() == b""
+    processor.flush_batch()
+    assert names(read_events(path)) == ["step"]
+
+
+def test_unsampled_spans_are_not_written(tmp_path):
+    path = tmp_path / "traces.jsonl"
+    processor = InPlaceBatchProcessor(ChromeTraceFileExporter(str(path)))
+    processor.on_end(make_span("kept"))
+    processor.on_end(make_span("sampled out", sampled=False))
+    processor.flush_batch()
+    assert names(read_events(path)) == ["kept"]
+
+
+def test_batches_are_appended_to_what_the_file_already_holds(tmp_path):
+    path = tmp_path / "traces.jsonl"
+    path.write_bytes(b'{"ph":"i","name":"earlier run","ts":1,"pid":1,"tid":1,"s":"t"}\n')
+    exporter = ChromeTraceFileExporter(str(path))
+    assert exporter.export([make_span("first", 0, 1)]) is SpanExportResult.SUCCESS
+    assert exporter.export([make_span("second", 2, 3)]) is SpanExportResult.SUCCESS
+    events = read_events(path)
+    assert events[0]["name"] == "earlier run"
+    assert names(events) == ["first", "second"]
+
+
+def test_lines_are_on_disk_when_export_returns(tmp_path):
+    path = tmp_path / "traces.jsonl"
+    exporter = ChromeTraceFileExporter(str(path))
+    exporter.export([make_span("a")])
+    # No flush, no shutdown: another reader (or a post-mortem) sees the line.
+    assert names(read_events(path)) == ["a"]
+
+
+def test_write_errors_return_failure_and_are_counted_not_raised(tmp_path):
+    blocker = tmp_path / "not-a-directory"
+    blocker.write_text("a file where the directory should be")
+    exporter = ChromeTraceFileExporter(str(blocker / "traces.jsonl"))
+
+    assert exporter.export([make_span("lost")]) is SpanExportResult.FAILURE
+    assert guard.diagnostics().get("trace_file_error", 0) >= 1
+    assert guard.diagnostics().get("trace_file_events_lost", 0) >= 1
+
+
+def test_shutdown_writes_spans_still_waiting_for_their_session(tmp_path):
+    path = tmp_path / "traces.jsonl"
+    processor = InPlaceBatchProcessor(ChromeTraceFileExporter(str(path)))
+    session = make_span("session", 0, 100)  # still running when the process stops
+    processor.on_end(make_span("generate", 10, 20, parent=session,
+                               attrs={keys.SESSION_ID: "s-1", keys.SPAN_KIND: "phase"}))
+    processor.flush_batch()
+    assert names(read_events(path)) == []
+
+    processor.shutdown()
+    assert names(read_events(path)) == ["generate"]
+
+
+def test_spans_after_shutdown_are_ignored_and_export_fails(tmp_path):
+    path = tmp_path / "traces.jsonl"
+    exporter = ChromeTraceFileExporter(str(path))
+    processor = InPlaceBatchProcessor(exporter)
+    processor.shutdown()
+    processor.on_end(make_span("late"))
+    assert processor.flush_batch() is True
+    assert exporter.export([make_span("late")]) is SpanExportResult.FAILURE
+    assert path.read_bytes() == b""
+
+
+def test_a_full_buffer_drops_new_spans_and_counts_them(tmp_path):
+    path = tmp_path / "traces.jsonl"
+    processor = InPlaceBatchProcessor(ChromeTraceFileExporter(str(path)), max_buffered=5)
+    for i in range(8):
+        processor.on_end(make_span(f"s{i}", i, i + 1))
+    processor.flush_batch()
+    assert names(read_events(path)) == [f"s{i}" for i in range(5)]
+    assert guard.diagnostics()["spans_dropped_file_buffer"] == 3
+
+
+def test_large_flushes_are_exported_in_batches_of_max_batch(tmp_path):
+    calls: list[int] = []
+
+    class Counting(ChromeTraceFileExporter):
+        def export(self, spans):
+            calls.append(len(spans))
+            return super().export(spans)
+
+    path = tmp_path / "traces.jsonl"
+    processor = InPlaceBatchProcessor(Counting(str(path)), max_batch=4)
+    for i in range(10):
+        processor.on_end(make_span(f"s{i}", i, i + 1))
+    assert processor.flush_batch() is True
+    assert calls == [4, 4, 2]
+    assert len(names(read_events(path))) == 10
+
+
+def test_each_batch_is_closed_by_a_marker_with_its_checksum(tmp_path):
+    path = tmp_path / "traces.jsonl"
+    exporter = ChromeTraceFileExporter(str(path))
+    exporter.export([make_span("a", 0, 1), make_span("b", 2, 3)])
+    exporter.export([make_span("c", 4, 5)])
+
+    data = path.read_bytes()
+    lines = data.splitlines(keepends=True)
+    markers = [i for i, line in enumerate(lines) if json.loads(line)["name"] == BATCH_MARKER]
+    assert len(markers) == 2 and markers[-1] == len(lines) - 1
+    start = 0
+    for index in markers:
+        info = json.loads(lines[index])["args"]
+        body = b"".join(lines[start:index])
+        assert info["lines"] == index - start
+        assert info["bytes"] == len(body)
+        assert info["crc32"] == zlib.crc32(body)
+        assert info["pids"] == [31337]
+        start = index + 1
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_forked_child_does_not_write_the_parents_spans_again(tmp_path):
+    path = tmp_path / "traces.jsonl"
+    processor = InPlaceBatchProcessor(ChromeTraceFileExporter(str(path)))
+    processor.on_end(make_span("parent work"))
+    child = os.fork()
+    if child == 0:  # pragma: no cover - runs in the child
+        try:
+            processor.flush_batch()
+        finally:
+            os._exit(0)
+    os.waitpid(child, 0)
+    processor.flush_batch()
+    assert names(read_events(path)) == ["parent work"]
