@@ -216,7 +216,6 @@ def trace_session(phase: str) -> Callable[[F], F]:
     return decorate
 
 
-@guard.guarded()
 def trace_session_event(method: str, session_id: Any = None, task_id: Any = None, **payload: Any) -> None:
     """Records a lifecycle event of a session (or of every session of a task).
 
@@ -236,7 +235,14 @@ def trace_session_event(method: str, session_id: Any = None, task_id: Any = None
     """
     if not STATE.sessions_on:
         return
-    registry = STATE.registry
+    try:
+        _session_event(STATE.registry, method, session_id, task_id, payload)
+    except Exception as exc:  # noqa: BLE001 - inlined guard: this is a hot path
+        guard.report("internal_error", "internal error in trace_session_event: %r", exc)
+
+
+def _session_event(registry: Any, method: str, session_id: Any, task_id: Any,
+                   payload: dict[str, Any]) -> None:
     if method == "mark_finalized":
         status = payload.get("status", keys.STATUS_ACCEPTED)
         reason = payload.get("reason")
@@ -260,7 +266,7 @@ def trace_session_event(method: str, session_id: Any = None, task_id: Any = None
             state = registry.lookup_session(session_id, method)
             if state is None:
                 return
-            extra = {k: v for k, v in payload.items()} or None
+            extra = payload or None
             if start:
                 registry.start_phase(state, phase, extra)
             else:

@@ -64,3 +64,19 @@ def test_sampled_out_traces_are_not_exported(grpc_receiver, monkeypatch, tmp_pat
     otel_rl.save(force=True)
     assert grpc_receiver.spans() == []
     otel_rl.shutdown()
+
+
+def test_session_metrics_reach_the_collector_when_an_endpoint_is_set(grpc_receiver, monkeypatch, tmp_path):
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", grpc_receiver.endpoint)
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
+    otel_rl.configure(fileroot=str(tmp_path), tracer_provider=TracerProvider(shutdown_on_exit=False))
+    _run_one_session()
+    otel_rl.save(force=True)
+    points = grpc_receiver.wait_for_metrics({"rl.sessions", "rl.session.duration",
+                                              "rl.session.phase.duration"})
+    sessions = [p for p in points if p["name"] == "rl.sessions"]
+    assert [(p["attributes"], p["value"]) for p in sessions] == [({"rl.session.status": "accepted"}, 1)]
+    phases = {p["attributes"]["rl.phase"]: p["count"] for p in points
+              if p["name"] == "rl.session.phase.duration"}
+    assert phases == {"generate": 1, "reward": 1}
+    otel_rl.shutdown()

@@ -86,14 +86,15 @@ def json_safe_value(value: Any) -> Any:
 def _args_from(attributes: Mapping[str, Any] | None) -> dict[str, Any]:
     if not attributes:
         return {}
-    out = {}
-    for key, value in attributes.items():
+    out = dict(attributes)
+    # Most values are already JSON primitives; only the rest are rewritten
+    # (values change in place, the dict's size does not).
+    for key, value in out.items():
         kind = type(value)
-        if kind is str or kind is bool or kind is float or (
+        if kind is str or kind is float or kind is bool or (
                 kind is int and _INT_MIN <= value <= _INT_MAX):
-            out[key] = value
-        else:
-            out[key] = json_safe_value(value)
+            continue
+        out[key] = json_safe_value(value)
     return out
 
 
@@ -321,7 +322,7 @@ class ChromeTraceEncoder:
         session_wait_s: float = 600.0,
         horizon_s: float = 600.0,
         max_intervals_per_lane: int = 50_000,
-        max_tracked_spans: int = 200_000,
+        max_tracked_spans: int = 50_000,
     ) -> None:
         self._max_buffered = max(1, max_buffered_spans)
         self._session_wait_ns = int(session_wait_s * 1e9)

@@ -31,7 +31,10 @@ class JsonlAppender:
         self.path = path
         self._threshold = max(1, flush_threshold)
         self._kind = kind
-        self._lines: list[bytes] = []
+        # One growing buffer rather than a list of lines: each orjson result
+        # kept alive holds far more memory than its length.
+        self._buffer = bytearray()
+        self._count = 0
         self._lock = threading.Lock()
         self._fd: int | None = None
         self.written = 0
@@ -39,31 +42,36 @@ class JsonlAppender:
     def add(self, obj: Any) -> None:
         line = dumps_line(obj)
         with self._lock:
-            self._lines.append(line)
-            if len(self._lines) < self._threshold:
+            self._buffer += line
+            self._count += 1
+            if self._count < self._threshold:
                 return
-            lines, self._lines = self._lines, []
-        self._write(lines)
+            data, count = self._take()
+        self._write(data, count)
+
+    def _take(self) -> tuple[bytearray, int]:
+        data, count = self._buffer, self._count
+        self._buffer, self._count = bytearray(), 0
+        return data, count
 
     def flush(self) -> bool:
         with self._lock:
-            lines, self._lines = self._lines, []
-        return self._write(lines) if lines else True
+            data, count = self._take()
+        return self._write(data, count) if count else True
 
-    def _write(self, lines: list[bytes]) -> bool:
+    def _write(self, data: bytearray, count: int) -> bool:
         try:
             if self._fd is None:
                 os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
                 self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-            data = b"".join(lines)
             view = memoryview(data)
             while view:
                 n = os.write(self._fd, view)
                 view = view[n:]
-            self.written += len(lines)
+            self.written += count
             return True
         except OSError as exc:
-            guard.count(f"{self._kind}_lines_lost", len(lines))
+            guard.count(f"{self._kind}_lines_lost", count)
             guard.report(f"{self._kind}_write_error", "cannot write %s: %s", self.path, exc)
             return False
 

@@ -190,10 +190,9 @@ class Registry:
                 guard.report("overlapping_phase",
                              "phase %r started while another instance is open (register_phase "
                              "allow_overlap=False); both are recorded", phase)
-        # Phases are children of their session span whatever scope is current.
-        values = dict(get_current())
-        values[_SPAN_KEY] = state.span
-        span = LeanSpan(self._pipeline, phase, Context(values), args=payload,
+        # Phases are children of their session span whatever scope is current;
+        # the session's own context (its span and ids) is reused, not copied.
+        span = LeanSpan(self._pipeline, phase, state.ctx, args=payload,
                         attributes={keys.SPAN_KIND: keys.KIND_PHASE, keys.PHASE: phase,
                                     keys.SESSION_ID: state.session_id, keys.TASK_ID: state.task_id})
         state.open_phases.append(span)
