@@ -52,3 +52,6 @@ OTEL_RL_SHUTDOWN_TIMEOUT_MS = "OTEL_RL_SHUTDOWN_TIMEOUT_MS"
 
 OTEL_RL_MAX_PENDING_SESSIONS = "OTEL_RL_MAX_PENDING_SESSIONS"
 """Sessions kept open at once; beyond it the oldest is ended as ``dropped`` and counted."""
+
+OTEL_RL_EXPORT_PROCESS = "OTEL_RL_EXPORT_PROCESS"
+"""Run span encoding and export in a child exporter process when otel_rl owns the tracer provider."""

@@ -209,7 +209,7 @@ def test_sessions_pending_at_shutdown_are_written_as_pending(traced):
 def test_records_are_buffered_up_to_the_flush_threshold(tmp_path):
     otel_rl.configure({"session_tracer": {"enabled": True, "flush_threshold": 3}},
                       fileroot=str(tmp_path), tracer_provider=TracerProvider(shutdown_on_exit=False),
-                      export_interval_ms=10)
+                      export_interval_ms=10, export_process=False)
     path = os.path.join(otel_rl.settings().run_dir, "sessions-r0.jsonl")
     task_id = otel_rl.register_task()
     for _ in range(2):

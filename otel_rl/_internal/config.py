@@ -93,6 +93,8 @@ PARAMS: tuple[Param, ...] = (
           "steps during which scopes are recorded (all when unset)", "profile_steps"),
     Param("file_export", ev.OTEL_RL_FILE_EXPORT, True, parse_bool, "bool",
           "write traces-r{rank}.jsonl for Perfetto"),
+    Param("export_process", ev.OTEL_RL_EXPORT_PROCESS, True, parse_bool, "bool",
+          "encode and export in a child process (when otel_rl owns the tracer provider)"),
     Param("max_queue_size", ev.OTEL_RL_MAX_QUEUE_SIZE, 262_144, _positive_int, "spans",
           "finished spans buffered before drops (counted)"),
     Param("export_interval_ms", ev.OTEL_RL_EXPORT_INTERVAL_MS, 200, _positive_int, "ms",
@@ -121,6 +123,7 @@ class Settings:
     save_interval: int
     profile_steps: tuple[int, ...] | None
     file_export: bool
+    export_process: bool
     max_queue_size: int
     export_interval_ms: int
     shutdown_timeout_ms: int

@@ -1,12 +1,12 @@
-"""The background half of a span's life: queue, conversion, processors.
+"""The background half of a span's life: queue, records, processors.
 
 Finished :class:`~otel_rl._internal.spans.LeanSpan` objects are appended to a
 deque (one atomic append on the caller's thread). A single daemon thread drains
-it every ``export_interval_ms`` (sooner when it fills), turns each span into an
-SDK ``ReadableSpan`` (baggage ids, thread, category and args become
-attributes) and hands it to ``sink`` - the session processor, which wraps the
-TracerProvider's own processors. Processors that batch in place (the file
-exporter) are flushed at the end of every drain.
+it every ``export_interval_ms`` (sooner when it fills) and turns each span into
+a record (:mod:`.records`). In thread mode the records become SDK
+``ReadableSpan`` objects handed to ``sink`` (the session processor, which wraps
+the TracerProvider's processors) right here; in process mode they are shipped
+to the exporter process (:mod:`.exporter_process`).
 """
 
 from __future__ import annotations
@@ -16,56 +16,51 @@ import os
 import threading
 import time
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
-from opentelemetry.baggage import _BAGGAGE_KEY
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import Event, ReadableSpan, SpanProcessor
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 from opentelemetry.sdk.trace.sampling import Decision, Sampler
-from opentelemetry.sdk.util.instrumentation import InstrumentationScope
-from opentelemetry.trace import SpanContext, SpanKind, TraceFlags
-from opentelemetry.trace.status import Status, StatusCode
+from opentelemetry.trace import SpanContext, SpanKind
 
-from . import guard, keys
-from .category import normalize_category
-from .payload import flatten_attributes
+from . import guard
+from .records import ReadableBuilder, record_from_lean, record_from_readable
 from .spans import LeanSpan
 
-_UNSET = Status(StatusCode.UNSET)
-
-
-def id_value(value: Any) -> Any:
-    """Baggage values that crossed a process boundary are strings; ids that
-    were integers become integers again so attribute types stay stable."""
-    if isinstance(value, str) and value.isdigit():
-        return int(value)
-    return value
-
-
 class Pipeline:
-    """Owns the span queue and the export thread of one configured process."""
+    """Owns the span queue and the export thread of one configured process.
+
+    Thread mode: each finished span becomes a ``ReadableSpan`` handed to
+    ``sink``. Process mode (``shipper`` set): records are shipped to the
+    exporter process instead; should it die, ``fallback()`` builds an
+    in-process sink and export goes on here.
+    """
 
     def __init__(
         self,
-        sink: SpanProcessor,
+        sink: SpanProcessor | None,
         resource: Resource,
         sampler: Sampler,
         *,
         max_queue_size: int,
         export_interval_ms: int,
-        batch_hooks: Sequence[Callable[[], None]] = (),
+        after_batch: Callable[[], None] | None = None,
+        shipper: Any = None,
+        fallback: Callable[[], tuple[SpanProcessor, Callable[[], None]]] | None = None,
     ) -> None:
         self.sink = sink
         self.resource = resource
-        self.scope = InstrumentationScope(keys.INSTRUMENTATION_NAME)
+        self._build = ReadableBuilder(resource).build
         self._sampler = sampler
         self._default_sampling = _is_default_sampler(sampler)
         self._max = max_queue_size
         self._wake_at = max(1, min(max_queue_size // 4, 8192))
         self._interval = export_interval_ms / 1000.0
-        self._batch_hooks = tuple(batch_hooks)
-        self._queue: collections.deque[LeanSpan] = collections.deque()
+        self._after_batch = after_batch
+        self.shipper = shipper
+        self._fallback = fallback
+        self._queue: collections.deque[Any] = collections.deque()
         self._thread_names: dict[int, str] = {}
         self._closed = False
         self._init_thread_state()
@@ -91,10 +86,13 @@ class Pipeline:
         if self._closed:
             return
         self._queue.clear()
+        if self.shipper is not None:
+            self.shipper.after_fork_in_child()
         self._init_thread_state()
 
     # --- caller side --------------------------------------------------------------
-    def enqueue(self, span: LeanSpan) -> None:
+    def enqueue(self, span: Any) -> None:
+        """Queues a finished span (a LeanSpan, or a ReadableSpan from other instrumentation)."""
         queue = self._queue
         if len(queue) >= self._max:
             guard.count("spans_dropped_queue_full")
@@ -119,22 +117,31 @@ class Pipeline:
 
     def flush(self, timeout_s: float) -> bool:
         """Processes every span queued before the call; ``False`` on timeout."""
+        deadline = monotonic_deadline(timeout_s)
         if threading.current_thread() is self._thread or not self._thread.is_alive():
             self._drain()
-            return True
-        with self._cond:
-            self._flush_requested += 1
-            target = self._flush_requested
-        self._wake.set()
-        with self._cond:
-            return self._cond.wait_for(lambda: self._flush_done >= target, timeout_s)
+        else:
+            with self._cond:
+                self._flush_requested += 1
+                target = self._flush_requested
+            self._wake.set()
+            with self._cond:
+                if not self._cond.wait_for(lambda: self._flush_done >= target, deadline()):
+                    return False
+        shipper = self.shipper
+        if shipper is not None and not shipper.failed:
+            return shipper.flush(deadline())
+        return True
 
     def shutdown(self, timeout_s: float) -> bool:
+        deadline = monotonic_deadline(timeout_s)
         ok = self.flush(timeout_s)
         self._closed = True
         self._stopping = True
         self._wake.set()
-        self._thread.join(timeout=max(0.0, timeout_s))
+        self._thread.join(timeout=deadline())
+        if self.shipper is not None:
+            self.shipper.close(deadline())
         return ok
 
     @property
@@ -155,22 +162,43 @@ class Pipeline:
 
     def _drain(self) -> None:
         queue = self._queue
-        sink = self.sink
-        convert = self.to_readable
         while queue:
+            records = []
+            take = min(len(queue), 4096)
+            for _ in range(take):
+                try:
+                    span = queue.popleft()
+                except IndexError:
+                    break
+                try:
+                    records.append(self._record(span))
+                except Exception as exc:  # noqa: BLE001
+                    guard.report("export_error", "a span could not be processed: %r", exc)
+            shipper = self.shipper
+            if shipper is not None and not shipper.failed:
+                if shipper.send(records):
+                    continue
+                self._use_fallback()
+            self._process_here(records)
+
+    def _record(self, span: Any) -> tuple:
+        if type(span) is LeanSpan:
+            return record_from_lean(span, self.thread_name(span.thread))
+        return record_from_readable(span)
+
+    def _process_here(self, records: list[tuple]) -> None:
+        sink, build = self.sink, self._build
+        for rec in records:
             try:
-                span = queue.popleft()
-            except IndexError:
-                break
-            try:
-                sink.on_end(convert(span))
+                sink.on_end(build(rec))
             except Exception as exc:  # noqa: BLE001
                 guard.report("export_error", "a span could not be processed: %r", exc)
-        for hook in self._batch_hooks:
-            try:
-                hook()
-            except Exception as exc:  # noqa: BLE001
-                guard.report("export_error", "an exporter failed: %r", exc)
+        if self._after_batch is not None:
+            self._after_batch()
+
+    def _use_fallback(self) -> None:
+        if self.sink is None and self._fallback is not None:
+            self.sink, self._after_batch = self._fallback()
 
     def thread_name(self, ident: int) -> str:
         name = self._thread_names.get(ident)
@@ -180,57 +208,9 @@ class Pipeline:
             self._thread_names[ident] = name
         return name
 
-    def to_readable(self, span: LeanSpan) -> ReadableSpan:
-        """Builds the SDK ``ReadableSpan`` the processors and exporters expect."""
-        attrs: dict[str, Any] = {}
-        bag = span.ctx.get(_BAGGAGE_KEY)
-        if bag:
-            for key in keys.BAGGAGE_KEYS:
-                value = bag.get(key)
-                if value is not None:
-                    attrs[key] = id_value(value)
-        attrs["thread.id"] = span.thread
-        attrs["thread.name"] = self.thread_name(span.thread)
-        if span.category is not None:
-            attrs[keys.CATEGORY] = normalize_category(span.category)
-        if span.attributes:
-            flatten_attributes("", span.attributes, attrs)
-        if span.args:
-            flatten_attributes(keys.ARGS_PREFIX, span.args, attrs)
-        events = ()
-        if span.events:
-            events = tuple(
-                Event(name, _event_attributes(ev_attrs), ts) for name, ev_attrs, ts in span.events
-            )
-        flags = TraceFlags(span.flags)
-        parent = None
-        if span.parent_id:
-            parent = SpanContext(span.trace_id, span.parent_id, span.parent_remote, flags,
-                                 span.trace_state)
-        status = _UNSET if span.status_code is StatusCode.UNSET else Status(
-            span.status_code, span.status_desc)
-        return ReadableSpan(
-            name=span.name,
-            context=SpanContext(span.trace_id, span.span_id, False, flags, span.trace_state),
-            parent=parent,
-            resource=self.resource,
-            attributes=attrs,
-            events=events,
-            links=tuple(span.links) if span.links else (),
-            kind=span.kind,
-            status=status,
-            start_time=span.start_ns,
-            end_time=span.end_ns,
-            instrumentation_scope=self.scope,
-        )
-
-
-def _event_attributes(attrs: Any) -> dict[str, Any] | None:
-    if not attrs:
-        return None
-    out: dict[str, Any] = {}
-    flatten_attributes("", attrs, out)
-    return out
+    def to_readable(self, span: Any) -> ReadableSpan:
+        """The SDK ``ReadableSpan`` exporters receive for ``span``."""
+        return self._build(self._record(span))
 
 
 def _is_default_sampler(sampler: Sampler) -> bool:

@@ -7,33 +7,23 @@ import logging
 import os
 import threading
 from typing import Any
-from urllib.parse import urlparse
 
-from opentelemetry import metrics as metrics_api
 from opentelemetry import trace as trace_api
 from opentelemetry.sdk.environment_variables import (
-    OTEL_BSP_MAX_QUEUE_SIZE,
-    OTEL_EXPORTER_OTLP_ENDPOINT,
-    OTEL_EXPORTER_OTLP_METRICS_ENDPOINT,
-    OTEL_EXPORTER_OTLP_PROTOCOL,
-    OTEL_EXPORTER_OTLP_TRACES_ENDPOINT,
-    OTEL_EXPORTER_OTLP_TRACES_PROTOCOL,
     OTEL_RESOURCE_ATTRIBUTES,
     OTEL_SDK_DISABLED,
     OTEL_SERVICE_NAME,
 )
 from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
 from . import guard, keys
 from .config import Settings, resolve
-from .jsonl import JsonlAppender
-from .metrics_file import JsonlMetricExporter
-from .pipeline import Pipeline, id_value
-from .session_processor import SessionMetrics, SessionSpanProcessor
+from .export_chain import ExportChain, otlp_protocol, traces_endpoint
+from .exporter_process import ExporterProcess
+from .pipeline import Pipeline
+from .records import id_value
 from .spans import LeanTracer
 from .state import STATE
 from .tracking import Registry
@@ -41,8 +31,6 @@ from .tracking import Registry
 logger = logging.getLogger("otel_rl")
 
 DEFAULT_SERVICE_NAME = "otel-rl"
-#: The SDK's default queue (2048) drops 2-10% of a 50k-span burst; ours holds it.
-DEFAULT_BSP_QUEUE = 65_536
 _lock = threading.RLock()
 
 
@@ -95,13 +83,20 @@ class Components:
 
     def __init__(self) -> None:
         self.provider: TracerProvider | None = None
-        self.owns_provider = False
         self.hook: ProviderHook | None = None
-        self.file_processor: Any = None
-        self.otlp_processor: BatchSpanProcessor | None = None
-        self.session_processor: SessionSpanProcessor | None = None
-        self.meter_provider: MeterProvider | None = None
+        self.chain: ExportChain | None = None
         self.pipeline: Pipeline | None = None
+
+
+class ForwardingProcessor(SpanProcessor):
+    """In process mode, ships spans made by other instrumentation to the
+    exporter process along with otel_rl's own."""
+
+    def __init__(self, pipeline: Pipeline) -> None:
+        self._pipeline = pipeline
+
+    def on_end(self, span: Any) -> None:
+        self._pipeline.enqueue(span)
 
 
 def _resource(settings: Settings, environ: Any) -> Resource:
@@ -109,68 +104,29 @@ def _resource(settings: Settings, environ: Any) -> Resource:
         keys.RANK: settings.rank,
         keys.EXPERIMENT: settings.experiment_name,
         keys.TRIAL: settings.trial_name,
-        "process.pid": os.getpid(),
+        keys.PROCESS_PID: os.getpid(),
     }
     if settings.role:
         attrs[keys.ROLE] = settings.role
     named = environ.get(OTEL_SERVICE_NAME) or "service.name=" in environ.get(OTEL_RESOURCE_ATTRIBUTES, "")
     if not named:
-        attrs["service.name"] = DEFAULT_SERVICE_NAME
+        attrs[keys.SERVICE_NAME] = DEFAULT_SERVICE_NAME
     return Resource.create(attrs)
-
-
-def _otlp_protocol(environ: Any, endpoint: str) -> str:
-    protocol = environ.get(OTEL_EXPORTER_OTLP_TRACES_PROTOCOL) or environ.get(OTEL_EXPORTER_OTLP_PROTOCOL)
-    if protocol:
-        return protocol.strip()
-    # The spec's default is http/protobuf, but Jaeger and most collector
-    # examples hand users port 4317, which only speaks gRPC.
-    return "grpc" if urlparse(endpoint).port == 4317 else "http/protobuf"
-
-
-def _otlp_span_exporter(environ: Any) -> Any:
-    endpoint = environ.get(OTEL_EXPORTER_OTLP_TRACES_ENDPOINT) or environ.get(OTEL_EXPORTER_OTLP_ENDPOINT)
-    if not endpoint:
-        return None
-    protocol = _otlp_protocol(environ, endpoint)
-    if protocol == "grpc":
-        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
-
-        return OTLPSpanExporter()
-    if protocol == "http/protobuf":
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HTTPExporter
-
-        return HTTPExporter()
-    from .config import ConfigError
-
-    raise ConfigError(
-        f"invalid value for environment variable {OTEL_EXPORTER_OTLP_PROTOCOL}: {protocol!r} "
-        "(expected 'grpc' or 'http/protobuf')"
-    )
-
-
-def _otlp_metric_exporter(environ: Any) -> Any:
-    endpoint = environ.get(OTEL_EXPORTER_OTLP_METRICS_ENDPOINT) or environ.get(OTEL_EXPORTER_OTLP_ENDPOINT)
-    if not endpoint:
-        return None
-    if _otlp_protocol(environ, endpoint) == "grpc":
-        from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
-
-        return OTLPMetricExporter()
-    from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter as HTTPExporter
-
-    return HTTPExporter()
 
 
 def _exporters_of(provider: TracerProvider) -> list[Any]:
     """Exporters behind the provider's processors, as far as the SDK lets us see."""
     found = []
-    for processor in getattr(provider._active_span_processor, "_span_processors", ()):  # noqa: SLF001
+    for processor in _processors_of(provider):
         inner = getattr(processor, "_batch_processor", processor)
         exporter = getattr(inner, "_exporter", None) or getattr(inner, "span_exporter", None)
         if exporter is not None:
             found.append(exporter)
     return found
+
+
+def _processors_of(provider: TracerProvider) -> tuple[Any, ...]:
+    return getattr(provider._active_span_processor, "_span_processors", ())  # noqa: SLF001
 
 
 def _has_otlp_exporter(provider: TracerProvider) -> bool:
@@ -196,80 +152,67 @@ def configure(config: Any = None, *, rank: int | None = None, role: str | None =
         STATE.configured = True
         if not settings.enabled or environ.get(OTEL_SDK_DISABLED, "").strip().lower() == "true":
             return
+        if traces_endpoint(environ):
+            otlp_protocol(environ, traces_endpoint(environ))  # fail now on a bad protocol
         comps = Components()
         provider = tracer_provider
+        owns_provider = False
         if provider is None:
             current = trace_api.get_tracer_provider()
             if isinstance(current, TracerProvider):
                 provider = current
+                owns_provider = getattr(current, "_otel_rl_owned", False)
         if provider is None:
             provider = TracerProvider(resource=_resource(settings, environ), shutdown_on_exit=False)
-            comps.owns_provider = True
+            provider._otel_rl_owned = True  # type: ignore[attr-defined]
+            owns_provider = True
             trace_api.set_tracer_provider(provider)
-            if trace_api.get_tracer_provider() is not provider:
-                # The global provider can be set once per process; a second
-                # configure() keeps its own provider private.
-                logger.debug("otel_rl: global tracer provider already set; using a private one")
         comps.provider = provider
-        resource = provider.resource if comps.owns_provider else provider.resource.merge(
-            Resource({k: v for k, v in _resource(settings, environ).attributes.items()
-                      if k != "service.name"}))
+        own_resource = _resource(settings, environ)
+        resource = own_resource if owns_provider else provider.resource.merge(
+            Resource({k: v for k, v in own_resource.attributes.items() if k != keys.SERVICE_NAME}))
 
-        delegates: list[SpanProcessor] = [BaggageSpanProcessor()]
-        batch_hooks = []
-        if settings.file_export:
-            from .file_exporter import ChromeTraceFileExporter, InPlaceBatchProcessor
-
-            comps.file_processor = InPlaceBatchProcessor(
-                ChromeTraceFileExporter(settings.file_path(keys.TRACES_FILE)))
-            delegates.append(comps.file_processor)
-            batch_hooks.append(comps.file_processor.flush_batch)
-        exporter = None if _has_otlp_exporter(provider) else _otlp_span_exporter(environ)
-        if exporter is not None:
-            queue = None if environ.get(OTEL_BSP_MAX_QUEUE_SIZE) else DEFAULT_BSP_QUEUE
-            comps.otlp_processor = BatchSpanProcessor(exporter, max_queue_size=queue)
-            delegates.append(comps.otlp_processor)
         hook = getattr(provider, "_otel_rl_hook", None)
         if hook is None:
             hook = ProviderHook()
             provider.add_span_processor(hook)
             provider._otel_rl_hook = hook  # type: ignore[attr-defined]
-        hook.delegates = tuple(delegates)
         comps.hook = hook
+        foreign = [p for p in _processors_of(provider) if p is not hook]
+        with_otlp = not _has_otlp_exporter(provider)
 
-        metrics = None
-        if settings.session_tracer:
-            if meter_provider is None:
-                readers = []
-                metric_exporter = _otlp_metric_exporter(environ)
-                if metric_exporter is not None:
-                    readers.append(PeriodicExportingMetricReader(metric_exporter))
-                else:
-                    readers.append(PeriodicExportingMetricReader(
-                        JsonlMetricExporter(settings.file_path(keys.METRICS_FILE)),
-                        export_interval_millis=60_000))
-                meter_provider = MeterProvider(metric_readers=readers, resource=resource,
-                                               shutdown_on_exit=False)
-                comps.meter_provider = meter_provider
-            metrics = SessionMetrics(meter_provider.get_meter(keys.INSTRUMENTATION_NAME))
-            records = JsonlAppender(settings.file_path(keys.SESSIONS_FILE),
-                                    settings.flush_threshold, kind="session_records")
-            sink = comps.session_processor = SessionSpanProcessor(
-                provider._active_span_processor,  # noqa: SLF001 - every processor of the provider
-                rank=settings.rank, role=settings.role, records=records, metrics=metrics,
-                max_pending_sessions=settings.max_pending_sessions)
+        def build_chain(downstream: SpanProcessor | None) -> tuple[SpanProcessor, Any]:
+            chain = comps.chain = ExportChain(settings, resource, environ, with_otlp=with_otlp,
+                                              meter_provider=meter_provider)
+            return chain.sink(downstream), chain.after_batch
+
+        if settings.export_process and not foreign and meter_provider is None:
+            # Nothing else needs the spans in this process: encode and export
+            # in the exporter process, off the training loop's GIL.
+            shipper = ExporterProcess(settings, dict(resource.attributes))
+
+            def fallback() -> tuple[SpanProcessor, Any]:
+                return build_chain(None)
+
+            pipeline = Pipeline(None, resource, provider.sampler,
+                                max_queue_size=settings.max_queue_size,
+                                export_interval_ms=settings.export_interval_ms,
+                                shipper=shipper, fallback=fallback)
+            hook.delegates = (BaggageSpanProcessor(), ForwardingProcessor(pipeline))
         else:
-            sink = provider._active_span_processor  # noqa: SLF001
-        comps.pipeline = Pipeline(
-            sink, resource, provider.sampler,
-            max_queue_size=settings.max_queue_size,
-            export_interval_ms=settings.export_interval_ms,
-            batch_hooks=batch_hooks,
-        )
+            # The provider has processors of its own (the application's):
+            # they must see otel_rl's spans, so everything runs in this process.
+            sink, after_batch = build_chain(provider._active_span_processor)  # noqa: SLF001
+            pipeline = Pipeline(sink, resource, provider.sampler,
+                                max_queue_size=settings.max_queue_size,
+                                export_interval_ms=settings.export_interval_ms,
+                                after_batch=after_batch)
+            hook.delegates = (BaggageSpanProcessor(), *comps.chain.exporting)
+        comps.pipeline = pipeline
         STATE.components = comps
-        STATE.pipeline = comps.pipeline
-        STATE.tracer = LeanTracer(comps.pipeline)
-        STATE.registry = Registry(comps.pipeline, settings.max_pending_sessions)
+        STATE.pipeline = pipeline
+        STATE.tracer = LeanTracer(pipeline)
+        STATE.registry = Registry(pipeline, settings.max_pending_sessions)
         from ..sessions import _PHASES
 
         STATE.registry.phase_options.update(_PHASES)
@@ -281,11 +224,12 @@ def configure(config: Any = None, *, rank: int | None = None, role: str | None =
 
 def save(step: int | None = None, force: bool = False) -> None:
     settings = STATE.settings
-    comps: Components | None = STATE.components
-    if comps is None or settings is None:
+    if STATE.components is None or settings is None:
         return
     if not force and step is not None and step % settings.save_interval != 0:
         return
+    if STATE.registry is not None:
+        STATE.registry.end_idle_tasks()
     flush(settings.shutdown_timeout_ms / 1000.0)
 
 
@@ -294,15 +238,8 @@ def flush(timeout_s: float) -> bool:
     if comps is None:
         return True
     ok = comps.pipeline.flush(timeout_s)
-    if comps.session_processor is not None:
-        comps.session_processor.flush()
-    if comps.otlp_processor is not None:
-        ok = comps.otlp_processor.force_flush(int(timeout_s * 1000)) and ok
-    if comps.meter_provider is not None:
-        try:
-            comps.meter_provider.force_flush(int(timeout_s * 1000))
-        except Exception as exc:  # noqa: BLE001
-            guard.report("metrics_error", "metrics flush failed: %r", exc)
+    if comps.chain is not None:
+        ok = comps.chain.flush(timeout_s) and ok
     return ok
 
 
@@ -318,29 +255,11 @@ def shutdown() -> None:
         if STATE.registry is not None:
             STATE.registry.close_all()
         comps.pipeline.shutdown(timeout_s)
-        if comps.session_processor is not None:
-            comps.session_processor.shutdown()
         if comps.hook is not None:
             comps.hook.delegates = ()
-        if comps.file_processor is not None:
-            comps.file_processor.shutdown()
-        if comps.otlp_processor is not None:
-            _bounded(comps.otlp_processor.shutdown, timeout_s)
-        if comps.meter_provider is not None:
-            _bounded(comps.meter_provider.shutdown, timeout_s)
-        if comps.owns_provider and comps.provider is not None:
-            comps.provider.force_flush(int(timeout_s * 1000))
+        if comps.chain is not None:
+            comps.chain.shutdown(timeout_s)
         STATE.components = STATE.pipeline = STATE.tracer = STATE.registry = None
-
-
-def _bounded(fn: Any, timeout_s: float) -> None:
-    """Runs a shutdown step on a helper thread so an unreachable collector
-    cannot stall process exit beyond ``timeout_s``."""
-    thread = threading.Thread(target=fn, name="otel_rl-shutdown", daemon=True)
-    thread.start()
-    thread.join(timeout_s)
-    if thread.is_alive():
-        guard.report("shutdown_timeout", "an exporter did not shut down within %.1fs", timeout_s)
 
 
 _atexit_registered = False
@@ -364,10 +283,3 @@ def get_tracer() -> Any:
     if STATE.tracer is not None:
         return STATE.tracer
     return trace_api.get_tracer(keys.INSTRUMENTATION_NAME)
-
-
-def metrics_meter() -> Any:
-    comps: Components | None = STATE.components
-    if comps is not None and comps.meter_provider is not None:
-        return comps.meter_provider.get_meter(keys.INSTRUMENTATION_NAME)
-    return metrics_api.get_meter(keys.INSTRUMENTATION_NAME)

@@ -19,7 +19,7 @@ from opentelemetry.trace.propagation import _SPAN_KEY
 from opentelemetry.trace.status import StatusCode
 
 from . import guard, keys
-from .pipeline import id_value
+from .records import id_value
 from .spans import LeanSpan
 
 
@@ -52,8 +52,14 @@ class PhaseOptions:
         self.allow_overlap = allow_overlap
 
 
+#: A task whose sessions are all finalized ends after this long without a new
+#: session (its span ends at the last finalize), or at save() / shutdown().
+TASK_IDLE_GRACE_NS = 1_000_000_000
+
+
 class TaskState:
-    __slots__ = ("task_id", "span", "ctx", "open_sessions", "counts", "finalize_requested")
+    __slots__ = ("task_id", "span", "ctx", "open_sessions", "counts", "finalize_requested",
+                 "idle_since")
 
     def __init__(self, task_id: Any, span: LeanSpan, ctx: Context) -> None:
         self.task_id = task_id
@@ -62,6 +68,7 @@ class TaskState:
         self.open_sessions: set[Any] = set()
         self.counts: collections.Counter[str] = collections.Counter()
         self.finalize_requested = False
+        self.idle_since = 0
 
 
 class SessionState:
@@ -88,6 +95,8 @@ class Registry:
         self.tasks: dict[Any, TaskState] = {}
         self.sessions: collections.OrderedDict[Any, SessionState] = collections.OrderedDict()
         self._finalized: collections.OrderedDict[Any, None] = collections.OrderedDict()
+        # Tasks with no open session, oldest first, waiting out TASK_IDLE_GRACE_NS.
+        self._idle: collections.OrderedDict[Any, TaskState] = collections.OrderedDict()
         self.phase_options: dict[str, PhaseOptions] = {}
 
     # --- tasks ---------------------------------------------------------------------
@@ -120,7 +129,7 @@ class Registry:
             return with_ids(get_current(), state.span, **{keys.TASK_ID: task_id})
         return with_ids(get_current(), **{keys.TASK_ID: task_id})
 
-    def _end_task(self, task: TaskState) -> None:
+    def _end_task(self, task: TaskState, end_ns: int | None = None) -> None:
         span = task.span
         counts = task.counts
         finished = sum(counts[s] for s in keys.FINAL_STATUSES)
@@ -132,7 +141,25 @@ class Registry:
             keys.TASK_DROPPED: counts[keys.STATUS_DROPPED],
             keys.TASK_ACCEPTANCE_RATE: counts[keys.STATUS_ACCEPTED] / finished if finished else 0.0,
         })
-        span.end()
+        span.end(end_ns)
+
+    def end_idle_tasks(self, now_ns: int | None = None) -> None:
+        """Ends tasks idle past the grace period (all idle tasks when ``now_ns`` is None)."""
+        idle = self._idle
+        if not idle:
+            return
+        expired = []
+        with self._lock:
+            while idle:
+                task = next(iter(idle.values()))
+                if now_ns is not None and now_ns - task.idle_since < TASK_IDLE_GRACE_NS:
+                    break
+                idle.popitem(last=False)
+                if self.tasks.get(task.task_id) is task:
+                    del self.tasks[task.task_id]
+                expired.append(task)
+        for task in expired:
+            self._end_task(task, task.idle_since)
 
     # --- sessions ------------------------------------------------------------------
     def register_session(self, task_id: Any = None) -> Any:
@@ -154,6 +181,9 @@ class Registry:
         with self._lock:
             self.sessions[session_id] = state
             task.open_sessions.add(session_id)
+            if task.idle_since:
+                task.idle_since = 0
+                self._idle.pop(task_id, None)
             if len(self.sessions) > self._max_pending:
                 _, evicted = self.sessions.popitem(last=False)
         if evicted is not None:
@@ -243,9 +273,10 @@ class Registry:
         task.finalize_requested = True
         for session_id in list(task.open_sessions):
             self.finalize_session(session_id, status, reason)
-        if task_id in self.tasks:
-            with self._lock:
-                self.tasks.pop(task_id, None)
+        with self._lock:
+            self._idle.pop(task_id, None)
+            ended = self.tasks.pop(task_id, None) is not None
+        if ended:
             self._end_task(task)
 
     def _finalize(self, state: SessionState, status: str, reason: Any) -> None:
@@ -278,19 +309,22 @@ class Registry:
                 return
             task.open_sessions.discard(state.session_id)
             task.counts[status] += 1
-            done = not task.open_sessions and not task.finalize_requested
-            if done:
-                self.tasks.pop(state.task_id, None)
-        if done:
-            self._end_task(task)
+            if not task.open_sessions and not task.finalize_requested:
+                # More sessions of this task may still come (registered one by
+                # one); end it once it has been idle for the grace period.
+                task.idle_since = span.end_ns
+                self._idle[task.task_id] = task
+        self.end_idle_tasks(span.end_ns)
 
     def close_all(self) -> None:
         """Ends everything still open: sessions as ``pending``, then their tasks."""
+        self.end_idle_tasks()
         with self._lock:
             sessions = list(self.sessions.values())
             self.sessions.clear()
         for state in sessions:
             self._finalize(state, keys.STATUS_PENDING, None)
+        self.end_idle_tasks()
         with self._lock:
             tasks = list(self.tasks.values())
             self.tasks.clear()

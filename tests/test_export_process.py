@@ -1,0 +1,124 @@
+"""The exporter process: same spans on the wire as in-process export, and no loss when it dies."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+from opentelemetry.sdk.trace import TracerProvider
+
+import otel_rl
+from otel_rl.convert import main as convert_main
+from otel_rl._internal.state import STATE
+
+
+def _workload():
+    with otel_rl.step_scope(1):
+        task_id = otel_rl.register_task()
+    otel_rl.set_task_id(task_id)
+    session_id = otel_rl.register_session()
+    otel_rl.set_session_id(session_id)
+    with otel_rl.trace_session_phase("generate", start_payload={"turn": 0, "tokens": [1, 2]}):
+        otel_rl.instant("first_token", args={"ttft_ms": 12.5})
+        with otel_rl.trace_scope("tokenize", category="io"):
+            pass
+    try:
+        with otel_rl.trace_session_phase("reward"):
+            raise ValueError("judge down")
+    except ValueError:
+        pass
+    otel_rl.increment_counter("retries")
+    otel_rl.trace_session_event("mark_finalized", status="failed", reason="judge down")
+
+
+def _capture_and_export(receiver, protocol, monkeypatch, tmp_path, export_process, replay=None):
+    """Runs the workload (or replays captured spans) with one export path; returns
+    the finished LeanSpans and the spans the receiver got."""
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint)
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", protocol)
+    otel_rl.configure(fileroot=str(tmp_path), tracer_provider=TracerProvider(shutdown_on_exit=False),
+                      export_process=export_process)
+    pipeline = STATE.pipeline
+    assert (pipeline.shipper is not None) == export_process
+    captured = []
+    if replay is None:
+        original = pipeline.enqueue
+
+        def capture(span):
+            captured.append(span)
+            original(span)
+
+        pipeline.enqueue = capture  # spans call their pipeline's enqueue when they end
+        _workload()
+    else:
+        for span in replay:
+            pipeline.enqueue(span)
+    otel_rl.save(force=True)
+    spans = receiver.wait_for_spans(6)
+    otel_rl.shutdown()
+    return captured, sorted(spans, key=lambda s: (s["start_ns"], s["name"]))
+
+
+def test_the_exporter_process_sends_exactly_what_in_process_export_sends(
+        grpc_receiver, http_receiver, monkeypatch, tmp_path):
+    captured, via_process = _capture_and_export(grpc_receiver, "grpc", monkeypatch, tmp_path / "a", True)
+    assert len(captured) == 6
+    _, in_process = _capture_and_export(http_receiver, "http/protobuf", monkeypatch, tmp_path / "b",
+                                        False, captured)
+    for spans in (via_process, in_process):
+        for span in spans:
+            span["resource"].pop("process.pid", None)
+    assert via_process == in_process
+    session = next(s for s in via_process if s["name"] == "session")
+    assert session["status"] == {"code": "STATUS_CODE_ERROR", "message": "judge down"}
+    assert session["attributes"]["rl.session.counter.retries"] == 1
+
+
+def test_spans_survive_the_exporter_process_dying(tmp_path):
+    otel_rl.configure(fileroot=str(tmp_path), tracer_provider=TracerProvider(shutdown_on_exit=False))
+    for _ in range(10):
+        with otel_rl.trace_scope("before"):
+            pass
+    otel_rl.save(force=True)
+    STATE.pipeline.shipper._proc.kill()
+    STATE.pipeline.shipper._proc.wait()
+    for _ in range(10):
+        with otel_rl.trace_scope("after"):
+            pass
+    run_dir = otel_rl.settings().run_dir
+    otel_rl.shutdown()
+    with open(os.path.join(run_dir, "traces-r0.jsonl")) as f:
+        names = [e["name"] for e in map(json.loads, f) if e["ph"] == "X"]
+    assert sorted(names) == ["after"] * 10 + ["before"] * 10
+    assert otel_rl.diagnostics()["exporter_process_lost"] == 1
+
+
+def test_a_sigkilled_training_process_leaves_every_shipped_span_on_disk(tmp_path):
+    code = textwrap.dedent("""
+        import os, signal, time, otel_rl
+        otel_rl.configure(export_interval_ms=20)
+        for i in range(150):
+            with otel_rl.trace_scope("step"):
+                pass
+        time.sleep(0.5)  # the export thread ships them
+        os.kill(os.getpid(), signal.SIGKILL)
+    """)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    env["OTEL_RL_DIR"] = str(tmp_path)
+    result = subprocess.run([sys.executable, "-c", code], env=env, timeout=60)
+    assert result.returncode == -signal.SIGKILL
+    path = tmp_path / "default" / "trial0" / "traces-r0.jsonl"
+    for _ in range(100):  # the orphaned exporter finishes on end-of-file
+        if path.exists() and path.read_text().count('"ph":"X"') == 150:
+            break
+        time.sleep(0.1)
+    events = [json.loads(line) for line in path.read_text().splitlines()]
+    assert sum(1 for e in events if e["ph"] == "X") == 150
+    out = tmp_path / "merged.json"
+    assert convert_main([str(path), "-o", str(out), "-q"]) == 0
+    assert sum(1 for e in json.loads(out.read_text())["traceEvents"] if e["ph"] == "X") == 150
