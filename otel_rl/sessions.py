@@ -157,7 +157,7 @@ class trace_session_phase:  # noqa: N801 - AReaL's name; a class for speed
             state = self._state = registry.lookup_session(None, f"phase {self.phase!r}")
             if state is None:
                 return None
-            span = self._span = registry.start_phase(state, self.phase, self.start_payload)
+            span = self._span = registry.start_phase(state, self.phase, self.start_payload, current=True)
             span.__enter__()
             return span
         except Exception as exc:  # noqa: BLE001

@@ -76,6 +76,7 @@ class LeanSpan(trace_api.Span):
         category: Any = None,
         links: Any = None,
         start_ns: int | None = None,
+        parent: Any = None,
     ) -> None:
         self._pipeline = pipeline
         self.name = name
@@ -93,7 +94,8 @@ class LeanSpan(trace_api.Span):
         self._sc = None
         self.thread = _get_ident()
         self.span_id = _new_span_id()
-        parent = ctx.get(_SPAN_KEY)
+        if parent is None:
+            parent = ctx.get(_SPAN_KEY)
         if type(parent) is LeanSpan:
             self.trace_id = parent.trace_id
             self.parent_id = parent.span_id

@@ -72,15 +72,25 @@ class TaskState:
 
 
 class SessionState:
-    __slots__ = ("session_id", "task_id", "span", "ctx", "open_phases", "counters")
+    __slots__ = ("session_id", "task_id", "span", "task_ctx", "_ctx", "open_phases", "counters")
 
-    def __init__(self, session_id: Any, task_id: Any, span: LeanSpan, ctx: Context) -> None:
+    def __init__(self, session_id: Any, task_id: Any, span: LeanSpan, task_ctx: Context) -> None:
         self.session_id = session_id
         self.task_id = task_id
         self.span = span
-        self.ctx = ctx
+        self.task_ctx = task_ctx
+        self._ctx: Context | None = None
         self.open_phases: list[LeanSpan] = []
         self.counters: dict[str, Any] | None = None
+
+    @property
+    def ctx(self) -> Context:
+        """The session's context (its span current, its ids in baggage), built
+        on first use: code that never makes the session current never pays."""
+        ctx = self._ctx
+        if ctx is None:
+            ctx = self._ctx = with_ids(self.task_ctx, self.span, **{keys.SESSION_ID: self.session_id})
+        return ctx
 
 
 class Registry:
@@ -175,8 +185,7 @@ class Registry:
         span = LeanSpan(self._pipeline, "session", task.ctx, attributes={
             keys.SPAN_KIND: keys.KIND_SESSION, keys.SESSION_ID: session_id, keys.TASK_ID: task_id,
         })
-        ctx = with_ids(task.ctx, span, **{keys.SESSION_ID: session_id})
-        state = SessionState(session_id, task_id, span, ctx)
+        state = SessionState(session_id, task_id, span, task.ctx)
         evicted = None
         with self._lock:
             self.sessions[session_id] = state
@@ -213,16 +222,19 @@ class Registry:
         return state
 
     # --- phases --------------------------------------------------------------------
-    def start_phase(self, state: SessionState, phase: str, payload: Any = None) -> LeanSpan:
+    def start_phase(self, state: SessionState, phase: str, payload: Any = None,
+                    current: bool = False) -> LeanSpan:
         options = self.phase_options.get(phase)
         if options is not None and not options.allow_overlap:
             if any(p.name == phase for p in state.open_phases):
                 guard.report("overlapping_phase",
                              "phase %r started while another instance is open (register_phase "
                              "allow_overlap=False); both are recorded", phase)
-        # Phases are children of their session span whatever scope is current;
-        # the session's own context (its span and ids) is reused, not copied.
-        span = LeanSpan(self._pipeline, phase, state.ctx, args=payload,
+        # Phases are children of their session span whatever scope is current.
+        # A phase made current needs the session's ids in its context for the
+        # spans inside it; one that is only marked (mark_<phase>_start) does not.
+        ctx = state.ctx if current else state.task_ctx
+        span = LeanSpan(self._pipeline, phase, ctx, parent=state.span, args=payload,
                         attributes={keys.SPAN_KIND: keys.KIND_PHASE, keys.PHASE: phase,
                                     keys.SESSION_ID: state.session_id, keys.TASK_ID: state.task_id})
         state.open_phases.append(span)
@@ -290,13 +302,13 @@ class Registry:
             phase.end()
         state.open_phases.clear()
         span = state.span
-        attrs: dict[str, Any] = {keys.SESSION_STATUS: status}
+        attrs = span.attributes  # registry spans always have a dict; no copy needed
+        attrs[keys.SESSION_STATUS] = status
         if reason is not None:
             attrs[keys.SESSION_REASON] = str(reason)
         if state.counters:
             for name, value in state.counters.items():
                 attrs[keys.SESSION_COUNTER_PREFIX + str(name)] = value
-        span.set_attributes(attrs)
         if status == keys.STATUS_FAILED:
             span.set_status(StatusCode.ERROR, str(reason or "failed"))
         span.end()
