@@ -16,6 +16,7 @@ Frames on the pipe: one type byte, a 4-byte big-endian length, the payload.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import json
 import marshal
@@ -26,6 +27,7 @@ import struct
 import subprocess
 import sys
 import threading
+import time
 from typing import Any
 
 from . import guard
@@ -37,16 +39,22 @@ _SEQ = struct.Struct(">Q")
 
 
 class ExporterProcess:
-    """The training process's handle on its exporter process."""
+    """The training process's handle on its exporter process.
 
-    def __init__(self, settings: Any, resource_attributes: dict[str, Any]) -> None:
+    Batches are marshal-ed on the export thread and written to the pipe by a
+    writer thread of their own (the write blocks with the GIL released), so
+    finished spans leave the training process's heap at once and wait, when the
+    exporter is busy, as compact bytes bounded by ``max_pending_spans``.
+    """
+
+    def __init__(self, settings: Any, resource_attributes: dict[str, Any],
+                 max_pending_spans: int = 262_144) -> None:
         self._config = json.dumps({
             "settings": dataclasses.asdict(settings),
             "resource": resource_attributes,
         })
-        self._lock = threading.Lock()
+        self._max_pending = max_pending_spans
         self._proc: subprocess.Popen | None = None
-        self._seq = 0
         self.failed = False
         self.start()
 
@@ -58,6 +66,14 @@ class ExporterProcess:
         self._proc = subprocess.Popen(
             [sys.executable, "-m", "otel_rl._internal.exporter_main"],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
+        self._cond = threading.Condition()
+        self._pending: collections.deque[tuple[bytes, int] | None] = collections.deque()
+        self._pending_spans = 0
+        self._writing: tuple[bytes, int] | None = None
+        self._seq = 0
+        self._flush_lock = threading.Lock()
+        self._writer = threading.Thread(target=self._write_loop, name="otel_rl-ship", daemon=True)
+        self._writer.start()
 
     def after_fork_in_child(self) -> None:
         # The pipe belongs to the parent: a forked child keeping it open would
@@ -68,53 +84,102 @@ class ExporterProcess:
                 os.close(stream.fileno())
             except OSError:
                 pass
-        self._lock = threading.Lock()
+        self.failed = False
         self.start()
 
-    def _write(self, kind: bytes, payload: bytes) -> bool:
-        proc = self._proc
-        if proc is None or self.failed:
-            return False
-        try:
-            proc.stdin.write(_HEADER.pack(kind, len(payload)))
-            proc.stdin.write(payload)
-            proc.stdin.flush()
-            return True
-        except (OSError, ValueError) as exc:
-            self.failed = True
-            guard.report("exporter_process_lost", "the exporter process is gone (%r); "
-                         "exporting in the training process from now on", exc)
-            return False
-
+    # --- export thread side ------------------------------------------------------------
     def send(self, records: list[tuple]) -> bool:
-        """Ships one batch; ``False`` if the exporter process is gone."""
+        """Queues one batch for the pipe; ``False`` once the exporter process is gone."""
+        if self.failed:
+            return False
         try:
             payload = marshal.dumps(records)
         except ValueError:
             # A payload marshal cannot hold (a tensor, an enum): summarise it.
             payload = marshal.dumps([_safe(rec) for rec in records])
-        with self._lock:
-            return self._write(b"B", payload)
+        n = len(records)
+        with self._cond:
+            if self._pending_spans + n > self._max_pending:
+                guard.count("spans_dropped_exporter_backlog", n)
+                guard.report("exporter_backlog", "the exporter process is behind by %d spans; "
+                             "dropping new spans (counted)", self._pending_spans)
+                return True
+            self._pending.append((_HEADER.pack(b"B", len(payload)) + payload, n))
+            self._pending_spans += n
+            self._cond.notify()
+        return True
 
+    def take_unsent(self) -> list[tuple]:
+        """After a failure: the records that never reached the exporter process."""
+        with self._cond:
+            frames = ([self._writing] if self._writing else []) + [f for f in self._pending if f]
+            self._pending.clear()
+            self._writing = None
+            self._pending_spans = 0
+        records: list[tuple] = []
+        for frame, n in frames:
+            if n:
+                records.extend(marshal.loads(frame[_HEADER.size:]))
+        return records
+
+    # --- writer thread ---------------------------------------------------------------------
+    def _write_loop(self) -> None:
+        proc = self._proc
+        while True:
+            with self._cond:
+                while not self._pending:
+                    self._cond.wait()
+                item = self._pending.popleft()
+                self._writing = item
+            if item is None:
+                try:
+                    proc.stdin.close()
+                except OSError:
+                    pass
+                return
+            try:
+                proc.stdin.write(item[0])
+                proc.stdin.flush()
+            except (OSError, ValueError) as exc:
+                self._lost(exc)
+                return
+            with self._cond:
+                self._writing = None
+                self._pending_spans -= item[1]
+                self._cond.notify_all()
+
+    def _lost(self, exc: BaseException) -> None:
+        with self._cond:
+            if self.failed:
+                return
+            self.failed = True
+            self._cond.notify_all()
+        guard.report("exporter_process_lost", "the exporter process is gone (%r); "
+                     "exporting in the training process from now on", exc)
+
+    # --- caller side ------------------------------------------------------------------------
     def flush(self, timeout_s: float) -> bool:
         """Waits until the exporter process has written everything sent so far."""
-        with self._lock:
+        if self.failed or self._proc is None:
+            return False
+        with self._flush_lock:
             self._seq += 1
             seq = self._seq
-            if not self._write(b"F", _SEQ.pack(seq)):
-                return False
-            stdout = self._proc.stdout
-            fd = stdout.fileno()
-            deadline = timeout_s
+            with self._cond:
+                self._pending.append((_HEADER.pack(b"F", _SEQ.size) + _SEQ.pack(seq), 0))
+                self._cond.notify()
+            fd = self._proc.stdout.fileno()
+            end = time.monotonic() + timeout_s
             got = b""
             while len(got) < _SEQ.size:
-                ready, _, _ = select.select([fd], [], [], deadline)
+                ready, _, _ = select.select([fd], [], [], max(0.0, end - time.monotonic()))
                 if not ready:
                     guard.report("flush_timeout", "the exporter process did not flush within %.1fs",
                                  timeout_s)
                     return False
                 chunk = os.read(fd, _SEQ.size - len(got))
-                if not chunk:
+                if not chunk:  # end-of-file: the exporter process is gone
+                    self._lost(EOFError("exporter process exited"))
                     return False
                 got += chunk
                 if len(got) == _SEQ.size and _SEQ.unpack(got)[0] < seq:
@@ -125,13 +190,13 @@ class ExporterProcess:
         proc = self._proc
         if proc is None:
             return
-        with self._lock:
-            try:
-                proc.stdin.close()
-            except OSError:
-                pass
+        end = time.monotonic() + timeout_s
+        with self._cond:
+            self._pending.append(None)
+            self._cond.notify()
+        self._writer.join(max(0.0, end - time.monotonic()))
         try:
-            proc.wait(timeout_s)
+            proc.wait(max(0.0, end - time.monotonic()))
         except subprocess.TimeoutExpired:
             guard.report("shutdown_timeout", "the exporter process did not finish within %.1fs; "
                          "stopped", timeout_s)

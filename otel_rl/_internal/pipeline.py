@@ -55,11 +55,14 @@ class Pipeline:
         self._sampler = sampler
         self._default_sampling = _is_default_sampler(sampler)
         self._max = max_queue_size
-        self._wake_at = max(1, min(max_queue_size // 4, 8192))
+        # Wake the export thread early in a burst: spans leave the heap sooner
+        # (as records or bytes) and die young, which keeps garbage collection cheap.
+        self._wake_at = max(1, min(max_queue_size // 4, 2048))
         self._interval = export_interval_ms / 1000.0
         self._after_batch = after_batch
         self.shipper = shipper
         self._fallback = fallback
+        self._fail_over_lock = threading.Lock()
         self._queue: collections.deque[Any] = collections.deque()
         self._thread_names: dict[int, str] = {}
         self._closed = False
@@ -129,8 +132,12 @@ class Pipeline:
                 if not self._cond.wait_for(lambda: self._flush_done >= target, deadline()):
                     return False
         shipper = self.shipper
-        if shipper is not None and not shipper.failed:
-            return shipper.flush(deadline())
+        if shipper is not None and self.sink is None:
+            if shipper.flush(deadline()):
+                return True
+            if not shipper.failed:
+                return False
+            self._fail_over()
         return True
 
     def shutdown(self, timeout_s: float) -> bool:
@@ -175,10 +182,10 @@ class Pipeline:
                 except Exception as exc:  # noqa: BLE001
                     guard.report("export_error", "a span could not be processed: %r", exc)
             shipper = self.shipper
-            if shipper is not None and not shipper.failed:
+            if shipper is not None and self.sink is None:
                 if shipper.send(records):
                     continue
-                self._use_fallback()
+                self._fail_over()
             self._process_here(records)
 
     def _record(self, span: Any) -> tuple:
@@ -196,9 +203,14 @@ class Pipeline:
         if self._after_batch is not None:
             self._after_batch()
 
-    def _use_fallback(self) -> None:
-        if self.sink is None and self._fallback is not None:
+    def _fail_over(self) -> None:
+        """The exporter process is gone: export here from now on, starting
+        with what it never received."""
+        with self._fail_over_lock:
+            if self.sink is not None:
+                return
             self.sink, self._after_batch = self._fallback()
+            self._process_here(self.shipper.take_unsent())
 
     def thread_name(self, ident: int) -> str:
         name = self._thread_names.get(ident)

@@ -189,7 +189,8 @@ def configure(config: Any = None, *, rank: int | None = None, role: str | None =
         if settings.export_process and not foreign and meter_provider is None:
             # Nothing else needs the spans in this process: encode and export
             # in the exporter process, off the training loop's GIL.
-            shipper = ExporterProcess(settings, dict(resource.attributes))
+            shipper = ExporterProcess(settings, dict(resource.attributes),
+                                      max_pending_spans=settings.max_queue_size)
 
             def fallback() -> tuple[SpanProcessor, Any]:
                 return build_chain(None)
