@@ -259,20 +259,34 @@ def _session_event(registry: Any, method: str, session_id: Any, task_id: Any,
             name = payload.get("name", payload.get("counter", "count"))
             registry.increment_counter(state, str(name), payload.get("value", 1))
         return
-    if method.startswith("mark_") and method.endswith(("_start", "_end")):
-        start = method.endswith("_start")
-        phase = method[len("mark_"):-len("_start" if start else "_end")]
-        if phase:
-            state = registry.lookup_session(session_id, method)
-            if state is None:
-                return
-            extra = payload or None
-            if start:
-                registry.start_phase(state, phase, extra)
-            else:
-                registry.end_phase_by_name(state, phase, extra)
+    parsed = _PHASE_METHODS.get(method)
+    if parsed is None:
+        parsed = _parse_phase_method(method)
+        if len(_PHASE_METHODS) < 4096:
+            _PHASE_METHODS[method] = parsed
+    if parsed:
+        phase, start = parsed
+        state = registry.lookup_session(session_id, method)
+        if state is None:
             return
+        if start:
+            registry.start_phase(state, phase, payload or None)
+        else:
+            registry.end_phase_by_name(state, phase, payload or None)
+        return
     guard.report("unknown_session_method", "unknown trace_session_event method %r; ignored", method)
+
+
+def _parse_phase_method(method: str) -> tuple[str, bool] | tuple[()]:
+    """``mark_<phase>_start`` -> (phase, True), ``mark_<phase>_end`` -> (phase, False), else ()."""
+    for suffix, start in (("_start", True), ("_end", False)):
+        if method.startswith("mark_") and method.endswith(suffix) and len(method) > 5 + len(suffix):
+            return method[5:-len(suffix)], start
+    return ()
+
+
+#: Parsed phase methods; bounded because method names come from code, but capped anyway.
+_PHASE_METHODS: dict[str, Any] = {}
 
 
 @guard.guarded()

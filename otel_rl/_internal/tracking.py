@@ -99,7 +99,7 @@ class Registry:
     def __init__(self, pipeline: Any, max_pending_sessions: int) -> None:
         self._pipeline = pipeline
         self._max_pending = max_pending_sessions
-        self._lock = threading.RLock()
+        self._lock = threading.Lock()
         self._task_ids = itertools.count()
         self._session_ids = itertools.count()
         self.tasks: dict[Any, TaskState] = {}
@@ -251,9 +251,12 @@ class Registry:
         span.end()
 
     def end_phase_by_name(self, state: SessionState, phase: str, payload: Any = None) -> None:
-        for span in reversed(state.open_phases):
+        phases = state.open_phases
+        for i in range(len(phases) - 1, -1, -1):
+            span = phases[i]
             if span.name == phase:
-                self.end_phase(state, span, payload)
+                del phases[i]
+                self.end_phase(None, span, payload)
                 return
         guard.report("phase_end_without_start", "mark_%s_end without a start; ignored", phase)
 
