@@ -25,6 +25,7 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from . import guard
 from .chrome_trace import BATCH_MARKER, ChromeTraceEncoder, json_safe_value
+from .jsonl import AppendOnlyFile
 
 
 # Objects whose locks must be new in a forked child: a lock held by the parent's
@@ -85,29 +86,18 @@ class ChromeTraceFileExporter(SpanExporter):
         self.path = os.fspath(path)
         self._encoder = encoder if encoder is not None else ChromeTraceEncoder()
         self._lock = threading.Lock()
-        self._fd: int | None = None
-        # A write that failed half way may have left a partial line; the next
-        # batch starts on a fresh line so only that one line is lost.
-        self._dirty = False
+        self._file = AppendOnlyFile(self.path)
         self._closed = False
         self.lines_written = 0
         _fork_sensitive.add(self)
         try:
-            self._open()
+            self._file.open()
         except OSError as exc:
             # Not fatal: the next export tries again, and counts its failure.
             guard.report("trace_file_error", "cannot open %s: %s", self.path, exc)
 
     def _after_fork_in_child(self) -> None:
         self._lock = threading.Lock()
-
-    def _open(self) -> int:
-        if self._fd is None:
-            directory = os.path.dirname(self.path)
-            if directory:
-                os.makedirs(directory, exist_ok=True)
-            self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        return self._fd
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         """Encodes ``spans`` and appends their events; never raises.
@@ -136,18 +126,8 @@ class ChromeTraceFileExporter(SpanExporter):
         except Exception as exc:  # noqa: BLE001
             guard.report("trace_file_error", "cannot serialise trace events: %r", exc)
             return False
-        if self._dirty:
-            data[:0] = b"\n"
         try:
-            fd = self._open()
-            view = memoryview(data)
-            self._dirty = True
-            # Unbuffered: once a write returns the lines are the kernel's, so a
-            # crash of this process cannot lose them.
-            while view:
-                written = os.write(fd, view)
-                view = view[written:]
-            self._dirty = False
+            self._file.write(data)
         except OSError as exc:
             guard.count("trace_file_events_lost", len(events))
             guard.report("trace_file_error", "cannot write %s: %s", self.path, exc)
@@ -169,12 +149,7 @@ class ChromeTraceFileExporter(SpanExporter):
             except Exception as exc:  # noqa: BLE001
                 guard.report("trace_file_error", "cannot finish %s: %r", self.path, exc)
             self._closed = True
-            if self._fd is not None:
-                try:
-                    os.close(self._fd)
-                except OSError:
-                    pass
-                self._fd = None
+            self._file.close()
 
 
 class InPlaceBatchProcessor(SpanProcessor):

@@ -20,6 +20,45 @@ def dumps_line(obj: Any) -> bytes:
         return orjson.dumps(json_safe(obj)) + b"\n"
 
 
+class AppendOnlyFile:
+    """A file written only by appending whole batches of lines.
+
+    Opened lazily in append mode (a forked child or another writer never
+    overwrites), written unbuffered (once ``write`` returns, a crash of this
+    process cannot lose the lines), and a batch cut short by an error is
+    followed by a newline so the next batch starts on a line of its own.
+    """
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._fd: int | None = None
+        self._dirty = False
+
+    def open(self) -> int:
+        """Opens (creating parent directories) if not yet open; raises ``OSError``."""
+        if self._fd is None:
+            os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
+            self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        return self._fd
+
+    def write(self, data: bytes | bytearray) -> None:
+        """Appends ``data``; raises ``OSError`` when it cannot."""
+        self.open()
+        view = memoryview(b"\n" + bytes(data) if self._dirty else data)
+        self._dirty = True
+        while view:
+            view = view[os.write(self._fd, view):]
+        self._dirty = False
+
+    def close(self) -> None:
+        if self._fd is not None:
+            try:
+                os.close(self._fd)
+            except OSError:
+                pass
+            self._fd = None
+
+
 class JsonlAppender:
     """Buffers JSON lines and appends them with one ``write`` per batch.
 
@@ -36,7 +75,7 @@ class JsonlAppender:
         self._buffer = bytearray()
         self._count = 0
         self._lock = threading.Lock()
-        self._fd: int | None = None
+        self._file = AppendOnlyFile(path)
         self.written = 0
 
     def add(self, obj: Any) -> None:
@@ -61,13 +100,7 @@ class JsonlAppender:
 
     def _write(self, data: bytearray, count: int) -> bool:
         try:
-            if self._fd is None:
-                os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
-                self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-            view = memoryview(data)
-            while view:
-                n = os.write(self._fd, view)
-                view = view[n:]
+            self._file.write(data)
             self.written += count
             return True
         except OSError as exc:
@@ -77,9 +110,4 @@ class JsonlAppender:
 
     def close(self) -> None:
         self.flush()
-        if self._fd is not None:
-            try:
-                os.close(self._fd)
-            except OSError:
-                pass
-            self._fd = None
+        self._file.close()

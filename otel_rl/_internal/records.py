@@ -40,6 +40,14 @@ def id_value(value: Any) -> Any:
     return value
 
 
+def _links(links: Any) -> list[tuple] | None:
+    if not links:
+        return None
+    return [(link.context.trace_id, link.context.span_id, link.context.is_remote,
+             int(link.context.trace_flags), dict(link.attributes) if link.attributes else None)
+            for link in links]
+
+
 def record_from_lean(span: Any, thread_name: str) -> tuple:
     """The record of a finished :class:`~otel_rl._internal.spans.LeanSpan`."""
     ids = None
@@ -47,17 +55,13 @@ def record_from_lean(span: Any, thread_name: str) -> tuple:
     if bag:
         ids = tuple(bag.get(key) for key in keys.BAGGAGE_KEYS)
     state = span.trace_state
-    links = None
-    if span.links:
-        links = [(l.context.trace_id, l.context.span_id, l.context.is_remote,
-                  int(l.context.trace_flags), dict(l.attributes) if l.attributes else None)
-                 for l in span.links]
     return (
         span.name, span.trace_id, span.span_id, span.parent_id, span.parent_remote, span.flags,
         state.to_header() if state else None, span.start_ns, span.end_ns, span.kind.value, ids,
         span.thread, thread_name,
         None if span.category is None else normalize_category(span.category),
-        span.attributes, span.args, span.events, links, span.status_code.value, span.status_desc,
+        span.attributes, span.args, span.events, _links(span.links), span.status_code.value,
+        span.status_desc,
         None,
     )
 
@@ -66,11 +70,6 @@ def record_from_readable(span: ReadableSpan) -> tuple:
     """The record of an SDK span made by other instrumentation."""
     ctx = span.context
     parent = span.parent
-    links = None
-    if span.links:
-        links = [(l.context.trace_id, l.context.span_id, l.context.is_remote,
-                  int(l.context.trace_flags), dict(l.attributes) if l.attributes else None)
-                 for l in span.links]
     events = [(e.name, dict(e.attributes) if e.attributes else None, e.timestamp) for e in span.events]
     scope = span.instrumentation_scope
     return (
@@ -78,7 +77,7 @@ def record_from_readable(span: ReadableSpan) -> tuple:
         bool(parent and parent.is_remote), int(ctx.trace_flags),
         ctx.trace_state.to_header() if ctx.trace_state else None, span.start_time, span.end_time,
         span.kind.value, None, None, None, None, dict(span.attributes or {}), None, events or None,
-        links, span.status.status_code.value, span.status.description,
+        _links(span.links), span.status.status_code.value, span.status.description,
         (scope.name, scope.version) if scope is not None else ("", None),
     )
 
