@@ -224,6 +224,26 @@ class Context:
             shutil.rmtree(root, ignore_errors=True)
 
 
+def exporter_cpu_s() -> float:
+    """CPU seconds used so far by otel_rl's exporter process (0 in thread mode).
+
+    Read from /proc, so it counts on Linux only: what the training process
+    hands to the exporter still costs a core, and an honest total includes it.
+    """
+    from otel_rl._internal.state import STATE
+
+    shipper = STATE.pipeline.shipper if STATE.pipeline is not None else None
+    proc = getattr(shipper, "_proc", None)
+    if proc is None:
+        return 0.0
+    try:
+        with open(f"/proc/{proc.pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def drop_counters(diag: dict[str, int]) -> dict[str, int]:
     """The diagnostics entries that mean data was lost."""
     words = ("drop", "lost", "evict", "error", "timeout")

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator, Mapping, MutableMapping
-from typing import Any
 
 from opentelemetry import context as context_api
 from opentelemetry import propagate

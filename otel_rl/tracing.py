@@ -15,7 +15,7 @@ from opentelemetry.trace import SpanKind
 from opentelemetry.trace.propagation import _SPAN_KEY
 
 from ._internal import guard, keys
-from ._internal.category import CATEGORY_ALIASES, Category, normalize_category
+from ._internal.category import Category, normalize_category
 from ._internal.spans import NULL_SCOPE, LeanSpan
 from ._internal.state import STATE
 from ._internal.tracking import with_ids

@@ -45,7 +45,6 @@ KIND_TASK = "task"
 KIND_SESSION = "session"
 KIND_PHASE = "phase"
 KIND_STEP = "step"
-KIND_SCOPE = "scope"
 
 # --- GenAI semantic conventions used by generation phases
 GEN_AI_REQUEST_MODEL = "gen_ai.request.model"

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
+from opentelemetry.sdk.trace import SpanProcessor
 from opentelemetry.sdk.trace.sampling import Decision, Sampler
 from opentelemetry.trace import SpanContext, SpanKind
 
@@ -220,9 +220,6 @@ class Pipeline:
             self._thread_names[ident] = name
         return name
 
-    def to_readable(self, span: Any) -> ReadableSpan:
-        """The SDK ``ReadableSpan`` exporters receive for ``span``."""
-        return self._build(self._record(span))
 
 
 def _is_default_sampler(sampler: Sampler) -> bool:

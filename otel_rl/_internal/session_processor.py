@@ -19,7 +19,7 @@ from opentelemetry import trace as trace_api
 from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 from opentelemetry.trace import NonRecordingSpan
-from opentelemetry.trace.status import Status, StatusCode
+from opentelemetry.trace.status import StatusCode
 
 from . import guard, keys
 from .jsonl import JsonlAppender
@@ -190,9 +190,6 @@ def _with_attributes(span: ReadableSpan, extra: dict[str, Any]) -> ReadableSpan:
         return span
     attributes = dict(span.attributes or {})
     attributes.update(extra)
-    status = span.status
-    if attributes.get(keys.SESSION_STATUS) == keys.STATUS_FAILED and status.status_code is not StatusCode.ERROR:
-        status = Status(StatusCode.ERROR, str(attributes.get(keys.SESSION_REASON) or "failed"))
     return ReadableSpan(
         name=span.name,
         context=span.context,
@@ -202,7 +199,7 @@ def _with_attributes(span: ReadableSpan, extra: dict[str, Any]) -> ReadableSpan:
         events=span.events,
         links=span.links,
         kind=span.kind,
-        status=status,
+        status=span.status,
         start_time=span.start_time,
         end_time=span.end_time,
         instrumentation_scope=span.instrumentation_scope,

@@ -189,8 +189,10 @@ def configure(config: Any = None, *, rank: int | None = None, role: str | None =
         if settings.export_process and not foreign and meter_provider is None:
             # Nothing else needs the spans in this process: encode and export
             # in the exporter process, off the training loop's GIL.
+            # The backlog waits as bytes (~200 B a span); a quarter of the
+            # queue bound keeps it near 13 MB by default, a 50k burst included.
             shipper = ExporterProcess(settings, dict(resource.attributes),
-                                      max_pending_spans=settings.max_queue_size)
+                                      max_pending_spans=max(1, settings.max_queue_size // 4))
 
             def fallback() -> tuple[SpanProcessor, Any]:
                 return build_chain(None)
