@@ -15,6 +15,7 @@ import inspect
 from typing import Any, Callable, TypeVar
 
 from opentelemetry import context as context_api
+from opentelemetry.trace.status import StatusCode
 
 from ._internal import guard, keys
 from ._internal.spans import LeanSpan
@@ -154,7 +155,7 @@ class trace_session_phase:  # noqa: N801 - AReaL's name; a class for speed
             return None
         try:
             registry = STATE.registry
-            state = self._state = registry.lookup_session(None, f"phase {self.phase!r}")
+            state = self._state = registry.lookup_session(None, self.phase)
             if state is None:
                 return None
             span = self._span = registry.start_phase(state, self.phase, self.start_payload, current=True)
@@ -176,8 +177,6 @@ class trace_session_phase:  # noqa: N801 - AReaL's name; a class for speed
                 context_api.detach(token)
             if exc is not None and not span.end_ns:
                 span.record_exception(exc, escaped=True)
-                from opentelemetry.trace.status import StatusCode
-
                 span.set_status(StatusCode.ERROR, f"{exc_type.__name__}: {exc}")
             STATE.registry.end_phase(self._state, span, self.end_payload)
         except Exception as err:  # noqa: BLE001

@@ -13,6 +13,7 @@ from typing import Any, Callable, TypeVar
 from opentelemetry import context as context_api
 from opentelemetry.trace import SpanKind
 from opentelemetry.trace.propagation import _SPAN_KEY
+from opentelemetry.trace.status import StatusCode
 
 from ._internal import guard, keys
 from ._internal.category import Category, normalize_category
@@ -156,8 +157,6 @@ def _record(span: LeanSpan, exc: BaseException) -> None:
     if isinstance(exc, GeneratorExit):
         return
     span.record_exception(exc, escaped=True)
-    from opentelemetry.trace.status import StatusCode
-
     span.set_status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}")
 
 
