@@ -122,3 +122,29 @@ def test_a_sigkilled_training_process_leaves_every_shipped_span_on_disk(tmp_path
     out = tmp_path / "merged.json"
     assert convert_main([str(path), "-o", str(out), "-q"]) == 0
     assert sum(1 for e in json.loads(out.read_text())["traceEvents"] if e["ph"] == "X") == 150
+
+
+def test_a_forked_child_records_its_own_spans_under_its_own_pid(tmp_path):
+    otel_rl.configure(fileroot=str(tmp_path), tracer_provider=TracerProvider(shutdown_on_exit=False))
+    with otel_rl.trace_scope("parent.before_fork"):
+        pass
+    pid = os.fork()
+    if pid == 0:  # the child: trace, flush, leave without running the parent's atexit
+        code = 1
+        try:
+            with otel_rl.trace_scope("child.work"):
+                pass
+            otel_rl.shutdown()
+            code = 0
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.WEXITSTATUS(status) == 0
+    run_dir = otel_rl.settings().run_dir
+    otel_rl.shutdown()
+    with open(os.path.join(run_dir, "traces-r0.jsonl")) as f:
+        events = [e for e in map(json.loads, f) if e["ph"] == "X"]
+    pids = {e["name"]: e["pid"] for e in events}
+    assert sorted(e["name"] for e in events) == ["child.work", "parent.before_fork"]
+    assert pids["child.work"] == pid
+    assert pids["parent.before_fork"] == os.getpid()

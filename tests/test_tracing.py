@@ -221,7 +221,6 @@ def test_task_links_to_the_step_that_submitted_it(traced):
     with otel_rl.step_scope(1):
         task_id = otel_rl.register_task()
     otel_rl.trace_session_event("mark_finalized", task_id=task_id)
-    spans = traced.exporter.get_finished_spans()
     otel_rl.save(force=True)
     spans = traced.exporter.get_finished_spans()
     step = next(s for s in spans if s.name == "step")

@@ -30,7 +30,7 @@ import threading
 import time
 from typing import Any
 
-from . import guard
+from . import guard, keys
 from .records import make_marshalable
 
 CONFIG_ENV = "OTEL_RL_EXPORTER_CONFIG"
@@ -84,6 +84,9 @@ class ExporterProcess:
                 os.close(stream.fileno())
             except OSError:
                 pass
+        config = json.loads(self._config)
+        config["resource"][keys.PROCESS_PID] = os.getpid()  # the child is a process of its own
+        self._config = json.dumps(config)
         self.failed = False
         self.start()
 

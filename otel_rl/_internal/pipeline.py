@@ -24,7 +24,7 @@ from opentelemetry.sdk.trace import SpanProcessor
 from opentelemetry.sdk.trace.sampling import Decision, Sampler
 from opentelemetry.trace import SpanContext, SpanKind
 
-from . import guard
+from . import guard, keys
 from .records import ReadableBuilder, record_from_lean, record_from_readable
 from .spans import LeanSpan
 
@@ -89,6 +89,8 @@ class Pipeline:
         if self._closed:
             return
         self._queue.clear()
+        self.resource = self.resource.merge(Resource({keys.PROCESS_PID: os.getpid()}))
+        self._build = ReadableBuilder(self.resource).build
         if self.shipper is not None:
             self.shipper.after_fork_in_child()
         self._init_thread_state()

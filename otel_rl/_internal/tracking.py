@@ -117,9 +117,7 @@ class Registry:
         # A task is the root of its own trace; the step or scope that submitted
         # it is linked, not parented, because rollouts cross step boundaries.
         root = with_ids(Context(), **_carried_ids(current, keys.STEP))
-        root_values = dict(root)
-        root_values.pop(_SPAN_KEY, None)
-        span = LeanSpan(self._pipeline, "task", Context(root_values),
+        span = LeanSpan(self._pipeline, "task", root,
                         attributes={keys.SPAN_KIND: keys.KIND_TASK, keys.TASK_ID: task_id})
         parent = current.get(_SPAN_KEY)
         if parent is not None:
