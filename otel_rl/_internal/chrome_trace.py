@@ -87,6 +87,10 @@ def _args_from(attributes: Mapping[str, Any] | None) -> dict[str, Any]:
     if not attributes:
         return {}
     out = dict(attributes)
+    # The track already names the thread; repeating it on every slice only
+    # makes the file bigger.
+    out.pop(keys.THREAD_ID, None)
+    out.pop(keys.THREAD_NAME, None)
     # Most values are already JSON primitives; only the rest are rewritten
     # (values change in place, the dict's size does not).
     for key, value in out.items():
