@@ -407,10 +407,8 @@ def w_otlp(ctx: Context, repeats: int) -> dict[str, Any]:
         label = "OTLP scope + 5 attrs" if with_attrs else "OTLP scope"
         cpu = us_per("cpu_s")
         rows.append(make_row(f"{label}: caller thread", "µs/span", samples, us_per("caller_s")))
-        cpu_targets = None
-        if with_attrs:
-            def cpu_targets(c: dict[str, dict | None]) -> list[dict]:
-                return [ratio_target("≤0.4× SDK+OTLP", c["otel_rl"], c["sdk"], 0.4)]
+        cpu_targets = (lambda c: [ratio_target("≤0.4× SDK+OTLP", c["otel_rl"], c["sdk"], 0.4)]) \
+            if with_attrs else None
         rows.append(make_row(f"{label}: process CPU", "µs CPU/span", samples, cpu, targets=cpu_targets,
                              note="otel_rl also writes its trace file (default); JSONL column: file only"))
         rows.append(make_row(f"{label}: CPU incl. exporter process", "µs CPU/span", samples,

@@ -153,10 +153,6 @@ class Pipeline:
             self.shipper.close(deadline())
         return ok
 
-    @property
-    def queued(self) -> int:
-        return len(self._queue)
-
     # --- export thread --------------------------------------------------------------
     def _run(self) -> None:
         while not self._stopping:

@@ -81,7 +81,6 @@ class SessionSpanProcessor(SpanProcessor):
         self._phases: collections.OrderedDict[Any, dict[str, list[tuple[int, int | None]]]] = (
             collections.OrderedDict()
         )
-        self.records_written = 0
 
     def on_start(self, span: Any, parent_context: Any = None) -> None:
         self._next.on_start(span, parent_context=parent_context)
@@ -164,7 +163,6 @@ class SessionSpanProcessor(SpanProcessor):
         record["span_id"] = f"{span.context.span_id:016x}"
         if self._records is not None:
             self._records.add(record)
-            self.records_written += 1
         if self._metrics is not None and not pending:
             labels = {keys.SESSION_STATUS: status}
             self._metrics.session_duration.record(total_s, labels, context=_exemplar_context(span))
