@@ -17,13 +17,13 @@ from opentelemetry.trace.status import StatusCode
 
 from ._internal import guard, keys
 from ._internal.category import Category, normalize_category
-from ._internal.spans import NULL_SCOPE, LeanSpan
+from ._internal.spans import NULL_SCOPE, LeanSpan, attach, detach, get_current
 from ._internal.state import STATE
 from ._internal.tracking import with_ids
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-_get_current = context_api.get_current
+_get_current = get_current
 _INTERNAL = SpanKind.INTERNAL
 
 
@@ -62,6 +62,9 @@ def trace_perf(name: str, category: Category | str | None = None, args: dict[str
         category: A :class:`Category` (or its name).
         args: Metadata attached to every call's span.
     """
+
+    # Once per decoration, not per call.
+    category = normalize_category(category)
 
     def decorate(fn: F) -> F:
         if inspect.isasyncgenfunction(fn):
@@ -147,10 +150,10 @@ class _Resumed:
     def __enter__(self) -> None:
         values = dict(_get_current())
         values[_SPAN_KEY] = self.span
-        self.token = context_api.attach(context_api.Context(values))
+        self.token = attach(context_api.Context(values))
 
     def __exit__(self, *exc: Any) -> None:
-        context_api.detach(self.token)
+        detach(self.token)
 
 
 def _record(span: LeanSpan, exc: BaseException) -> None:

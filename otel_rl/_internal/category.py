@@ -36,11 +36,24 @@ CATEGORY_ALIASES: dict[str, Category] = {
 }
 
 
+#: Exact spellings (and members) to their canonical string: the fast path.
+_CANONICAL: dict[Any, str] = {
+    **{name: member.value for name, member in CATEGORY_ALIASES.items()},
+    **{member: member.value for member in Category},
+}
+
+
 def normalize_category(category: Any) -> str | None:
     """The category's canonical string; a wrong type or unknown name is counted
     and recorded as ``misc`` (never raised)."""
     if category is None:
         return None
+    try:
+        found = _CANONICAL.get(category)
+    except TypeError:  # unhashable
+        found = None
+    if found is not None:
+        return found
     if isinstance(category, Category):
         return category.value
     if isinstance(category, str):

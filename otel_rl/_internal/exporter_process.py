@@ -10,7 +10,7 @@ training process dies, the child reads end-of-file, writes what it has and
 exits.
 
 Frames on the pipe: one type byte, a 4-byte big-endian length, the payload.
-``B``: a marshal-ed list of records. ``F``: a flush request carrying an
+``B``: a marshal-ed pair ``(thread names, records)``. ``F``: a flush request carrying an
 8-byte sequence number, acknowledged by writing the number back on stdout.
 """
 
@@ -91,15 +91,15 @@ class ExporterProcess:
         self.start()
 
     # --- export thread side ------------------------------------------------------------
-    def send(self, records: list[tuple]) -> bool:
+    def send(self, records: list[tuple], thread_names: dict[int, str]) -> bool:
         """Queues one batch for the pipe; ``False`` once the exporter process is gone."""
         if self.failed:
             return False
         try:
-            payload = marshal.dumps(records)
+            payload = marshal.dumps((thread_names, records))
         except ValueError:
             # A payload marshal cannot hold (a tensor, an enum): summarise it.
-            payload = marshal.dumps([_safe(rec) for rec in records])
+            payload = marshal.dumps((thread_names, [_safe(rec) for rec in records]))
         n = len(records)
         with self._cond:
             if self._pending_spans + n > self._max_pending:
@@ -122,7 +122,7 @@ class ExporterProcess:
         records: list[tuple] = []
         for frame, n in frames:
             if n:
-                records.extend(marshal.loads(frame[_HEADER.size:]))
+                records.extend(marshal.loads(frame[_HEADER.size:])[1])
         return records
 
     # --- writer thread ---------------------------------------------------------------------
@@ -247,7 +247,8 @@ def main() -> int:
     resource = Resource(config["resource"])
     chain = ExportChain(settings, resource, os.environ)
     sink = chain.sink()
-    build = ReadableBuilder(resource).build
+    builder = ReadableBuilder(resource)
+    build = builder.build
     stdin = sys.stdin.buffer
     stdout = sys.stdout.buffer
     timeout_s = settings.shutdown_timeout_ms / 1000.0
@@ -260,7 +261,9 @@ def main() -> int:
         if payload is None:
             break
         if kind == b"B":
-            for rec in marshal.loads(payload):
+            thread_names, records = marshal.loads(payload)
+            builder.thread_names.update(thread_names)
+            for rec in records:
                 try:
                     sink.on_end(build(rec))
                 except Exception as exc:  # noqa: BLE001

@@ -1,12 +1,12 @@
 """The background half of a span's life: queue, records, processors.
 
-Finished :class:`~otel_rl._internal.spans.LeanSpan` objects are appended to a
-deque (one atomic append on the caller's thread). A single daemon thread drains
-it every ``export_interval_ms`` (sooner when it fills) and turns each span into
-a record (:mod:`.records`). In thread mode the records become SDK
-``ReadableSpan`` objects handed to ``sink`` (the session processor, which wraps
-the TracerProvider's processors) right here; in process mode they are shipped
-to the exporter process (:mod:`.exporter_process`).
+A finished :class:`~otel_rl._internal.spans.LeanSpan` appends its record
+(:mod:`.records`) to a deque (one atomic append on the caller's thread). A
+single daemon thread drains it every ``export_interval_ms`` (sooner when it
+fills). In thread mode the records become SDK ``ReadableSpan`` objects handed
+to ``sink`` (the session processor, which wraps the TracerProvider's
+processors) right here; in process mode each batch is shipped, as it is, to the
+exporter process (:mod:`.exporter_process`).
 """
 
 from __future__ import annotations
@@ -25,8 +25,7 @@ from opentelemetry.sdk.trace.sampling import Decision, Sampler
 from opentelemetry.trace import SpanContext, SpanKind
 
 from . import guard, keys
-from .records import ReadableBuilder, record_from_lean, record_from_readable
-from .spans import LeanSpan
+from .records import THREAD, ReadableBuilder, record_from_readable
 
 class Pipeline:
     """Owns the span queue and the export thread of one configured process.
@@ -51,7 +50,8 @@ class Pipeline:
     ) -> None:
         self.sink = sink
         self.resource = resource
-        self._build = ReadableBuilder(resource).build
+        self._thread_names: dict[int, str] = {}
+        self._build = ReadableBuilder(resource, self._thread_names).build
         self._sampler = sampler
         self._default_sampling = _is_default_sampler(sampler)
         self._max = max_queue_size
@@ -64,7 +64,6 @@ class Pipeline:
         self._fallback = fallback
         self._fail_over_lock = threading.Lock()
         self._queue: collections.deque[Any] = collections.deque()
-        self._thread_names: dict[int, str] = {}
         self._closed = False
         self._init_thread_state()
         if hasattr(os, "register_at_fork"):
@@ -90,14 +89,14 @@ class Pipeline:
             return
         self._queue.clear()
         self.resource = self.resource.merge(Resource({keys.PROCESS_PID: os.getpid()}))
-        self._build = ReadableBuilder(self.resource).build
+        self._build = ReadableBuilder(self.resource, self._thread_names).build
         if self.shipper is not None:
             self.shipper.after_fork_in_child()
         self._init_thread_state()
 
     # --- caller side --------------------------------------------------------------
     def enqueue(self, span: Any) -> None:
-        """Queues a finished span (a LeanSpan, or a ReadableSpan from other instrumentation)."""
+        """Queues a finished span: a record, or a ReadableSpan from other instrumentation."""
         queue = self._queue
         if len(queue) >= self._max:
             guard.count("spans_dropped_queue_full")
@@ -167,29 +166,33 @@ class Pipeline:
 
     def _drain(self) -> None:
         queue = self._queue
+        popleft = queue.popleft
         while queue:
-            records = []
-            take = min(len(queue), 4096)
-            for _ in range(take):
-                try:
-                    span = queue.popleft()
-                except IndexError:
-                    break
-                try:
-                    records.append(self._record(span))
-                except Exception as exc:  # noqa: BLE001
-                    guard.report("export_error", "a span could not be processed: %r", exc)
+            # Only this thread pops, so ``take`` items are there.
+            records = [popleft() for _ in range(min(len(queue), 4096))]
+            if not all(type(rec) is tuple for rec in records):
+                records = [rec if type(rec) is tuple else self._from_readable(rec) for rec in records]
+                records = [rec for rec in records if rec is not None]
+            names = self._names_of(records)
             shipper = self.shipper
             if shipper is not None and self.sink is None:
-                if shipper.send(records):
+                if shipper.send(records, names):
                     continue
                 self._fail_over()
             self._process_here(records)
 
-    def _record(self, span: Any) -> tuple:
-        if type(span) is LeanSpan:
-            return record_from_lean(span, self.thread_name(span.thread))
-        return record_from_readable(span)
+    def _from_readable(self, span: Any) -> tuple | None:
+        try:
+            return record_from_readable(span)
+        except Exception as exc:  # noqa: BLE001
+            guard.report("export_error", "a span could not be processed: %r", exc)
+            return None
+
+    def _names_of(self, records: list[Any]) -> dict[int, str]:
+        """Names of the threads ``records`` ran on (also cached for thread mode)."""
+        thread_name = self.thread_name
+        return {ident: thread_name(ident) for ident in {rec[THREAD] for rec in records}
+                if ident is not None}
 
     def _process_here(self, records: list[tuple]) -> None:
         sink, build = self.sink, self._build

@@ -1,8 +1,9 @@
 """Span records: the plain-tuple form of a finished span.
 
 A record holds only built-in types, so a batch of them is one ``marshal``
-call away from bytes: this is what the export thread ships to the exporter
-process. Both the in-process path and the exporter process build the SDK
+call away from bytes: a span builds its own record when it ends
+(:meth:`~otel_rl._internal.spans.LeanSpan.record`), and the export thread
+ships batches of them to the exporter process. Both the in-process path and the exporter process build the SDK
 ``ReadableSpan`` from a record with :func:`readable_from_record`, so the spans
 that reach an exporter are identical whichever path produced them.
 """
@@ -11,7 +12,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from opentelemetry.baggage import _BAGGAGE_KEY
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import Event, ReadableSpan
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
@@ -19,17 +19,19 @@ from opentelemetry.trace import Link, SpanContext, SpanKind, TraceFlags, TraceSt
 from opentelemetry.trace.status import Status, StatusCode
 
 from . import keys
-from .category import normalize_category
 from .payload import flatten_attributes, json_safe
+from .spans import link_records
 
 _UNSET = Status(StatusCode.UNSET)
 _KINDS = {kind.value: kind for kind in SpanKind}
 _CODES = {code.value: code for code in StatusCode}
 _EMPTY_STATE = TraceState()
 
-# Field positions of a record.
+# Field positions of a record. IDS is the baggage dict of the span's context
+# (otel_rl's ids are picked from it when the SDK span is built); THREAD is the
+# thread ident, whose name the builder looks up in ``thread_names``.
 (NAME, TRACE_ID, SPAN_ID, PARENT_ID, PARENT_REMOTE, FLAGS, TRACE_STATE, START, END, KIND, IDS,
- THREAD, THREAD_NAME, CATEGORY, ATTRIBUTES, ARGS, EVENTS, LINKS, STATUS, STATUS_DESC, SCOPE) = range(21)
+ THREAD, CATEGORY, ATTRIBUTES, ARGS, EVENTS, LINKS, STATUS, STATUS_DESC, SCOPE) = range(20)
 
 
 def id_value(value: Any) -> Any:
@@ -38,32 +40,6 @@ def id_value(value: Any) -> Any:
     if isinstance(value, str) and value.isdigit():
         return int(value)
     return value
-
-
-def _links(links: Any) -> list[tuple] | None:
-    if not links:
-        return None
-    return [(link.context.trace_id, link.context.span_id, link.context.is_remote,
-             int(link.context.trace_flags), dict(link.attributes) if link.attributes else None)
-            for link in links]
-
-
-def record_from_lean(span: Any, thread_name: str) -> tuple:
-    """The record of a finished :class:`~otel_rl._internal.spans.LeanSpan`."""
-    ids = None
-    bag = span.ctx.get(_BAGGAGE_KEY)
-    if bag:
-        ids = tuple(bag.get(key) for key in keys.BAGGAGE_KEYS)
-    state = span.trace_state
-    return (
-        span.name, span.trace_id, span.span_id, span.parent_id, span.parent_remote, span.flags,
-        state.to_header() if state else None, span.start_ns, span.end_ns, span.kind.value, ids,
-        span.thread, thread_name,
-        None if span.category is None else normalize_category(span.category),
-        span.attributes, span.args, span.events, _links(span.links), span.status_code.value,
-        span.status_desc,
-        None,
-    )
 
 
 def record_from_readable(span: ReadableSpan) -> tuple:
@@ -76,16 +52,16 @@ def record_from_readable(span: ReadableSpan) -> tuple:
         span.name, ctx.trace_id, ctx.span_id, parent.span_id if parent else 0,
         bool(parent and parent.is_remote), int(ctx.trace_flags),
         ctx.trace_state.to_header() if ctx.trace_state else None, span.start_time, span.end_time,
-        span.kind.value, None, None, None, None, dict(span.attributes or {}), None, events or None,
-        _links(span.links), span.status.status_code.value, span.status.description,
-        (scope.name, scope.version) if scope is not None else ("", None),
+        span.kind.value, None, None, None, dict(span.attributes or {}), None, events or None,
+        link_records(span.links) if span.links else None, span.status.status_code.value,
+        span.status.description, (scope.name, scope.version) if scope is not None else ("", None),
     )
 
 
 def make_marshalable(record: tuple) -> tuple:
     """``record`` with user payloads reduced to JSON-safe values (tensors summarised)."""
     fields = list(record)
-    for index in (ATTRIBUTES, ARGS):
+    for index in (IDS, ATTRIBUTES, ARGS):
         if fields[index]:
             fields[index] = json_safe(fields[index])
     if fields[EVENTS]:
@@ -93,27 +69,36 @@ def make_marshalable(record: tuple) -> tuple:
     if fields[LINKS]:
         fields[LINKS] = [(t, s, r, f, json_safe(a) if a else None) for t, s, r, f, a in fields[LINKS]]
     fields[NAME] = str(fields[NAME])
+    if fields[CATEGORY] is not None:
+        fields[CATEGORY] = str(fields[CATEGORY])
     return tuple(fields)
 
 
 class ReadableBuilder:
-    """Builds ``ReadableSpan`` objects for one resource."""
+    """Builds ``ReadableSpan`` objects for one resource.
 
-    def __init__(self, resource: Resource) -> None:
+    ``thread_names`` maps the thread idents of records to names; the export
+    thread ships the names of each batch's threads with it.
+    """
+
+    def __init__(self, resource: Resource, thread_names: dict[int, str] | None = None) -> None:
         self.resource = resource
+        self.thread_names = {} if thread_names is None else thread_names
         self._own_scope = InstrumentationScope(keys.INSTRUMENTATION_NAME)
         self._scopes: dict[Any, InstrumentationScope] = {}
 
     def build(self, rec: tuple) -> ReadableSpan:
         attrs: dict[str, Any] = {}
-        ids = rec[IDS]
-        if ids:
-            for key, value in zip(keys.BAGGAGE_KEYS, ids):
+        bag = rec[IDS]
+        if bag:
+            for key in keys.BAGGAGE_KEYS:
+                value = bag.get(key)
                 if value is not None:
                     attrs[key] = id_value(value)
-        if rec[THREAD] is not None:
-            attrs[keys.THREAD_ID] = rec[THREAD]
-            attrs[keys.THREAD_NAME] = rec[THREAD_NAME]
+        thread = rec[THREAD]
+        if thread is not None:
+            attrs[keys.THREAD_ID] = thread
+            attrs[keys.THREAD_NAME] = self.thread_names.get(thread) or f"thread-{thread}"
         if rec[CATEGORY] is not None:
             attrs[keys.CATEGORY] = rec[CATEGORY]
         if rec[ATTRIBUTES]:

@@ -3,10 +3,12 @@
 What a span costs on the caller's thread is what training pays, so a
 :class:`LeanSpan` only takes two timestamps, draws ids, and attaches itself to
 the OpenTelemetry context (so ``trace.get_current_span()`` returns it and any
-third-party instrumentation nests under it). Everything else - the SDK
-``ReadableSpan``, baggage to attributes, payload sanitising, session
-derivation, encoding - happens on the background thread of
-:class:`~otel_rl._internal.pipeline.Pipeline`.
+third-party instrumentation nests under it). When it ends it appends its
+record (:mod:`.records`, a tuple of built-in values) to the pipeline's queue,
+so the background never touches the span object again. Everything else - the
+SDK ``ReadableSpan``, baggage to attributes, payload sanitising, session
+derivation, encoding - happens on the export thread of
+:class:`~otel_rl._internal.pipeline.Pipeline` or in the exporter process.
 """
 
 from __future__ import annotations
@@ -19,22 +21,37 @@ from typing import TYPE_CHECKING, Any
 
 from opentelemetry import context as context_api
 from opentelemetry import trace as trace_api
+from opentelemetry.baggage import _BAGGAGE_KEY
+from opentelemetry.context.contextvars_context import ContextVarsRuntimeContext
 from opentelemetry.trace import SpanContext, SpanKind, TraceFlags, TraceState
 from opentelemetry.trace.propagation import _SPAN_KEY
 from opentelemetry.trace.status import Status, StatusCode
 from opentelemetry.util import types
+
+from .category import normalize_category
 
 if TYPE_CHECKING:
     from .pipeline import Pipeline
 
 _time_ns = time.time_ns
 _get_ident = threading.get_ident
-_get_current = context_api.get_current
-_attach = context_api.attach
-_detach = context_api.detach
 _Context = context_api.Context
 _EMPTY_STATE = TraceState()
-_SAMPLED = 1
+
+# The API's get_current / attach / detach are two Python calls deep around one
+# ContextVar; with the default runtime context the hot path uses the ContextVar
+# directly (same object, same semantics). Another runtime context selected with
+# OTEL_PYTHON_CONTEXT keeps the API functions.
+_runtime = getattr(context_api, "_RUNTIME_CONTEXT", None)
+if type(_runtime) is ContextVarsRuntimeContext:
+    _var = _runtime._current_context  # noqa: SLF001
+    get_current = _var.get
+    attach = _var.set
+    detach = _var.reset
+else:  # pragma: no cover - only with a custom OTEL_PYTHON_CONTEXT
+    get_current = context_api.get_current
+    attach = context_api.attach
+    detach = context_api.detach
 
 
 def _new_trace_id() -> int:
@@ -84,7 +101,8 @@ class LeanSpan(trace_api.Span):
         self.kind = kind
         self.attributes = attributes
         self.args = args
-        self.category = category
+        # Records hold built-in types only (a Category member is a str subclass).
+        self.category = category if category is None else normalize_category(category)
         self.events = None
         self.links = links
         self.status_code = StatusCode.UNSET
@@ -197,13 +215,25 @@ class LeanSpan(trace_api.Span):
         if self.end_ns:
             return
         self.end_ns = end_time or _time_ns()
-        self._pipeline.enqueue(self)
+        self._pipeline.enqueue(self.record())
+
+    def record(self) -> tuple:
+        """The span's record (field order in :mod:`.records`); built once, at its end."""
+        state = self.trace_state
+        links = self.links
+        return (
+            self.name, self.trace_id, self.span_id, self.parent_id, self.parent_remote,
+            self.flags, None if state is _EMPTY_STATE else (state.to_header() or None),
+            self.start_ns, self.end_ns, self.kind._value_, self.ctx.get(_BAGGAGE_KEY),
+            self.thread, self.category, self.attributes, self.args, self.events,
+            links and link_records(links), self.status_code._value_, self.status_desc, None,
+        )
 
     # --- context manager ------------------------------------------------------------
     def __enter__(self) -> LeanSpan:
         ctx = _Context(self.ctx)
         dict.__setitem__(ctx, _SPAN_KEY, self)
-        self._token = _attach(ctx)
+        self._token = attach(ctx)
         return self
 
     def __exit__(
@@ -216,16 +246,15 @@ class LeanSpan(trace_api.Span):
         if token is not None:
             self._token = None
             try:
-                _detach(token)
+                detach(token)
             except Exception:  # noqa: BLE001 - a token from another context; never raise
                 pass
         if exc is not None and not self.end_ns:
             self.record_exception(exc, escaped=True)
             self.set_status(StatusCode.ERROR, f"{exc_type.__name__}: {exc}")
-        # end(), inlined: this is the hot path of every scope.
         if not self.end_ns:
             self.end_ns = _time_ns()
-            self._pipeline.enqueue(self)
+            self._pipeline.enqueue(self.record())
 
     async def __aenter__(self) -> LeanSpan:
         return self.__enter__()
@@ -235,6 +264,13 @@ class LeanSpan(trace_api.Span):
 
     def __repr__(self) -> str:
         return f"LeanSpan({self.name!r}, trace_id={self.trace_id:032x}, span_id={self.span_id:016x})"
+
+
+def link_records(links: Any) -> list[tuple]:
+    """Links as ``(trace_id, span_id, is_remote, flags, attributes)`` tuples."""
+    return [(link.context.trace_id, link.context.span_id, link.context.is_remote,
+             int(link.context.trace_flags), dict(link.attributes) if link.attributes else None)
+            for link in links]
 
 
 class NullScope:
@@ -275,7 +311,7 @@ class LeanTracer(trace_api.Tracer):
         record_exception: bool = True,
         set_status_on_exception: bool = True,
     ) -> LeanSpan:
-        ctx = _get_current() if context is None else context
+        ctx = get_current() if context is None else context
         attrs = dict(attributes) if attributes else None
         links = [link for link in links if link.context.is_valid] if links else None
         return LeanSpan(self._pipeline, name, ctx, kind, attrs, links=links, start_ns=start_time)
