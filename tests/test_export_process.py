@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 import signal
@@ -38,7 +39,7 @@ def _workload():
 
 def _capture_and_export(receiver, protocol, monkeypatch, tmp_path, export_process, replay=None):
     """Runs the workload (or replays captured spans) with one export path; returns
-    the finished LeanSpans and the spans the receiver got."""
+    the records of the finished spans and the spans the receiver got."""
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint)
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", protocol)
     otel_rl.configure(fileroot=str(tmp_path), tracer_provider=TracerProvider(shutdown_on_exit=False),
@@ -47,13 +48,12 @@ def _capture_and_export(receiver, protocol, monkeypatch, tmp_path, export_proces
     assert (pipeline.shipper is not None) == export_process
     captured = []
     if replay is None:
-        original = pipeline.enqueue
+        class CapturingQueue(collections.deque):
+            def append(self, record):
+                captured.append(record)
+                super().append(record)
 
-        def capture(span):
-            captured.append(span)
-            original(span)
-
-        pipeline.enqueue = capture  # spans call their pipeline's enqueue when they end
+        pipeline.queue = CapturingQueue()  # ended spans append their records here
         _workload()
     else:
         for span in replay:

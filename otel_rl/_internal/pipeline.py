@@ -54,16 +54,16 @@ class Pipeline:
         self._build = ReadableBuilder(resource, self._thread_names).build
         self._sampler = sampler
         self._default_sampling = _is_default_sampler(sampler)
-        self._max = max_queue_size
+        self.max_queue_size = max_queue_size
         # Wake the export thread early in a burst: spans leave the heap sooner
         # (as records or bytes) and die young, which keeps garbage collection cheap.
-        self._wake_at = max(1, min(max_queue_size // 4, 2048))
+        self.wake_at = max(1, min(max_queue_size // 4, 2048))
         self._interval = export_interval_ms / 1000.0
         self._after_batch = after_batch
         self.shipper = shipper
         self._fallback = fallback
         self._fail_over_lock = threading.Lock()
-        self._queue: collections.deque[Any] = collections.deque()
+        self.queue: collections.deque[Any] = collections.deque()
         self._closed = False
         self._init_thread_state()
         if hasattr(os, "register_at_fork"):
@@ -74,7 +74,7 @@ class Pipeline:
 
     # --- thread management --------------------------------------------------------
     def _init_thread_state(self) -> None:
-        self._wake = threading.Event()
+        self.wake = threading.Event()
         self._cond = threading.Condition()
         self._flush_requested = 0
         self._flush_done = 0
@@ -87,7 +87,7 @@ class Pipeline:
         # them would duplicate them. The export thread did not survive the fork.
         if self._closed:
             return
-        self._queue.clear()
+        self.queue.clear()
         self.resource = self.resource.merge(Resource({keys.PROCESS_PID: os.getpid()}))
         self._build = ReadableBuilder(self.resource, self._thread_names).build
         if self.shipper is not None:
@@ -97,13 +97,13 @@ class Pipeline:
     # --- caller side --------------------------------------------------------------
     def enqueue(self, span: Any) -> None:
         """Queues a finished span: a record, or a ReadableSpan from other instrumentation."""
-        queue = self._queue
-        if len(queue) >= self._max:
+        queue = self.queue
+        if len(queue) >= self.max_queue_size:
             guard.count("spans_dropped_queue_full")
             return
         queue.append(span)
-        if len(queue) == self._wake_at:
-            self._wake.set()
+        if len(queue) == self.wake_at:
+            self.wake.set()
 
     def sample_root(self, ctx: Any, trace_id: int, name: str, kind: SpanKind, attributes: Any) -> int:
         if self._default_sampling:
@@ -128,7 +128,7 @@ class Pipeline:
             with self._cond:
                 self._flush_requested += 1
                 target = self._flush_requested
-            self._wake.set()
+            self.wake.set()
             with self._cond:
                 if not self._cond.wait_for(lambda: self._flush_done >= target, deadline()):
                     return False
@@ -146,7 +146,7 @@ class Pipeline:
         ok = self.flush(timeout_s)
         self._closed = True
         self._stopping = True
-        self._wake.set()
+        self.wake.set()
         self._thread.join(timeout=deadline())
         if self.shipper is not None:
             self.shipper.close(deadline())
@@ -155,8 +155,8 @@ class Pipeline:
     # --- export thread --------------------------------------------------------------
     def _run(self) -> None:
         while not self._stopping:
-            self._wake.wait(self._interval)
-            self._wake.clear()
+            self.wake.wait(self._interval)
+            self.wake.clear()
             with self._cond:
                 requested = self._flush_requested
             self._drain()
@@ -165,7 +165,7 @@ class Pipeline:
                 self._cond.notify_all()
 
     def _drain(self) -> None:
-        queue = self._queue
+        queue = self.queue
         popleft = queue.popleft
         while queue:
             # Only this thread pops, so ``take`` items are there.

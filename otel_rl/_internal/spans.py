@@ -29,6 +29,7 @@ from opentelemetry.trace.status import Status, StatusCode
 from opentelemetry.util import types
 
 from .category import normalize_category
+from .guard import count
 
 if TYPE_CHECKING:
     from .pipeline import Pipeline
@@ -36,7 +37,9 @@ if TYPE_CHECKING:
 _time_ns = time.time_ns
 _get_ident = threading.get_ident
 _Context = context_api.Context
+_dict_set = dict.__setitem__  # a Context refuses item assignment; a fresh copy may take one
 _EMPTY_STATE = TraceState()
+_UNSET = StatusCode.UNSET
 
 # The API's get_current / attach / detach are two Python calls deep around one
 # ContextVar; with the default runtime context the hot path uses the ContextVar
@@ -105,13 +108,14 @@ class LeanSpan(trace_api.Span):
         self.category = category if category is None else normalize_category(category)
         self.events = None
         self.links = links
-        self.status_code = StatusCode.UNSET
+        self.status_code = _UNSET
         self.status_desc = None
         self.end_ns = 0
         self._token = None
         self._sc = None
         self.thread = _get_ident()
-        self.span_id = _new_span_id()
+        # Zero is not a valid id; the fallback runs once in 2**64 spans.
+        self.span_id = getrandbits(64) or _new_span_id()
         if parent is None:
             parent = ctx.get(_SPAN_KEY)
         if type(parent) is LeanSpan:
@@ -129,7 +133,7 @@ class LeanSpan(trace_api.Span):
                 self.flags = pipeline.sample_child(sc)
                 self.trace_state = sc.trace_state
             else:
-                self.trace_id = _new_trace_id()
+                self.trace_id = getrandbits(128) or _new_trace_id()
                 self.parent_id = 0
                 self.parent_remote = False
                 self.flags = pipeline.sample_root(ctx, self.trace_id, name, kind, attributes)
@@ -232,7 +236,7 @@ class LeanSpan(trace_api.Span):
     # --- context manager ------------------------------------------------------------
     def __enter__(self) -> LeanSpan:
         ctx = _Context(self.ctx)
-        dict.__setitem__(ctx, _SPAN_KEY, self)
+        _dict_set(ctx, _SPAN_KEY, self)
         self._token = attach(ctx)
         return self
 
@@ -254,7 +258,15 @@ class LeanSpan(trace_api.Span):
             self.set_status(StatusCode.ERROR, f"{exc_type.__name__}: {exc}")
         if not self.end_ns:
             self.end_ns = _time_ns()
-            self._pipeline.enqueue(self.record())
+            # Pipeline.enqueue, inlined: this runs once for every scope.
+            pipeline = self._pipeline
+            queue = pipeline.queue
+            if len(queue) < pipeline.max_queue_size:
+                queue.append(self.record())
+                if len(queue) == pipeline.wake_at:
+                    pipeline.wake.set()
+            else:
+                count("spans_dropped_queue_full")
 
     async def __aenter__(self) -> LeanSpan:
         return self.__enter__()
