@@ -158,7 +158,7 @@ class trace_session_phase:  # noqa: N801 - AReaL's name; a class for speed
             state = self._state = registry.lookup_session(None, self.phase)
             if state is None:
                 return None
-            span = self._span = registry.start_phase(state, self.phase, self.start_payload, current=True)
+            span = self._span = registry.start_phase(state, self.phase, self.start_payload)
             span.__enter__()
             return span
         except Exception as exc:  # noqa: BLE001
@@ -269,7 +269,7 @@ def _session_event(registry: Any, method: str, session_id: Any, task_id: Any,
         if state is None:
             return
         if start:
-            registry.start_phase(state, phase, payload or None)
+            registry.mark_phase_start(state, phase, payload or None)
         else:
             registry.end_phase_by_name(state, phase, payload or None)
         return

@@ -11,6 +11,9 @@ from __future__ import annotations
 import collections
 import itertools
 import threading
+from random import getrandbits
+from threading import get_ident
+from time import time_ns
 from typing import Any
 
 from opentelemetry.baggage import _BAGGAGE_KEY
@@ -58,30 +61,61 @@ TASK_IDLE_GRACE_NS = 1_000_000_000
 
 
 class TaskState:
-    __slots__ = ("task_id", "span", "ctx", "open_sessions", "counts", "finalize_requested",
+    __slots__ = ("task_id", "span", "ctx", "bag", "open_sessions", "counts", "finalize_requested",
                  "idle_since")
 
     def __init__(self, task_id: Any, span: LeanSpan, ctx: Context) -> None:
         self.task_id = task_id
         self.span = span
         self.ctx = ctx
+        self.bag = ctx.get(_BAGGAGE_KEY)
         self.open_sessions: set[Any] = set()
-        self.counts: collections.Counter[str] = collections.Counter()
+        self.counts: dict[str, int] = {}
         self.finalize_requested = False
         self.idle_since = 0
 
 
-class SessionState:
-    __slots__ = ("session_id", "task_id", "span", "task_ctx", "_ctx", "open_phases", "counters")
+class MarkedPhase:
+    """A phase instance opened by ``mark_<phase>_start``: never made current, so
+    it needs no span object; its record is built when it ends."""
 
-    def __init__(self, session_id: Any, task_id: Any, span: LeanSpan, task_ctx: Context) -> None:
+    __slots__ = ("name", "span_id", "start_ns", "thread", "args")
+
+    def __init__(self, name: str, args: Any) -> None:
+        self.name = name
+        self.args = args
+        self.span_id = getrandbits(64) or 1
+        self.thread = get_ident()
+        self.start_ns = time_ns()
+
+
+class SessionState:
+    __slots__ = ("session_id", "task_id", "span", "task_ctx", "bag", "_ctx", "open_phases",
+                 "counters")
+
+    def __init__(self, session_id: Any, task_id: Any, span: LeanSpan, task: TaskState) -> None:
         self.session_id = session_id
         self.task_id = task_id
         self.span = span
-        self.task_ctx = task_ctx
+        self.task_ctx = task.ctx
+        # The baggage of everything in the session: the task's plus the session id.
+        bag = dict(task.bag) if task.bag else {}
+        bag[keys.SESSION_ID] = session_id
+        self.bag = bag
         self._ctx: Context | None = None
-        self.open_phases: list[LeanSpan] = []
+        self.open_phases: list[LeanSpan | MarkedPhase] = []
         self.counters: dict[str, Any] | None = None
+
+    def phase_record(self, phase: MarkedPhase, end_ns: int, attributes: dict[str, Any],
+                     status: int = 0, description: str | None = None) -> tuple:
+        """The record (:mod:`.records`) of a marked phase, a child of this session's span."""
+        span = self.span
+        state = span.trace_state
+        return (
+            phase.name, span.trace_id, phase.span_id, span.span_id, False, span.flags,
+            None if not state else state.to_header(), phase.start_ns, end_ns, 0, self.bag,
+            phase.thread, None, attributes, phase.args, None, None, status, description, None,
+        )
 
     @property
     def ctx(self) -> Context:
@@ -89,8 +123,25 @@ class SessionState:
         on first use: code that never makes the session current never pays."""
         ctx = self._ctx
         if ctx is None:
-            ctx = self._ctx = with_ids(self.task_ctx, self.span, **{keys.SESSION_ID: self.session_id})
+            values = dict(self.task_ctx)
+            values[_BAGGAGE_KEY] = self.bag
+            values[_SPAN_KEY] = self.span
+            ctx = self._ctx = Context(values)
         return ctx
+
+
+def _phase_attributes(phase: str) -> dict[str, Any]:
+    """The attributes of a marked phase's record: one shared dict per phase
+    name (records are read, never changed)."""
+    attrs = _PHASE_ATTRIBUTES.get(phase)
+    if attrs is None:
+        attrs = {keys.SPAN_KIND: keys.KIND_PHASE, keys.PHASE: phase}
+        if len(_PHASE_ATTRIBUTES) < 4096:
+            _PHASE_ATTRIBUTES[phase] = attrs
+    return attrs
+
+
+_PHASE_ATTRIBUTES: dict[str, dict[str, Any]] = {}
 
 
 class Registry:
@@ -139,7 +190,7 @@ class Registry:
 
     def _end_task(self, task: TaskState, end_ns: int | None = None) -> None:
         span = task.span
-        counts = task.counts
+        counts = collections.Counter(task.counts)
         finished = sum(counts[s] for s in keys.FINAL_STATUSES)
         span.set_attributes({
             keys.TASK_SESSIONS: finished + counts[keys.STATUS_PENDING],
@@ -183,7 +234,7 @@ class Registry:
         span = LeanSpan(self._pipeline, "session", task.ctx, attributes={
             keys.SPAN_KIND: keys.KIND_SESSION, keys.SESSION_ID: session_id, keys.TASK_ID: task_id,
         })
-        state = SessionState(session_id, task_id, span, task.ctx)
+        state = SessionState(session_id, task_id, span, task)
         evicted = None
         with self._lock:
             self.sessions[session_id] = state
@@ -220,25 +271,31 @@ class Registry:
         return state
 
     # --- phases --------------------------------------------------------------------
-    def start_phase(self, state: SessionState, phase: str, payload: Any = None,
-                    current: bool = False) -> LeanSpan:
+    def _check_overlap(self, state: SessionState, phase: str) -> None:
         options = self.phase_options.get(phase)
         if options is not None and not options.allow_overlap:
             if any(p.name == phase for p in state.open_phases):
                 guard.report("overlapping_phase",
                              "phase %r started while another instance is open (register_phase "
                              "allow_overlap=False); both are recorded", phase)
-        # Phases are children of their session span whatever scope is current.
-        # A phase made current needs the session's ids in its context for the
-        # spans inside it; one that is only marked (mark_<phase>_start) does not.
-        ctx = state.ctx if current else state.task_ctx
-        span = LeanSpan(self._pipeline, phase, ctx, parent=state.span, args=payload,
-                        attributes={keys.SPAN_KIND: keys.KIND_PHASE, keys.PHASE: phase,
-                                    keys.SESSION_ID: state.session_id, keys.TASK_ID: state.task_id})
+
+    def start_phase(self, state: SessionState, phase: str, payload: Any = None) -> LeanSpan:
+        """A phase made current: a span, child of the session span, with the
+        session's ids in its context for the spans inside it."""
+        if self.phase_options:
+            self._check_overlap(state, phase)
+        span = LeanSpan(self._pipeline, phase, state.ctx, parent=state.span, args=payload,
+                        attributes={keys.SPAN_KIND: keys.KIND_PHASE, keys.PHASE: phase})
         state.open_phases.append(span)
         return span
 
-    def end_phase(self, state: SessionState | None, span: LeanSpan, payload: Any = None) -> None:
+    def mark_phase_start(self, state: SessionState, phase: str, payload: Any = None) -> None:
+        if self.phase_options:
+            self._check_overlap(state, phase)
+        state.open_phases.append(MarkedPhase(phase, payload))
+
+    def end_phase(self, state: SessionState | None, span: LeanSpan | MarkedPhase,
+                  payload: Any = None) -> None:
         if payload:
             span.args = {**span.args, **payload} if span.args else payload
         if state is not None:
@@ -246,7 +303,10 @@ class Registry:
                 state.open_phases.remove(span)
             except ValueError:
                 pass
-        span.end()
+        if type(span) is MarkedPhase:
+            self._pipeline.enqueue(state.phase_record(span, time_ns(), _phase_attributes(span.name)))
+        else:
+            span.end()
 
     def end_phase_by_name(self, state: SessionState, phase: str, payload: Any = None) -> None:
         phases = state.open_phases
@@ -254,7 +314,12 @@ class Registry:
             span = phases[i]
             if span.name == phase:
                 del phases[i]
-                self.end_phase(None, span, payload)
+                if type(span) is MarkedPhase:
+                    if payload:
+                        span.args = {**span.args, **payload} if span.args else payload
+                    self._pipeline.enqueue(state.phase_record(span, time_ns(), _phase_attributes(phase)))
+                else:
+                    self.end_phase(None, span, payload)
                 return
         guard.report("phase_end_without_start", "mark_%s_end without a start; ignored", phase)
 
@@ -295,12 +360,18 @@ class Registry:
     def _finalize(self, state: SessionState, status: str, reason: Any) -> None:
         if status not in keys.FINAL_STATUSES and status != keys.STATUS_PENDING:
             guard.report("unknown_status", "unknown session status %r; recorded as given", status)
-        for phase in list(state.open_phases):
+        for phase in state.open_phases:
             # A phase still running when its session ends is interrupted: ended
             # now (no leaked span) with ERROR status and a null end in the record.
-            phase.set_attribute(keys.PHASE_INTERRUPTED, True)
-            phase.set_status(StatusCode.ERROR, f"interrupted: session {status}")
-            phase.end()
+            description = f"interrupted: session {status}"
+            if type(phase) is MarkedPhase:
+                attrs = {**_phase_attributes(phase.name), keys.PHASE_INTERRUPTED: True}
+                self._pipeline.enqueue(state.phase_record(
+                    phase, time_ns(), attrs, StatusCode.ERROR.value, description))
+            else:
+                phase.set_attribute(keys.PHASE_INTERRUPTED, True)
+                phase.set_status(StatusCode.ERROR, description)
+                phase.end()
         state.open_phases.clear()
         span = state.span
         attrs = span.attributes  # registry spans always have a dict; no copy needed
@@ -321,7 +392,7 @@ class Registry:
             if task is None:
                 return
             task.open_sessions.discard(state.session_id)
-            task.counts[status] += 1
+            task.counts[status] = task.counts.get(status, 0) + 1
             if not task.open_sessions and not task.finalize_requested:
                 # More sessions of this task may still come (registered one by
                 # one); end it once it has been idle for the grace period.
