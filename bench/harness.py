@@ -108,7 +108,7 @@ class Timer:
     excludes time spent waiting for the GIL) and whole-process CPU
     (``process_time``, every thread) taken together."""
 
-    __slots__ = ("wall0", "cpu0", "thread0", "wall", "cpu", "thread_cpu")
+    __slots__ = ("wall0", "cpu0", "thread0", "wall", "cpu", "thread_cpu", "thread_cpu_total")
 
     def start(self) -> Timer:
         gc.collect()
@@ -124,7 +124,10 @@ class Timer:
         return self.wall
 
     def stop_cpu(self) -> float:
+        """Process CPU since :meth:`start`; also the calling thread's CPU
+        including what ran after the lap (a tracer's save() on that thread)."""
         self.cpu = time.process_time() - self.cpu0
+        self.thread_cpu_total = time.thread_time() - self.thread0
         return self.cpu
 
 

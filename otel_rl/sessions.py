@@ -242,24 +242,25 @@ def trace_session_event(method: str, session_id: Any = None, task_id: Any = None
 
 def _session_event(registry: Any, method: str, session_id: Any, task_id: Any,
                    payload: dict[str, Any]) -> None:
-    if method == "mark_finalized":
-        status = payload.get("status", keys.STATUS_ACCEPTED)
-        reason = payload.get("reason")
-        if session_id is None and task_id is not None:
-            registry.finalize_task(task_id, status, reason)
-            return
-        if session_id is None:
-            session_id = current_id(keys.SESSION_ID)
-        registry.finalize_session(session_id, status, reason)
-        return
-    if method == "increment_counter":
-        state = registry.lookup_session(session_id, method)
-        if state is not None:
-            name = payload.get("name", payload.get("counter", "count"))
-            registry.increment_counter(state, str(name), payload.get("value", 1))
-        return
+    # Phase marks are the common case: one dict lookup decides.
     parsed = _PHASE_METHODS.get(method)
     if parsed is None:
+        if method == "mark_finalized":
+            status = payload.get("status", keys.STATUS_ACCEPTED)
+            reason = payload.get("reason")
+            if session_id is None and task_id is not None:
+                registry.finalize_task(task_id, status, reason)
+                return
+            if session_id is None:
+                session_id = current_id(keys.SESSION_ID)
+            registry.finalize_session(session_id, status, reason)
+            return
+        if method == "increment_counter":
+            state = registry.lookup_session(session_id, method)
+            if state is not None:
+                name = payload.get("name", payload.get("counter", "count"))
+                registry.increment_counter(state, str(name), payload.get("value", 1))
+            return
         parsed = _parse_phase_method(method)
         if len(_PHASE_METHODS) < 4096:
             _PHASE_METHODS[method] = parsed

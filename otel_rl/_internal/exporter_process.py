@@ -34,6 +34,8 @@ from . import guard, keys
 from .records import make_marshalable
 
 CONFIG_ENV = "OTEL_RL_EXPORTER_CONFIG"
+#: CPU priority of the exporter process relative to the training process.
+EXPORTER_NICE = 10
 _HEADER = struct.Struct(">cI")
 _SEQ = struct.Struct(">Q")
 
@@ -233,6 +235,12 @@ def main() -> int:
     # Ctrl-C reaches the whole process group; the exporter must outlive the
     # trainer's handling of it and finish on end-of-file instead.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # Training comes first: when cores are scarce the scheduler should run the
+    # trainer's threads before this process (its backlog is bounded and counted).
+    try:
+        os.nice(EXPORTER_NICE)
+    except (AttributeError, OSError):
+        pass
     from opentelemetry.sdk.resources import Resource
 
     from .config import Settings

@@ -309,19 +309,25 @@ class Registry:
             span.end()
 
     def end_phase_by_name(self, state: SessionState, phase: str, payload: Any = None) -> None:
+        """Ends the latest open instance of ``phase`` (``mark_<phase>_end``)."""
+        now = time_ns()
         phases = state.open_phases
-        for i in range(len(phases) - 1, -1, -1):
-            span = phases[i]
-            if span.name == phase:
-                del phases[i]
-                if type(span) is MarkedPhase:
-                    if payload:
-                        span.args = {**span.args, **payload} if span.args else payload
-                    self._pipeline.enqueue(state.phase_record(span, time_ns(), _phase_attributes(phase)))
-                else:
-                    self.end_phase(None, span, payload)
+        if phases and phases[-1].name == phase:  # the usual case: the phase opened last
+            span = phases.pop()
+        else:
+            for i in range(len(phases) - 2, -1, -1):
+                if phases[i].name == phase:
+                    span = phases.pop(i)
+                    break
+            else:
+                guard.report("phase_end_without_start", "mark_%s_end without a start; ignored", phase)
                 return
-        guard.report("phase_end_without_start", "mark_%s_end without a start; ignored", phase)
+        if type(span) is not MarkedPhase:
+            self.end_phase(None, span, payload)
+            return
+        if payload:
+            span.args = {**span.args, **payload} if span.args else payload
+        self._pipeline.enqueue(state.phase_record(span, now, _phase_attributes(phase)))
 
     def increment_counter(self, state: SessionState, name: str, value: Any = 1) -> None:
         counters = state.counters
