@@ -148,3 +148,25 @@ def test_a_forked_child_records_its_own_spans_under_its_own_pid(tmp_path):
     assert sorted(e["name"] for e in events) == ["child.work", "parent.before_fork"]
     assert pids["child.work"] == pid
     assert pids["parent.before_fork"] == os.getpid()
+
+
+def test_payloads_marshal_cannot_hold_are_summarised_not_lost(tmp_path):
+    import enum
+
+    class Level(enum.IntEnum):
+        HIGH = 3
+
+    otel_rl.configure(fileroot=str(tmp_path), tracer_provider=TracerProvider(shutdown_on_exit=False))
+    assert STATE.pipeline.shipper is not None
+    with otel_rl.trace_scope("odd", args={"level": Level.HIGH, "handle": object()}):
+        pass
+    with otel_rl.trace_scope("plain"):
+        pass
+    run_dir = otel_rl.settings().run_dir
+    otel_rl.shutdown()
+    with open(os.path.join(run_dir, "traces-r0.jsonl")) as f:
+        events = {e["name"]: e for e in map(json.loads, f) if e["ph"] == "X"}
+    assert sorted(events) == ["odd", "plain"]
+    assert events["odd"]["args"]["rl.args.level"] == 3
+    assert events["odd"]["args"]["rl.args.handle"].startswith("<object object")
+    assert "export_error" not in otel_rl.diagnostics()

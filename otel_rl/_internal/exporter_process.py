@@ -101,7 +101,8 @@ class ExporterProcess:
             payload = marshal.dumps((thread_names, records))
         except ValueError:
             # A payload marshal cannot hold (a tensor, an enum): summarise it.
-            payload = marshal.dumps((thread_names, [_safe(rec) for rec in records]))
+            records = [safe for safe in map(_safe, records) if safe is not None]
+            payload = marshal.dumps((thread_names, records))
         n = len(records)
         with self._cond:
             if self._pending_spans + n > self._max_pending:
@@ -212,12 +213,21 @@ class ExporterProcess:
         self._proc = None
 
 
-def _safe(record: tuple) -> tuple:
+def _safe(record: tuple) -> tuple | None:
+    """``record`` if marshal can hold it, else with its payloads summarised;
+    ``None`` (counted) if even that fails."""
     try:
         marshal.dumps(record)
         return record
     except ValueError:
-        return make_marshalable(record)
+        pass
+    try:
+        record = make_marshalable(record)
+        marshal.dumps(record)
+        return record
+    except Exception as exc:  # noqa: BLE001 - one bad span must not stop the export thread
+        guard.report("export_error", "a span could not be shipped: %r", exc)
+        return None
 
 
 def _read_exact(stream: Any, n: int) -> bytes | None:

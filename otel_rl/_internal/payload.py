@@ -28,9 +28,19 @@ def _tensor_summary(value: Any) -> dict[str, Any] | None:
     return {"type": type(value).__name__, "shape": shape, "dtype": str(dtype), "device": str(device)}
 
 
+def _plain_value(value: Any) -> Any:
+    for base in (bool, int, float, str):
+        if isinstance(value, base):
+            return base.__str__(value) if base is str else base(value)
+    return value
+
+
 def json_safe(value: Any, depth: int = 0) -> Any:
     """A JSON-serialisable version of ``value`` (for session records and files)."""
     if value is None or isinstance(value, _PRIMITIVES):
+        if type(value) not in _PRIMITIVES:
+            # An enum or other subclass: its plain value (marshal and OTLP take no subclasses).
+            value = _plain_value(value)
         if isinstance(value, str) and len(value) > _MAX_STR:
             return value[:_MAX_STR] + "..."
         if isinstance(value, float) and value != value:  # NaN is not JSON

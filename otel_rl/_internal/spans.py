@@ -57,14 +57,14 @@ else:  # pragma: no cover - only with a custom OTEL_PYTHON_CONTEXT
     detach = context_api.detach
 
 
-def _new_trace_id() -> int:
+def new_trace_id() -> int:
     trace_id = getrandbits(128)
     while not trace_id:
         trace_id = getrandbits(128)
     return trace_id
 
 
-def _new_span_id() -> int:
+def new_span_id() -> int:
     span_id = getrandbits(64)
     while not span_id:
         span_id = getrandbits(64)
@@ -115,7 +115,7 @@ class LeanSpan(trace_api.Span):
         self._sc = None
         self.thread = _get_ident()
         # Zero is not a valid id; the fallback runs once in 2**64 spans.
-        self.span_id = getrandbits(64) or _new_span_id()
+        self.span_id = getrandbits(64) or new_span_id()
         if parent is None:
             parent = ctx.get(_SPAN_KEY)
         if type(parent) is LeanSpan:
@@ -133,7 +133,7 @@ class LeanSpan(trace_api.Span):
                 self.flags = pipeline.sample_child(sc)
                 self.trace_state = sc.trace_state
             else:
-                self.trace_id = getrandbits(128) or _new_trace_id()
+                self.trace_id = getrandbits(128) or new_trace_id()
                 self.parent_id = 0
                 self.parent_remote = False
                 self.flags = pipeline.sample_root(ctx, self.trace_id, name, kind, attributes)

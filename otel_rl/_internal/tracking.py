@@ -23,7 +23,7 @@ from opentelemetry.trace.status import StatusCode
 
 from . import guard, keys
 from .records import id_value
-from .spans import LeanSpan
+from .spans import LeanSpan, new_span_id
 
 
 def with_ids(ctx: Any, span: Any = None, **ids: Any) -> Context:
@@ -84,7 +84,7 @@ class MarkedPhase:
     def __init__(self, name: str, args: Any) -> None:
         self.name = name
         self.args = args
-        self.span_id = getrandbits(64) or 1
+        self.span_id = getrandbits(64) or new_span_id()
         self.thread = get_ident()
         self.start_ns = time_ns()
 
@@ -294,8 +294,7 @@ class Registry:
             self._check_overlap(state, phase)
         state.open_phases.append(MarkedPhase(phase, payload))
 
-    def end_phase(self, state: SessionState | None, span: LeanSpan | MarkedPhase,
-                  payload: Any = None) -> None:
+    def end_phase(self, state: SessionState | None, span: LeanSpan, payload: Any = None) -> None:
         if payload:
             span.args = {**span.args, **payload} if span.args else payload
         if state is not None:
@@ -303,10 +302,7 @@ class Registry:
                 state.open_phases.remove(span)
             except ValueError:
                 pass
-        if type(span) is MarkedPhase:
-            self._pipeline.enqueue(state.phase_record(span, time_ns(), _phase_attributes(span.name)))
-        else:
-            span.end()
+        span.end()
 
     def end_phase_by_name(self, state: SessionState, phase: str, payload: Any = None) -> None:
         """Ends the latest open instance of ``phase`` (``mark_<phase>_end``)."""
