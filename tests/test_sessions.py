@@ -102,6 +102,22 @@ def test_failed_sessions_have_error_status_with_the_reason(traced):
     assert (session["status"], session["status_message"]) == ("ERROR", "engine timeout")
 
 
+def test_finalizing_a_session_interrupts_a_phase_opened_by_a_mark(traced):
+    _, session_id = start_session()
+    otel_rl.trace_session_event("mark_reward_start", session_id=session_id, judge="rule")
+    otel_rl.trace_session_event("mark_finalized", session_id=session_id, status="rejected")
+    spans = traced.spans()
+    reward, session = one(spans, "reward"), one(spans, "session")
+    assert reward["parent_span_id"] == session["span_id"]
+    assert (reward["status"], reward["status_message"]) == ("ERROR", "interrupted: session rejected")
+    assert reward["attributes"]["rl.phase.interrupted"] is True
+    assert reward["attributes"]["rl.session.id"] == session_id
+    assert reward["attributes"]["rl.args.judge"] == "rule"
+    (record,) = records(traced)
+    assert record["phases"]["reward"][0]["end_ts"] is None
+    assert record["reward_s"] == 0
+
+
 def test_finalizing_a_task_interrupts_a_running_phase(traced):
     task_id, session_id = start_session()
     phase = otel_rl.trace_session_phase("generate")

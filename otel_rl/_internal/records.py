@@ -69,8 +69,6 @@ def make_marshalable(record: tuple) -> tuple:
     if fields[LINKS]:
         fields[LINKS] = [(t, s, r, f, json_safe(a) if a else None) for t, s, r, f, a in fields[LINKS]]
     fields[NAME] = str(fields[NAME])
-    if fields[CATEGORY] is not None:
-        fields[CATEGORY] = str(fields[CATEGORY])
     return tuple(fields)
 
 
