@@ -58,9 +58,9 @@ def otlp_span_exporter(environ: Any) -> Any:
     if not endpoint:
         return None
     if otlp_protocol(environ, endpoint) == "grpc":
-        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+        from .grpc_exporter import GrpcSpanExporter
 
-        return OTLPSpanExporter()
+        return GrpcSpanExporter()
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HTTPExporter
 
     return HTTPExporter()
