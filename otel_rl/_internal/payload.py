@@ -13,6 +13,9 @@ from typing import Any
 _MAX_STR = 4096
 _MAX_ITEMS = 128
 _PRIMITIVES = (str, bool, int, float)
+#: Attribute names by (prefix, key), bounded.
+_NAMES: dict[tuple[str, str], str] = {}
+_MAX_NAMES = 65_536
 
 
 def _tensor_summary(value: Any) -> dict[str, Any] | None:
@@ -71,9 +74,22 @@ def flatten_attributes(prefix: str, values: Mapping[str, Any] | None, out: dict[
     """
     if not values:
         return
+    names = _NAMES
     for key, value in values.items():
-        name = prefix + str(key)
         if value is None:
+            continue
+        if type(key) is str:
+            # The same few keys recur on every span of a run: join each once.
+            name = names.get((prefix, key))
+            if name is None:
+                name = prefix + key
+                if len(names) < _MAX_NAMES:
+                    names[(prefix, key)] = name
+        else:
+            name = prefix + str(key)
+        kind = type(value)
+        if kind is int or kind is float or kind is bool:
+            out[name] = value
             continue
         if isinstance(value, _PRIMITIVES):
             out[name] = value if not isinstance(value, str) or len(value) <= _MAX_STR else value[:_MAX_STR]

@@ -26,6 +26,7 @@ _UNSET = Status(StatusCode.UNSET)
 _KINDS = {kind.value: kind for kind in SpanKind}
 _CODES = {code.value: code for code in StatusCode}
 _EMPTY_STATE = TraceState()
+_TRACE_FLAGS = {value: TraceFlags(value) for value in (TraceFlags.DEFAULT, TraceFlags.SAMPLED)}
 
 # Field positions of a record. IDS is the baggage dict of the span's context
 # (otel_rl's ids are picked from it when the SDK span is built); THREAD is the
@@ -110,7 +111,7 @@ class ReadableBuilder:
         if rec[LINKS]:
             links = tuple(Link(SpanContext(t, s, r, TraceFlags(f)), _event_attributes(a))
                           for t, s, r, f, a in rec[LINKS])
-        flags = TraceFlags(rec[FLAGS])
+        flags = _TRACE_FLAGS.get(rec[FLAGS]) or TraceFlags(rec[FLAGS])
         state = TraceState.from_header([rec[TRACE_STATE]]) if rec[TRACE_STATE] else _EMPTY_STATE
         trace_id = rec[TRACE_ID]
         parent = None
