@@ -17,7 +17,8 @@ from ._internal import setup as _setup
 from ._internal.config import ConfigError, Settings
 from ._internal.state import STATE as _STATE
 from .environment_variables import OTEL_RL_ENABLED as _OTEL_RL_ENABLED
-from .propagation import attach, extract, inject
+from . import propagation
+from .propagation import attach, carry, context_kwargs, extract, inject, inject_env, propagating
 from .sessions import (
     atrace_session_phase,
     get_session_id,
@@ -134,11 +135,12 @@ def diagnostics() -> dict[str, int]:
 
 __all__ = [
     "Category", "ConfigError", "Settings", "atrace_scope", "atrace_session_phase", "attach",
-    "configure", "diagnostics", "extract", "get_session_id", "get_task_id", "get_tracer",
-    "increment_counter", "inject", "instant", "is_configured", "is_enabled", "register_phase",
+    "carry", "configure", "context_kwargs", "diagnostics", "extract", "get_session_id",
+    "get_task_id", "get_tracer", "increment_counter", "inject", "inject_env", "instant",
+    "is_configured", "is_enabled", "propagating", "propagation", "register_phase",
     "register_session", "register_task", "reset", "save", "session_context", "set_session_id",
     "set_step", "set_task_id", "settings", "shutdown", "step_scope", "trace_perf", "trace_scope",
-    "trace_session", "trace_session_event", "trace_session_phase",
+    "trace_session", "trace_session_event", "trace_session_phase"
 ]
 
 

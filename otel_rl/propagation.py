@@ -4,17 +4,49 @@ Uses the globally configured OpenTelemetry propagators (``OTEL_PROPAGATORS``;
 W3C ``traceparent`` + ``baggage`` by default), so anything that reads
 ``traceparent`` - an OpenTelemetry-instrumented vLLM or SGLang server, another
 otel_rl process - joins the session's trace and gets its ids.
+
+Carriers, by where the other side lives:
+
+* HTTP: :func:`inject` into request headers (or let :func:`instrument_httpx`,
+  :func:`aiohttp_trace_config` and :func:`instrument_requests` do it for every
+  request of a client); on the server :class:`ASGIMiddleware` or
+  :func:`attach` / :func:`extract` on the received headers.
+* A process pool, an executor or Ray: :func:`carry` wraps a function with the
+  caller's context; :func:`propagating` makes a worker function accept one
+  (``otel_rl_context=``, see :func:`context_kwargs`).
+* A spawned subprocess: :func:`inject_env` writes the OpenTelemetry
+  environment carrier (``TRACEPARENT``, ``TRACESTATE``, ``BAGGAGE``); a child
+  that configures otel_rl picks it up by itself (:func:`extract_env`).
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Mapping, MutableMapping
+import functools
+import inspect
+import os
+from collections.abc import Callable, Iterator, Mapping, MutableMapping
+from typing import Any, TypeVar
 
 from opentelemetry import context as context_api
 from opentelemetry import propagate
 
 from ._internal import guard
+from ._internal.asgi import ASGIMiddleware
+from ._internal.http_clients import aiohttp_trace_config, instrument_httpx, instrument_requests
+
+__all__ = [
+    "ASGIMiddleware", "CONTEXT_KWARG", "ENV_CARRIER_KEYS", "aiohttp_trace_config", "attach", "carry",
+    "context_kwargs", "extract", "extract_env", "inject", "inject_env", "instrument_httpx",
+    "instrument_requests", "propagating",
+]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+#: The keyword argument :func:`propagating` functions take the caller's context in.
+CONTEXT_KWARG = "otel_rl_context"
+#: Environment variables of the OpenTelemetry environment carrier, by header name.
+ENV_CARRIER_KEYS = {"traceparent": "TRACEPARENT", "tracestate": "TRACESTATE", "baggage": "BAGGAGE"}
 
 
 def inject(carrier: MutableMapping[str, str] | None = None) -> dict[str, str] | MutableMapping[str, str]:
@@ -66,3 +98,123 @@ def attach(carrier: Mapping[str, str] | context_api.Context | None) -> Iterator[
         yield ctx
     finally:
         context_api.detach(token)
+
+
+# --- spawned subprocesses: the environment carrier ---------------------------------------
+def inject_env(env: MutableMapping[str, str] | None = None) -> MutableMapping[str, str]:
+    """Writes the current context into an environment for a subprocess.
+
+    Uses the OpenTelemetry specification's environment carrier: the header
+    names upper-cased (``TRACEPARENT``, ``TRACESTATE``, ``BAGGAGE``). Variables
+    of a context that is not carried (no current span, no baggage) are removed,
+    so a child never inherits a stale parent.
+
+    Args:
+        env: The environment to fill; a copy of ``os.environ`` when omitted.
+
+    Returns:
+        The environment, for ``subprocess.run(cmd, env=otel_rl.inject_env())``.
+    """
+    env = dict(os.environ) if env is None else env
+    headers = inject({})
+    for header, name in ENV_CARRIER_KEYS.items():
+        value = headers.get(header)
+        if value:
+            env[name] = value
+        else:
+            env.pop(name, None)
+    return env
+
+
+def extract_env(environ: Mapping[str, str] | None = None) -> context_api.Context:
+    """The context a parent process passed in the environment (see :func:`inject_env`).
+
+    ``configure()`` attaches it by itself when ``TRACEPARENT`` or ``BAGGAGE``
+    is set, so a subprocess's spans join its parent's trace with no code.
+
+    Args:
+        environ: The environment to read; ``os.environ`` when omitted.
+    """
+    environ = os.environ if environ is None else environ
+    headers = {header: environ[name] for header, name in ENV_CARRIER_KEYS.items() if environ.get(name)}
+    return extract(headers)
+
+
+# --- pools, executors, Ray: the context travels with the call --------------------------------
+class _Carried:
+    """A picklable callable: ``fn`` run inside the context captured when it was made."""
+
+    __slots__ = ("fn", "carrier", "__wrapped__")
+
+    def __init__(self, fn: Callable[..., Any], carrier: dict[str, str]) -> None:
+        self.fn = fn
+        self.carrier = carrier
+        self.__wrapped__ = fn
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        with attach(self.carrier):
+            return self.fn(*args, **kwargs)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_Carried, (self.fn, self.carrier))
+
+
+def carry(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` bound to the current context, to run in another process or thread.
+
+    The context is captured now, as W3C headers, so the result pickles (when
+    ``fn`` does: a module-level function) and works with ``multiprocessing``
+    pools and ``Process(target=...)``, ``concurrent.futures`` executors and
+    anything else that calls it elsewhere::
+
+        pool.apply_async(otel_rl.carry(score), (sample,))
+
+    Spans the call makes join the caller's trace and carry its task and
+    session ids (when the worker process configured otel_rl, for example
+    through ``OTEL_RL_ENABLED=1`` in its environment).
+    """
+    return _Carried(fn, dict(inject({})))
+
+
+def context_kwargs() -> dict[str, dict[str, str]]:
+    """The keyword argument that ships the current context to a :func:`propagating` function.
+
+    For Ray, where the task is declared once and called by name::
+
+        rollout.remote(prompt, **otel_rl.context_kwargs())
+    """
+    return {CONTEXT_KWARG: dict(inject({}))}
+
+
+def propagating(fn: F) -> F:
+    """Decorator for worker functions: an ``otel_rl_context=`` argument (from
+    :func:`context_kwargs`) is taken off and the call runs inside that context.
+
+    Calls without it run as before. Works under ``@ray.remote`` (put this
+    decorator below it) and for any function called in another process::
+
+        @ray.remote
+        @otel_rl.propagating
+        def rollout(prompt): ...
+    """
+
+    if inspect.iscoroutinefunction(fn):
+        @functools.wraps(fn)
+        async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
+            carrier = kwargs.pop(CONTEXT_KWARG, None)
+            if not carrier:
+                return await fn(*args, **kwargs)
+            with attach(carrier):
+                return await fn(*args, **kwargs)
+
+        return async_wrapper  # type: ignore[return-value]
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        carrier = kwargs.pop(CONTEXT_KWARG, None)
+        if not carrier:
+            return fn(*args, **kwargs)
+        with attach(carrier):
+            return fn(*args, **kwargs)
+
+    return wrapper  # type: ignore[return-value]

@@ -44,6 +44,16 @@ def test_rank_falls_back_to_the_torchrun_rank_variable():
     assert resolve(None, None, {"RANK": "5", "OTEL_RL_RANK": "2"}).rank == 2
 
 
+def test_rank_falls_back_to_local_rank_when_no_global_rank_is_known():
+    assert resolve(None, None, {"LOCAL_RANK": "3"}).rank == 3
+    assert resolve(None, None, {"LOCAL_RANK": "3", "RANK": "7"}).rank == 7
+
+
+def test_a_bad_local_rank_names_the_variable():
+    with pytest.raises(ConfigError, match="LOCAL_RANK"):
+        resolve(None, None, {"LOCAL_RANK": "first"})
+
+
 def test_role_prefixes_the_rank_in_file_names():
     settings = resolve(None, {"role": "rollout", "rank": 3}, {})
     assert settings.file_path(keys.TRACES_FILE).endswith("traces-rollout-r3.jsonl")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -80,7 +81,7 @@ PARAMS: tuple[Param, ...] = (
     Param("trial_name", ev.OTEL_RL_TRIAL, "trial0", _str, "name",
           "trial name", "trial_name"),
     Param("rank", ev.OTEL_RL_RANK, None, _non_negative_int, "int",
-          "process rank (falls back to RANK, then 0)"),
+          "process rank (falls back to RANK, torch.distributed, LOCAL_RANK, then 0)"),
     Param("role", ev.OTEL_RL_ROLE, "", _str, "name",
           "process role, part of file names when set"),
     Param("session_tracer", ev.OTEL_RL_SESSION_TRACER, True, parse_bool, "bool",
@@ -198,8 +199,8 @@ def resolve(
         value = param.default
         if param.env in environ:
             value = _coerce(param, environ[param.env], f"environment variable {param.env}")
-        elif param.name == "rank" and "RANK" in environ:
-            value = _coerce(param, environ["RANK"], "environment variable RANK")
+        elif param.name == "rank":
+            value = _launcher_rank(param, environ)
         if config is not None:
             found = _lookup(config, param.areal or param.name)
             if found is not _MISSING and found is not None:
@@ -210,3 +211,20 @@ def resolve(
     if values["rank"] is None:
         values["rank"] = 0
     return Settings(**values)
+
+
+def _launcher_rank(param: Param, environ: Mapping[str, str]) -> int | None:
+    """The rank a launcher gave this process: ``RANK`` (torchrun, Slurm
+    wrappers), then torch.distributed when it is already initialised (never
+    imported here), then ``LOCAL_RANK``."""
+    if "RANK" in environ:
+        return _coerce(param, environ["RANK"], "environment variable RANK")
+    dist = sys.modules.get("torch.distributed")
+    try:
+        if dist is not None and dist.is_available() and dist.is_initialized():
+            return int(dist.get_rank())
+    except Exception:  # noqa: BLE001 - a half-initialised backend: fall through
+        pass
+    if "LOCAL_RANK" in environ:
+        return _coerce(param, environ["LOCAL_RANK"], "environment variable LOCAL_RANK")
+    return None

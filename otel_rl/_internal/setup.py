@@ -8,6 +8,7 @@ import os
 import threading
 from typing import Any
 
+from opentelemetry import context as context_api
 from opentelemetry import trace as trace_api
 from opentelemetry.sdk.environment_variables import (
     OTEL_RESOURCE_ATTRIBUTES,
@@ -223,6 +224,20 @@ def configure(config: Any = None, *, rank: int | None = None, role: str | None =
         STATE.sessions_on = settings.session_tracer
         STATE.scopes_on = settings.profile_steps is None
         _register_atexit()
+    _attach_parent_from_env(environ)
+
+
+def _attach_parent_from_env(environ: Any) -> None:
+    """A process spawned with the environment carrier (``TRACEPARENT``, ``BAGGAGE``)
+    continues its parent's trace: the carried context becomes this thread's
+    context, unless the application attached one of its own."""
+    from ..propagation import ENV_CARRIER_KEYS, extract_env
+
+    if not any(environ.get(name) for name in ENV_CARRIER_KEYS.values()):
+        return
+    if trace_api.get_current_span().get_span_context().is_valid:
+        return
+    context_api.attach(extract_env(environ))
 
 
 def save(step: int | None = None, force: bool = False) -> None:
