@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import functools
 import inspect
+from threading import get_ident
+from time import time_ns
 from typing import Any, Callable, TypeVar
 
 from opentelemetry import context as context_api
@@ -25,7 +27,6 @@ from ._internal.tracking import PhaseOptions, current_id
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-@guard.guarded()
 def register_task(task_id: Any = None) -> Any:
     """Registers a dataset task and starts its span (the root of a new trace).
 
@@ -37,7 +38,11 @@ def register_task(task_id: Any = None) -> Any:
     """
     if not STATE.sessions_on:
         return task_id
-    return STATE.registry.register_task(task_id)
+    try:
+        return STATE.registry.register_task(task_id)
+    except Exception as exc:  # noqa: BLE001 - guard.guarded, inlined on this hot path
+        guard.report("internal_error", "internal error in register_task: %r", exc)
+        return task_id
 
 
 @guard.guarded()
@@ -52,7 +57,6 @@ def get_task_id() -> Any:
     return current_id(keys.TASK_ID)
 
 
-@guard.guarded()
 def register_session(task_id: Any = None) -> Any:
     """Registers one sampled session of a task and starts its span.
 
@@ -64,7 +68,11 @@ def register_session(task_id: Any = None) -> Any:
     """
     if not STATE.sessions_on:
         return None
-    return STATE.registry.register_session(task_id)
+    try:
+        return STATE.registry.register_session(task_id)
+    except Exception as exc:  # noqa: BLE001 - guard.guarded, inlined on this hot path
+        guard.report("internal_error", "internal error in register_session: %r", exc)
+        return None
 
 
 @guard.guarded()
@@ -235,7 +243,22 @@ def trace_session_event(method: str, session_id: Any = None, task_id: Any = None
     if not STATE.sessions_on:
         return
     try:
-        _session_event(STATE.registry, method, session_id, task_id, payload)
+        registry = STATE.registry
+        parsed = _PHASE_METHODS.get(method)
+        if parsed and session_id is not None and not registry.phase_options:
+            # The common case, inlined: a phase mark for a known, open session.
+            state = registry.sessions.get(session_id)
+            if state is not None:
+                phases = state.open_phases
+                if parsed[1]:  # tracking.marked_phase, inlined
+                    phases.append((parsed[0], time_ns(), get_ident(), payload or None))
+                    return
+                if phases and type(phases[-1]) is tuple and phases[-1][0] == parsed[0]:
+                    state.end_marked(phases.pop(), time_ns(), payload=payload)
+                    return
+                registry.end_phase_by_name(state, parsed[0], payload or None)
+                return
+        _session_event(registry, method, session_id, task_id, payload)
     except Exception as exc:  # noqa: BLE001 - inlined guard: this is a hot path
         guard.report("internal_error", "internal error in trace_session_event: %r", exc)
 

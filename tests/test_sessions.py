@@ -7,6 +7,7 @@ import json
 import os
 
 import pytest
+from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -116,6 +117,47 @@ def test_finalizing_a_session_interrupts_a_phase_opened_by_a_mark(traced):
     (record,) = records(traced)
     assert record["phases"]["reward"][0]["end_ts"] is None
     assert record["reward_s"] == 0
+
+
+def test_marked_phases_of_a_session_never_made_current_are_children_of_its_span(traced):
+    task_id = otel_rl.register_task()
+    session_id = otel_rl.register_session(task_id)
+    otel_rl.trace_session_event("mark_generate_start", session_id=session_id, turn=0)
+    otel_rl.trace_session_event("mark_generate_end", session_id=session_id, tokens=12)
+    otel_rl.trace_session_event("mark_finalized", session_id=session_id, status="accepted")
+    spans = traced.spans()
+    generate, session = one(spans, "generate"), one(spans, "session")
+    assert (generate["trace_id"], generate["parent_span_id"]) == (session["trace_id"], session["span_id"])
+    assert {k: generate["attributes"][k] for k in ("rl.task.id", "rl.session.id", "rl.args.turn",
+                                                   "rl.args.tokens")} == {
+        "rl.task.id": task_id, "rl.session.id": session_id, "rl.args.turn": 0, "rl.args.tokens": 12}
+    (record,) = records(traced)
+    assert record["span_id"] == session["span_id"]
+
+
+def test_a_session_made_current_after_marked_phases_keeps_one_span(traced):
+    task_id = otel_rl.register_task()
+    otel_rl.set_task_id(task_id)
+    session_id = otel_rl.register_session()
+    otel_rl.trace_session_event("mark_generate_start", session_id=session_id)
+    otel_rl.trace_session_event("mark_generate_end", session_id=session_id)
+    otel_rl.set_session_id(session_id)
+    with otel_rl.trace_session_phase("reward"):
+        pass
+    otel_rl.trace_session_event("mark_finalized", session_id=session_id, status="accepted")
+    spans = traced.spans()
+    (session,) = by_name(spans, "session")
+    assert one(spans, "generate")["parent_span_id"] == session["span_id"]
+    assert one(spans, "reward")["parent_span_id"] == session["span_id"]
+
+
+def test_attributes_set_on_the_current_session_span_are_kept_at_finalize(traced):
+    _, session_id = start_session()
+    trace.get_current_span().set_attribute("gen_ai.request.model", "policy-v3")
+    otel_rl.trace_session_event("mark_finalized", session_id=session_id, status="rejected", reason="stale")
+    attributes = one(traced.spans(), "session")["attributes"]
+    assert (attributes["gen_ai.request.model"], attributes["rl.session.status"],
+            attributes["rl.session.reason"]) == ("policy-v3", "rejected", "stale")
 
 
 def test_finalizing_a_task_interrupts_a_running_phase(traced):

@@ -258,7 +258,7 @@ def main() -> int:
 
     from .config import Settings
     from .export_chain import ExportChain
-    from .records import ReadableBuilder
+    from .records import ReadableBuilder, expand
 
     config = json.loads(os.environ[CONFIG_ENV])
     settings_dict = config["settings"]
@@ -290,7 +290,7 @@ def main() -> int:
         if kind == b"B":
             thread_names, records = marshal.loads(payload)
             builder.thread_names.update(thread_names)
-            for rec in records:
+            for rec in expand(records):
                 try:
                     sink.on_end(build(rec))
                 except Exception as exc:  # noqa: BLE001

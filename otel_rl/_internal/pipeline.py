@@ -25,7 +25,7 @@ from opentelemetry.sdk.trace.sampling import Decision, Sampler
 from opentelemetry.trace import SpanContext, SpanKind
 
 from . import guard, keys
-from .records import THREAD, ReadableBuilder, record_from_readable
+from .records import THREAD, ReadableBuilder, expand, record_from_readable
 
 class Pipeline:
     """Owns the span queue and the export thread of one configured process.
@@ -196,7 +196,7 @@ class Pipeline:
 
     def _process_here(self, records: list[tuple]) -> None:
         sink, build = self.sink, self._build
-        for rec in records:
+        for rec in expand(records):
             try:
                 sink.on_end(build(rec))
             except Exception as exc:  # noqa: BLE001

@@ -10,6 +10,7 @@ that reach an exporter are identical whichever path produced them.
 
 from __future__ import annotations
 
+from random import getrandbits
 from typing import Any
 
 from opentelemetry.sdk.resources import Resource
@@ -20,7 +21,7 @@ from opentelemetry.trace.status import Status, StatusCode
 
 from . import keys
 from .payload import flatten_attributes, json_safe
-from .spans import link_records
+from .spans import link_records, new_span_id
 
 _UNSET = Status(StatusCode.UNSET)
 _KINDS = {kind.value: kind for kind in SpanKind}
@@ -33,6 +34,52 @@ _TRACE_FLAGS = {value: TraceFlags(value) for value in (TraceFlags.DEFAULT, Trace
 # thread ident, whose name the builder looks up in ``thread_names``.
 (NAME, TRACE_ID, SPAN_ID, PARENT_ID, PARENT_REMOTE, FLAGS, TRACE_STATE, START, END, KIND, IDS,
  THREAD, CATEGORY, ATTRIBUTES, ARGS, EVENTS, LINKS, STATUS, STATUS_DESC, SCOPE) = range(20)
+#: A session's record has one more field: ``None``, or the phases opened with
+#: ``mark_<phase>_start`` that ended before it, as ``(session id,
+#: [(name, start_ns, end_ns, thread, args, interrupted description or None)])``.
+#: :func:`expand` turns them into phase records, children of the session.
+BUNDLE = 20
+_ERROR = StatusCode.ERROR.value
+
+
+def phase_attributes(phase: str) -> dict[str, Any]:
+    """The attributes of a marked phase's record: one shared dict per phase
+    name (records are read, never changed)."""
+    attrs = _PHASE_ATTRIBUTES.get(phase)
+    if attrs is None:
+        attrs = {keys.SPAN_KIND: keys.KIND_PHASE, keys.PHASE: phase}
+        if len(_PHASE_ATTRIBUTES) < 4096:
+            _PHASE_ATTRIBUTES[phase] = attrs
+    return attrs
+
+
+_PHASE_ATTRIBUTES: dict[str, dict[str, Any]] = {}
+
+
+def expand(records: list[tuple]) -> list[tuple]:
+    """``records`` with every bundled phase as a record of its own, ahead of its session."""
+    out: list[tuple] = []
+    for rec in records:
+        if len(rec) <= BUNDLE:
+            out.append(rec)
+            continue
+        bundle = rec[BUNDLE]
+        if bundle:
+            session_id, phases = bundle
+            # A phase's baggage: the session's (its task's) plus the session id.
+            bag = dict(rec[IDS]) if rec[IDS] else {}
+            bag[keys.SESSION_ID] = session_id
+            trace_id, parent, flags, state = rec[TRACE_ID], rec[SPAN_ID], rec[FLAGS], rec[TRACE_STATE]
+            for name, start, end, thread, args, interrupted in phases:
+                if interrupted is None:
+                    attrs, code = phase_attributes(name), 0
+                else:
+                    attrs, code = {**phase_attributes(name), keys.PHASE_INTERRUPTED: True}, _ERROR
+                out.append((name, trace_id, getrandbits(64) or new_span_id(), parent, False, flags, state,
+                            start, end, 0, bag, thread, None, attrs, args, None, None, code, interrupted,
+                            None))
+        out.append(rec[:BUNDLE])
+    return out
 
 
 def id_value(value: Any) -> Any:
@@ -69,6 +116,10 @@ def make_marshalable(record: tuple) -> tuple:
         fields[EVENTS] = [(n, json_safe(a) if a else None, ts) for n, a, ts in fields[EVENTS]]
     if fields[LINKS]:
         fields[LINKS] = [(t, s, r, f, json_safe(a) if a else None) for t, s, r, f, a in fields[LINKS]]
+    if len(fields) > BUNDLE and fields[BUNDLE]:
+        session_id, phases = fields[BUNDLE]
+        fields[BUNDLE] = (json_safe(session_id), [(n, s, e, t, json_safe(a) if a else None, i)
+                                                  for n, s, e, t, a, i in phases])
     fields[NAME] = str(fields[NAME])
     return tuple(fields)
 

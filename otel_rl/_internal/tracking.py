@@ -75,47 +75,102 @@ class TaskState:
         self.idle_since = 0
 
 
-class MarkedPhase:
+def marked_phase(name: str, args: Any) -> tuple:
     """A phase instance opened by ``mark_<phase>_start``: never made current, so
-    it needs no span object; its record is built when it ends."""
+    it needs no span object, only ``(name, start_ns, thread, args)``. When it
+    ends it joins its session's bundle (:data:`records.BUNDLE`), shipped with
+    the session's record."""
+    return (name, time_ns(), get_ident(), args)
 
-    __slots__ = ("name", "span_id", "start_ns", "thread", "args")
 
-    def __init__(self, name: str, args: Any) -> None:
-        self.name = name
-        self.args = args
-        self.span_id = getrandbits(64) or new_span_id()
-        self.thread = get_ident()
-        self.start_ns = time_ns()
+def phase_name(phase: LeanSpan | tuple) -> str:
+    """The name of an open phase: a span, or a :func:`marked_phase` tuple."""
+    return phase[0] if type(phase) is tuple else phase.name
 
 
 class SessionState:
-    __slots__ = ("session_id", "task_id", "span", "task_ctx", "bag", "_ctx", "open_phases",
-                 "counters")
+    """An open session. Its span object is made only when something needs it
+    (the session made current, a phase run as a span inside it); otherwise
+    its record is built directly at finalize, with the phases that ended
+    before it (``done``) bundled in, so the training thread queues one record
+    per session instead of one per phase."""
 
-    def __init__(self, session_id: Any, task_id: Any, span: LeanSpan, task: TaskState) -> None:
+    __slots__ = ("session_id", "task_id", "_span", "task_ctx", "task_bag", "_ctx", "open_phases",
+                 "done", "counters", "trace_id", "span_id", "parent_id", "flags", "trace_state",
+                 "start_ns", "thread", "_pipeline")
+
+    def __init__(self, session_id: Any, task_id: Any, task: TaskState, pipeline: Any) -> None:
         self.session_id = session_id
         self.task_id = task_id
-        self.span = span
+        self._pipeline = pipeline
+        task_span = task.span
+        self.trace_id = task_span.trace_id
+        self.parent_id = task_span.span_id
+        self.flags = task_span.flags
+        self.trace_state = task_span.trace_state
+        self.span_id = getrandbits(64) or new_span_id()
+        self.thread = get_ident()
+        self.start_ns = time_ns()
+        self._span: LeanSpan | None = None
         self.task_ctx = task.ctx
-        # The baggage of everything in the session: the task's plus the session id.
-        bag = dict(task.bag) if task.bag else {}
-        bag[keys.SESSION_ID] = session_id
-        self.bag = bag
+        self.task_bag = task.bag
         self._ctx: Context | None = None
-        self.open_phases: list[LeanSpan | MarkedPhase] = []
+        self.open_phases: list[LeanSpan | tuple] = []
+        self.done: list[tuple] = []
         self.counters: dict[str, Any] | None = None
 
-    def phase_record(self, phase: MarkedPhase, end_ns: int, attributes: dict[str, Any],
-                     status: int = 0, description: str | None = None) -> tuple:
-        """The record (:mod:`.records`) of a marked phase, a child of this session's span."""
-        span = self.span
-        state = span.trace_state
-        return (
-            phase.name, span.trace_id, phase.span_id, span.span_id, False, span.flags,
-            None if not state else state.to_header(), phase.start_ns, end_ns, 0, self.bag,
-            phase.thread, None, attributes, phase.args, None, None, status, description, None,
-        )
+    @property
+    def bag(self) -> dict[str, Any]:
+        """The baggage of everything in the session: the task's plus the session id."""
+        bag = dict(self.task_bag) if self.task_bag else {}
+        bag[keys.SESSION_ID] = self.session_id
+        return bag
+
+    def attributes(self) -> dict[str, Any]:
+        return {keys.SPAN_KIND: keys.KIND_SESSION, keys.SESSION_ID: self.session_id,
+                keys.TASK_ID: self.task_id}
+
+    @property
+    def span(self) -> LeanSpan:
+        """The session's span, made on first use with the ids and start time
+        the session was registered with."""
+        span = self._span
+        if span is None:
+            span = LeanSpan(self._pipeline, "session", self.task_ctx, attributes=self.attributes())
+            span.span_id = self.span_id
+            span.start_ns = self.start_ns
+            span.thread = self.thread
+            self._span = span
+        return span
+
+    def end_marked(self, phase: tuple, end_ns: int, description: str | None = None,
+                   payload: Any = None) -> None:
+        """Keeps an ended :func:`marked_phase` for the session's record (see
+        :data:`records.BUNDLE`); an end ``payload`` joins its start payload."""
+        name, start_ns, thread, args = phase
+        if payload:
+            args = {**args, **payload} if args else payload
+        self.done.append((name, start_ns, end_ns, thread, args, description))
+
+    def record(self, end_ns: int, attributes: dict[str, Any], status: int, description: str | None) -> tuple:
+        """The session's record with its ended marked phases bundled in."""
+        span = self._span
+        if span is not None:
+            # Keep what was set on the span while the session was current.
+            span.attributes = {**span.attributes, **attributes} if span.attributes else attributes
+            span.end_ns = end_ns
+            if status:
+                span.status_code = StatusCode.ERROR
+                span.status_desc = description
+            base = span.record()
+        else:
+            state = self.trace_state
+            base = (
+                "session", self.trace_id, self.span_id, self.parent_id, False, self.flags,
+                None if not state else (state.to_header() or None), self.start_ns, end_ns, 0,
+                self.task_bag, self.thread, None, attributes, None, None, None, status, description, None,
+            )
+        return base + ((self.session_id, self.done) if self.done else None,)
 
     @property
     def ctx(self) -> Context:
@@ -128,20 +183,6 @@ class SessionState:
             values[_SPAN_KEY] = self.span
             ctx = self._ctx = Context(values)
         return ctx
-
-
-def _phase_attributes(phase: str) -> dict[str, Any]:
-    """The attributes of a marked phase's record: one shared dict per phase
-    name (records are read, never changed)."""
-    attrs = _PHASE_ATTRIBUTES.get(phase)
-    if attrs is None:
-        attrs = {keys.SPAN_KIND: keys.KIND_PHASE, keys.PHASE: phase}
-        if len(_PHASE_ATTRIBUTES) < 4096:
-            _PHASE_ATTRIBUTES[phase] = attrs
-    return attrs
-
-
-_PHASE_ATTRIBUTES: dict[str, dict[str, Any]] = {}
 
 
 class Registry:
@@ -190,15 +231,16 @@ class Registry:
 
     def _end_task(self, task: TaskState, end_ns: int | None = None) -> None:
         span = task.span
-        counts = collections.Counter(task.counts)
-        finished = sum(counts[s] for s in keys.FINAL_STATUSES)
+        count = task.counts.get
+        accepted = count(keys.STATUS_ACCEPTED, 0)
+        finished = sum(count(s, 0) for s in keys.FINAL_STATUSES)
         span.set_attributes({
-            keys.TASK_SESSIONS: finished + counts[keys.STATUS_PENDING],
-            keys.TASK_ACCEPTED: counts[keys.STATUS_ACCEPTED],
-            keys.TASK_REJECTED: counts[keys.STATUS_REJECTED],
-            keys.TASK_FAILED: counts[keys.STATUS_FAILED],
-            keys.TASK_DROPPED: counts[keys.STATUS_DROPPED],
-            keys.TASK_ACCEPTANCE_RATE: counts[keys.STATUS_ACCEPTED] / finished if finished else 0.0,
+            keys.TASK_SESSIONS: finished + count(keys.STATUS_PENDING, 0),
+            keys.TASK_ACCEPTED: accepted,
+            keys.TASK_REJECTED: count(keys.STATUS_REJECTED, 0),
+            keys.TASK_FAILED: count(keys.STATUS_FAILED, 0),
+            keys.TASK_DROPPED: count(keys.STATUS_DROPPED, 0),
+            keys.TASK_ACCEPTANCE_RATE: accepted / finished if finished else 0.0,
         })
         span.end(end_ns)
 
@@ -231,10 +273,7 @@ class Registry:
             task_id = self.register_task(task_id)
             task = self.tasks[task_id]
         session_id = next(self._session_ids)
-        span = LeanSpan(self._pipeline, "session", task.ctx, attributes={
-            keys.SPAN_KIND: keys.KIND_SESSION, keys.SESSION_ID: session_id, keys.TASK_ID: task_id,
-        })
-        state = SessionState(session_id, task_id, span, task)
+        state = SessionState(session_id, task_id, task, self._pipeline)
         evicted = None
         with self._lock:
             self.sessions[session_id] = state
@@ -274,7 +313,7 @@ class Registry:
     def _check_overlap(self, state: SessionState, phase: str) -> None:
         options = self.phase_options.get(phase)
         if options is not None and not options.allow_overlap:
-            if any(p.name == phase for p in state.open_phases):
+            if any(phase_name(p) == phase for p in state.open_phases):
                 guard.report("overlapping_phase",
                              "phase %r started while another instance is open (register_phase "
                              "allow_overlap=False); both are recorded", phase)
@@ -292,7 +331,7 @@ class Registry:
     def mark_phase_start(self, state: SessionState, phase: str, payload: Any = None) -> None:
         if self.phase_options:
             self._check_overlap(state, phase)
-        state.open_phases.append(MarkedPhase(phase, payload))
+        state.open_phases.append(marked_phase(phase, payload))
 
     def end_phase(self, state: SessionState | None, span: LeanSpan, payload: Any = None) -> None:
         if payload:
@@ -308,22 +347,20 @@ class Registry:
         """Ends the latest open instance of ``phase`` (``mark_<phase>_end``)."""
         now = time_ns()
         phases = state.open_phases
-        if phases and phases[-1].name == phase:  # the usual case: the phase opened last
+        if phases and phase_name(phases[-1]) == phase:  # the usual case: the phase opened last
             span = phases.pop()
         else:
             for i in range(len(phases) - 2, -1, -1):
-                if phases[i].name == phase:
+                if phase_name(phases[i]) == phase:
                     span = phases.pop(i)
                     break
             else:
                 guard.report("phase_end_without_start", "mark_%s_end without a start; ignored", phase)
                 return
-        if type(span) is not MarkedPhase:
+        if type(span) is tuple:
+            state.end_marked(span, now, payload=payload)
+        else:
             self.end_phase(None, span, payload)
-            return
-        if payload:
-            span.args = {**span.args, **payload} if span.args else payload
-        self._pipeline.enqueue(state.phase_record(span, now, _phase_attributes(phase)))
 
     def increment_counter(self, state: SessionState, name: str, value: Any = 1) -> None:
         counters = state.counters
@@ -351,8 +388,11 @@ class Registry:
             guard.report("unknown_task", "mark_finalized for unknown task %r; ignored", task_id)
             return
         task.finalize_requested = True
-        for session_id in list(task.open_sessions):
-            self.finalize_session(session_id, status, reason)
+        with self._lock:
+            pop = self.sessions.pop
+            states = [state for state in (pop(sid, None) for sid in list(task.open_sessions)) if state]
+        if states:
+            self._finalize_all(states, status, reason)
         with self._lock:
             self._idle.pop(task_id, None)
             ended = self.tasks.pop(task_id, None) is not None
@@ -360,47 +400,62 @@ class Registry:
             self._end_task(task)
 
     def _finalize(self, state: SessionState, status: str, reason: Any) -> None:
+        self._finalize_all([state], status, reason)
+
+    def _finalize_all(self, states: list[SessionState], status: str, reason: Any) -> None:
+        """Ends sessions already taken out of ``sessions``: their records, then
+        the bookkeeping of their tasks under one lock."""
         if status not in keys.FINAL_STATUSES and status != keys.STATUS_PENDING:
             guard.report("unknown_status", "unknown session status %r; recorded as given", status)
+        failed = status == keys.STATUS_FAILED
+        code = StatusCode.ERROR.value if failed else 0
+        description = str(reason or "failed") if failed else None
+        reason = None if reason is None else str(reason)
+        enqueue = self._pipeline.enqueue
+        end_ns = time_ns()
+        for state in states:
+            if state.open_phases:
+                self._interrupt_phases(state, status, end_ns)
+            attrs = {keys.SPAN_KIND: keys.KIND_SESSION, keys.SESSION_ID: state.session_id,
+                     keys.TASK_ID: state.task_id, keys.SESSION_STATUS: status}
+            if reason is not None:
+                attrs[keys.SESSION_REASON] = reason
+            if state.counters:
+                for name, value in state.counters.items():
+                    attrs[keys.SESSION_COUNTER_PREFIX + str(name)] = value
+            enqueue(state.record(end_ns, attrs, code, description))
+        finalized = self._finalized
+        with self._lock:
+            for state in states:
+                finalized[state.session_id] = None
+                task = self.tasks.get(state.task_id)
+                if task is None:
+                    continue
+                task.open_sessions.discard(state.session_id)
+                task.counts[status] = task.counts.get(status, 0) + 1
+                if not task.open_sessions and not task.finalize_requested:
+                    # More sessions of this task may still come (registered one by
+                    # one); end it once it has been idle for the grace period.
+                    task.idle_since = end_ns
+                    self._idle[task.task_id] = task
+            while len(finalized) > 65536:
+                finalized.popitem(last=False)
+        if self._idle:
+            self.end_idle_tasks(end_ns)
+
+    @staticmethod
+    def _interrupt_phases(state: SessionState, status: str, end_ns: int) -> None:
+        """A phase still running when its session ends is interrupted: ended now
+        (no leaked span) with ERROR status and a null end in the record."""
+        description = f"interrupted: session {status}"
         for phase in state.open_phases:
-            # A phase still running when its session ends is interrupted: ended
-            # now (no leaked span) with ERROR status and a null end in the record.
-            description = f"interrupted: session {status}"
-            if type(phase) is MarkedPhase:
-                attrs = {**_phase_attributes(phase.name), keys.PHASE_INTERRUPTED: True}
-                self._pipeline.enqueue(state.phase_record(
-                    phase, time_ns(), attrs, StatusCode.ERROR.value, description))
+            if type(phase) is tuple:
+                state.end_marked(phase, end_ns, description)
             else:
                 phase.set_attribute(keys.PHASE_INTERRUPTED, True)
                 phase.set_status(StatusCode.ERROR, description)
-                phase.end()
+                phase.end(end_ns)
         state.open_phases.clear()
-        span = state.span
-        attrs = span.attributes  # registry spans always have a dict; no copy needed
-        attrs[keys.SESSION_STATUS] = status
-        if reason is not None:
-            attrs[keys.SESSION_REASON] = str(reason)
-        if state.counters:
-            for name, value in state.counters.items():
-                attrs[keys.SESSION_COUNTER_PREFIX + str(name)] = value
-        if status == keys.STATUS_FAILED:
-            span.set_status(StatusCode.ERROR, str(reason or "failed"))
-        span.end()
-        with self._lock:
-            self._finalized[state.session_id] = None
-            if len(self._finalized) > 65536:
-                self._finalized.popitem(last=False)
-            task = self.tasks.get(state.task_id)
-            if task is None:
-                return
-            task.open_sessions.discard(state.session_id)
-            task.counts[status] = task.counts.get(status, 0) + 1
-            if not task.open_sessions and not task.finalize_requested:
-                # More sessions of this task may still come (registered one by
-                # one); end it once it has been idle for the grace period.
-                task.idle_since = span.end_ns
-                self._idle[task.task_id] = task
-        self.end_idle_tasks(span.end_ns)
 
     def close_all(self) -> None:
         """Ends everything still open: sessions as ``pending``, then their tasks."""
@@ -408,8 +463,8 @@ class Registry:
         with self._lock:
             sessions = list(self.sessions.values())
             self.sessions.clear()
-        for state in sessions:
-            self._finalize(state, keys.STATUS_PENDING, None)
+        if sessions:
+            self._finalize_all(sessions, keys.STATUS_PENDING, None)
         self.end_idle_tasks()
         with self._lock:
             tasks = list(self.tasks.values())
