@@ -95,26 +95,20 @@ class SessionState:
     before it (``done``) bundled in, so the training thread queues one record
     per session instead of one per phase."""
 
-    __slots__ = ("session_id", "task_id", "_span", "task_ctx", "task_bag", "_ctx", "open_phases",
-                 "done", "counters", "trace_id", "span_id", "parent_id", "flags", "trace_state",
-                 "start_ns", "thread", "_pipeline")
+    __slots__ = ("session_id", "task_id", "task", "span_id", "start_ns", "thread", "_span", "_ctx",
+                 "open_phases", "done", "counters", "_pipeline")
 
     def __init__(self, session_id: Any, task_id: Any, task: TaskState, pipeline: Any) -> None:
         self.session_id = session_id
         self.task_id = task_id
-        self._pipeline = pipeline
-        task_span = task.span
-        self.trace_id = task_span.trace_id
-        self.parent_id = task_span.span_id
-        self.flags = task_span.flags
-        self.trace_state = task_span.trace_state
+        # Trace id, parent, flags and baggage come from the task when needed.
+        self.task = task
         self.span_id = getrandbits(64) or new_span_id()
-        self.thread = get_ident()
         self.start_ns = time_ns()
+        self.thread = get_ident()
         self._span: LeanSpan | None = None
-        self.task_ctx = task.ctx
-        self.task_bag = task.bag
         self._ctx: Context | None = None
+        self._pipeline = pipeline
         self.open_phases: list[LeanSpan | tuple] = []
         self.done: list[tuple] = []
         self.counters: dict[str, Any] | None = None
@@ -122,7 +116,7 @@ class SessionState:
     @property
     def bag(self) -> dict[str, Any]:
         """The baggage of everything in the session: the task's plus the session id."""
-        bag = dict(self.task_bag) if self.task_bag else {}
+        bag = dict(self.task.bag) if self.task.bag else {}
         bag[keys.SESSION_ID] = self.session_id
         return bag
 
@@ -136,7 +130,7 @@ class SessionState:
         the session was registered with."""
         span = self._span
         if span is None:
-            span = LeanSpan(self._pipeline, "session", self.task_ctx, attributes=self.attributes())
+            span = LeanSpan(self._pipeline, "session", self.task.ctx, attributes=self.attributes())
             span.span_id = self.span_id
             span.start_ns = self.start_ns
             span.thread = self.thread
@@ -164,11 +158,13 @@ class SessionState:
                 span.status_desc = description
             base = span.record()
         else:
-            state = self.trace_state
+            task = self.task
+            parent = task.span
+            state = parent.trace_state
             base = (
-                "session", self.trace_id, self.span_id, self.parent_id, False, self.flags,
+                "session", parent.trace_id, self.span_id, parent.span_id, False, parent.flags,
                 None if not state else (state.to_header() or None), self.start_ns, end_ns, 0,
-                self.task_bag, self.thread, None, attributes, None, None, None, status, description, None,
+                task.bag, self.thread, None, attributes, None, None, None, status, description, None,
             )
         return base + ((self.session_id, self.done) if self.done else None,)
 
@@ -178,7 +174,7 @@ class SessionState:
         on first use: code that never makes the session current never pays."""
         ctx = self._ctx
         if ctx is None:
-            values = dict(self.task_ctx)
+            values = dict(self.task.ctx)
             values[_BAGGAGE_KEY] = self.bag
             values[_SPAN_KEY] = self.span
             ctx = self._ctx = Context(values)
