@@ -169,6 +169,18 @@ def asgi_server():
     thread.join(5)
 
 
+def _spans_once_present(traced, name, timeout_s=5.0):
+    """The finished spans, once one named ``name`` is among them: the server
+    span ends after the app returns, which can be just after the client has
+    read the whole response."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        spans = traced.spans()
+        if any(s["name"] == name for s in spans) or time.monotonic() > deadline:
+            return spans
+        time.sleep(0.02)
+
+
 def test_asgi_middleware_continues_the_callers_trace_with_a_server_span(asgi_server, traced):
     task_id = otel_rl.register_task()
     otel_rl.set_task_id(task_id)
@@ -177,7 +189,7 @@ def test_asgi_middleware_continues_the_callers_trace_with_a_server_span(asgi_ser
     with otel_rl.trace_session_phase("generate"):
         response = requests.post(f"{asgi_server}/generate", headers=otel_rl.inject({}))
     assert response.json() == [task_id, session_id]
-    spans = traced.spans()
+    spans = _spans_once_present(traced, "POST /generate")
     server, handler, phase = one(spans, "POST /generate"), one(spans, "server.generate"), one(spans, "generate")
     assert server["trace_id"] == phase["trace_id"]
     assert server["parent_span_id"] == phase["span_id"]
@@ -190,14 +202,14 @@ def test_asgi_middleware_continues_the_callers_trace_with_a_server_span(asgi_ser
 
 def test_asgi_middleware_marks_a_5xx_response_as_an_error(asgi_server, traced):
     requests.post(f"{asgi_server}/fail")
-    assert one(traced.spans(), "POST /fail")["status"] == "ERROR"
+    assert one(_spans_once_present(traced, "POST /fail"), "POST /fail")["status"] == "ERROR"
 
 
 def test_asgi_middleware_serves_a_request_with_malformed_trace_headers(asgi_server, traced):
     response = requests.post(f"{asgi_server}/generate",
                              headers={"traceparent": "00-zz-not-a-header", "baggage": "%%%;;="})
     assert response.status_code == 200
-    assert one(traced.spans(), "POST /generate")["parent_span_id"] is None
+    assert one(_spans_once_present(traced, "POST /generate"), "POST /generate")["parent_span_id"] is None
 
 
 # --- processes ------------------------------------------------------------------------------
