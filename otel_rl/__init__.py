@@ -43,6 +43,18 @@ from .tracing import (
     trace_perf,
     trace_scope,
 )
+from . import stats  # noqa: E402 - AReaL stats_tracker names; imports neither torch nor numpy
+from . import events  # noqa: E402 - request events (sglang-omni's recorder names)
+from ._internal.control import (  # noqa: E402 - live profiling control (sglang-omni's endpoints)
+    control_app,
+    profile_status,
+    serve_control,
+    start_profile,
+    start_request_profile,
+    stop_profile,
+    stop_request_profile,
+)
+from .events import ProfilingError  # noqa: E402
 
 __version__ = "0.1.0"
 
@@ -139,9 +151,18 @@ __all__ = [
     "get_task_id", "get_tracer", "increment_counter", "inject", "inject_env", "instant",
     "is_configured", "is_enabled", "propagating", "propagation", "register_phase",
     "register_session", "register_task", "reset", "save", "session_context", "set_session_id",
-    "set_step", "set_task_id", "settings", "shutdown", "step_scope", "trace_perf", "trace_scope",
-    "trace_session", "trace_session_event", "trace_session_phase"
+    "set_step", "set_task_id", "settings", "shutdown", "stats", "step_scope", "trace_perf",
+    "trace_scope", "trace_session", "trace_session_event", "trace_session_phase"
 ]
+__all__ += [
+    "ProfilingError", "control_app", "events", "profile_status", "serve_control", "start_profile",
+    "start_request_profile", "stop_profile", "stop_request_profile",
+]
+
+from . import timers  # noqa: E402 - Unity ML-Agents timer names over the same spans
+from .timers import hierarchical_timer, set_gauge, timed  # noqa: E402
+
+__all__ += ["hierarchical_timer", "set_gauge", "timed", "timers"]
 
 
 def _auto_configure() -> None:

@@ -1,4 +1,4 @@
-"""The ``otel-rl`` command: ``convert`` (to Perfetto) and ``demo``."""
+"""The ``otel-rl`` command: ``convert`` (to Perfetto), ``report`` (analysis) and ``demo``."""
 
 from __future__ import annotations
 
@@ -10,10 +10,11 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     commands = {
         "convert": "merge trace files (per-rank JSONL, OTLP/JSON, Chrome JSON) into one Perfetto JSON",
+        "report": "timelines, phase / stage / hop breakdowns, timer trees, long tail (table, json, html)",
         "demo": "run a small traced asynchronous rollout and leave its files on disk",
     }
     if not argv or argv[0] in ("-h", "--help") or argv[0] not in commands:
-        sys.stderr.write("usage: otel-rl {convert,demo} ...\n\n")
+        sys.stderr.write("usage: otel-rl {" + ",".join(commands) + "} ...\n\n")
         for name, text in commands.items():
             sys.stderr.write(f"  {name:<8} {text}\n")
         return 0 if argv and argv[0] in ("-h", "--help") else 2
@@ -22,6 +23,10 @@ def main(argv: list[str] | None = None) -> int:
         from .convert import main as convert_main
 
         return convert_main(rest)
+    if command == "report":
+        from .report.cli import main as report_main
+
+        return report_main(rest)
     from .demo import main as demo_main
 
     return demo_main(rest)

@@ -28,7 +28,7 @@ import re
 import sys
 import time
 import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any
 
@@ -40,8 +40,10 @@ from opentelemetry.trace import Link, SpanContext, SpanKind, TraceFlags
 from opentelemetry.trace.status import Status, StatusCode
 
 from ._internal.chrome_trace import BATCH_MARKER, BATCH_MARKER_PREFIX, ChromeTraceEncoder
+from ._internal.keys import TRACE_JOIN_KEY
 
-__all__ = ["ConvertStats", "convert", "main", "iter_chrome_json_events", "spans_from_otlp_json"]
+__all__ = ["ConvertStats", "convert", "discover_inputs", "iter_chrome_json_events", "iter_lines", "main",
+           "sniff_file", "spans_from_otlp_json"]
 
 _SUFFIXES = (".jsonl", ".json", ".jsonl.gz", ".json.gz")
 _CHUNK = 1 << 22
@@ -195,11 +197,12 @@ def _document_events(doc: Any) -> Iterator[dict[str, Any]]:
         raise ValueError("neither a JSON object nor an array")
     shift = 0.0
     if isinstance(base_ns, (int, float)) and base_ns > 0:
-        # Epoch microseconds are > 1e15 today; anything below 1e12 (11 days after
-        # 1970) can only be relative to the base.
+        # Kineto's base is the wall clock at boot and its timestamps count from
+        # it (torch 2.x): far below the base itself, which epoch timestamps
+        # never are. (Not "below 1e12": machines run for more than 11 days.)
         first = next((e.get("ts") for e in events
                       if isinstance(e, dict) and isinstance(e.get("ts"), (int, float))), None)
-        if first is not None and first < 1e12:
+        if first is not None and first < base_ns / 2000:
             shift = base_ns / 1000
     for event in events:
         if isinstance(event, dict):
@@ -586,6 +589,106 @@ def _worker_pool(workers: int) -> Any:
     return ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context(method))
 
 
+# --- reading input files ----------------------------------------------------------------------
+def sniff_file(path: str) -> tuple[str, Any]:
+    """Tells a file's kind from its first JSON line (or the whole document).
+
+    Args:
+        path: The file (optionally gzipped).
+
+    Returns:
+        ``(kind, head)``: ``kind`` is ``"chrome-jsonl"``, ``"otlp-jsonl"``,
+        ``"document"``, ``"empty"``, ``"not JSON"`` or a reason starting with
+        ``"not a trace file"``; ``head`` is the first JSON object of a
+        Chrome JSON lines file or of a file that holds no trace (session
+        records, request events), ``None`` otherwise.
+
+    Raises:
+        OSError: The file cannot be read.
+    """
+    with _open_input(path) as f:
+        first = b""
+        for line in f:
+            if line.strip():
+                first = line
+                break
+        if not first:
+            return "empty", None
+        try:
+            head = orjson.loads(first)
+        except orjson.JSONDecodeError:
+            head = None
+        if head is None:
+            # A pretty-printed document, or JSON lines whose first line is damaged.
+            f.seek(0)
+            try:
+                doc = orjson.loads(f.read())
+            except orjson.JSONDecodeError:
+                doc = None
+            if doc is not None:
+                return _classify_document(doc), None
+            f.seek(0)
+            for n, line in enumerate(f):
+                if n > 1000:
+                    break
+                try:
+                    head = orjson.loads(line)
+                except orjson.JSONDecodeError:
+                    continue
+                if isinstance(head, dict):
+                    break
+                head = None
+            if head is None:
+                return "not JSON", None
+    if isinstance(head, list):
+        return "document", None
+    if not isinstance(head, dict):
+        return "not a trace file", None
+    if "traceEvents" in head:
+        return "document", None
+    if "resourceSpans" in head or "resource_spans" in head:
+        return "otlp-jsonl", None
+    if "ph" in head:
+        return "chrome-jsonl", head
+    return "not a trace file (no Chrome trace events or OTLP spans)", head
+
+
+def _classify_document(doc: Any) -> str:
+    if isinstance(doc, list) or (isinstance(doc, dict) and "traceEvents" in doc):
+        return "document"
+    if isinstance(doc, dict) and ("resourceSpans" in doc or "resource_spans" in doc):
+        return "otlp-jsonl"  # one request spread over lines: read as a document below
+    return "not a trace file"
+
+
+def iter_lines(path: str, on_read: Callable[[int], None] | None = None) -> Iterator[tuple[int, bytes, bool]]:
+    """Yields ``(line number, line, is_last_line_without_newline)`` for every line of a file.
+
+    A last line without a newline may have been cut short by a writer that died;
+    readers skip it with a warning when it does not parse.
+
+    Args:
+        path: The file (optionally gzipped).
+        on_read: Called with the size of each chunk read (for progress bars).
+    """
+    with _open_input(path) as f:
+        pending = b""
+        lineno = 0
+        while True:
+            chunk = f.read(_CHUNK)
+            if not chunk:
+                break
+            if on_read is not None:
+                on_read(len(chunk))
+            lines = (pending + chunk).split(b"\n") if pending else chunk.split(b"\n")
+            pending = lines.pop()
+            for line in lines:
+                lineno += 1
+                yield lineno, line, False
+        if pending.strip():
+            yield lineno + 1, pending, True
+
+
 # --- output ------------------------------------------------------------------------------------
 class _Output:
     """Streams ``{"traceEvents": [...]}``: events are written as they come."""
@@ -649,6 +752,7 @@ class _Converter:
         self._next_pid = _REMAP_PID_BASE
         self._encoder: ChromeTraceEncoder | None = None
         self._otlp = _OtlpReader()
+        self._sources: dict[str, str] = {}  # real path -> input path, for torch traces' ranks
 
     # pids ------------------------------------------------------------------------------------
     def _claim(self, source: str, pid: Any) -> Any:
@@ -692,6 +796,7 @@ class _Converter:
     # files -------------------------------------------------------------------------------------
     def run(self, files: Sequence[str]) -> None:
         """Converts ``files`` in order, then releases what the OTLP encoder holds."""
+        self._sources = {os.path.realpath(p): p for p in files}
         plan = []
         for path in files:
             try:
@@ -739,77 +844,10 @@ class _Converter:
         stats.files += 1
 
     def _sniff(self, path: str) -> tuple[str, Any]:
-        """Tells the file kind from its first JSON line (or the whole document)."""
-        with _open_input(path) as f:
-            first = b""
-            for line in f:
-                if line.strip():
-                    first = line
-                    break
-            if not first:
-                return "empty", None
-            try:
-                head = orjson.loads(first)
-            except orjson.JSONDecodeError:
-                head = None
-            if head is None:
-                # A pretty-printed document, or JSON lines whose first line is damaged.
-                f.seek(0)
-                try:
-                    doc = orjson.loads(f.read())
-                except orjson.JSONDecodeError:
-                    doc = None
-                if doc is not None:
-                    return self._classify_document(doc), None
-                f.seek(0)
-                for n, line in enumerate(f):
-                    if n > 1000:
-                        break
-                    try:
-                        head = orjson.loads(line)
-                    except orjson.JSONDecodeError:
-                        continue
-                    if isinstance(head, dict):
-                        break
-                    head = None
-                if head is None:
-                    return "not JSON", None
-        if isinstance(head, list):
-            return "document", None
-        if not isinstance(head, dict):
-            return "not a trace file", None
-        if "traceEvents" in head:
-            return "document", None
-        if "resourceSpans" in head or "resource_spans" in head:
-            return "otlp-jsonl", None
-        if "ph" in head:
-            return "chrome-jsonl", head
-        return "not a trace file (no Chrome trace events or OTLP spans)", None
-
-    @staticmethod
-    def _classify_document(doc: Any) -> str:
-        if isinstance(doc, list) or (isinstance(doc, dict) and "traceEvents" in doc):
-            return "document"
-        if isinstance(doc, dict) and ("resourceSpans" in doc or "resource_spans" in doc):
-            return "otlp-jsonl"  # one request spread over lines: read as a document below
-        return "not a trace file"
+        return sniff_file(path)
 
     def _lines(self, path: str) -> Iterator[tuple[int, bytes, bool]]:
-        """Yields ``(line number, line, is_last_line_without_newline)`` for every line."""
-        with _open_input(path) as f:
-            pending = b""
-            lineno = 0
-            while True:
-                chunk = f.read(_CHUNK)
-                if not chunk:
-                    break
-                lines = (pending + chunk).split(b"\n") if pending else chunk.split(b"\n")
-                pending = lines.pop()
-                for line in lines:
-                    lineno += 1
-                    yield lineno, line, False
-            if pending.strip():
-                yield lineno + 1, pending, True
+        return iter_lines(path)
 
     def _bad_line(self, path: str, lineno: int, unterminated: bool, message: str) -> None:
         if unterminated:
@@ -949,7 +987,19 @@ class _Converter:
                 self.stats._malformed(path, lineno, f"not an OTLP/JSON trace request: {exc!r}")
 
     def _document(self, path: str) -> None:
-        self._write_events(path, iter_chrome_json_events(path))  # type: ignore[arg-type]
+        with _open_input(path) as f:
+            doc = orjson.loads(f.read())
+        self._write_events(self._joined_source(path, doc), _document_events(doc))  # type: ignore[arg-type]
+
+    def _joined_source(self, path: str, doc: Any) -> str:
+        """A torch trace otel_rl wrote names its rank's trace file (``"otel_rl":
+        {"traces_file": ...}``): its pids are claimed as that file's, so the
+        kernels land in the rank's process instead of a remapped copy of it."""
+        join = doc.get(TRACE_JOIN_KEY) if isinstance(doc, dict) else None
+        name = join.get("traces_file") if isinstance(join, dict) else None
+        if not isinstance(name, str):
+            return path
+        return self._sources.get(os.path.realpath(os.path.join(os.path.dirname(path), name)), path)
 
     def finish(self) -> None:
         self._drain(0)

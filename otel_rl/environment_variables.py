@@ -55,3 +55,45 @@ OTEL_RL_MAX_PENDING_SESSIONS = "OTEL_RL_MAX_PENDING_SESSIONS"
 
 OTEL_RL_EXPORT_PROCESS = "OTEL_RL_EXPORT_PROCESS"
 """Run span encoding and export in a child exporter process when otel_rl owns the tracer provider."""
+
+OTEL_RL_STATS_STEP_ATTRIBUTE = "OTEL_RL_STATS_STEP_ATTRIBUTE"
+"""Put the training step (``rl.step``) on every ``otel_rl.stats`` data point (one series per step)."""
+
+OTEL_RL_STATS_TENSORBOARD = "OTEL_RL_STATS_TENSORBOARD"
+"""Write ``otel_rl.stats`` exports as TensorBoard event files when the tensorboard package is installed."""
+
+OTEL_RL_CONTROL = "OTEL_RL_CONTROL"
+"""Watch the run directory's control file and follow live profiling commands broadcast to the job."""
+
+OTEL_RL_CONTROL_PORT = "OTEL_RL_CONTROL_PORT"
+"""Serve the HTTP control surface on this port when ``configure()`` runs (``0``: any free port)."""
+
+OTEL_RL_CONTROL_HOST = "OTEL_RL_CONTROL_HOST"
+"""Interface the HTTP control surface binds to (loopback by default)."""
+
+OTEL_RL_CONTROL_TOKEN = "OTEL_RL_CONTROL_TOKEN"
+"""Bearer token the HTTP control surface requires (``Authorization: Bearer <token>``) when set."""
+
+OTEL_RL_CONTROL_POLL_MS = "OTEL_RL_CONTROL_POLL_MS"
+"""How often each process checks the control file, in milliseconds."""
+
+OTEL_RL_CONTROL_ACK_WAIT_MS = "OTEL_RL_CONTROL_ACK_WAIT_MS"
+"""How long a control request waits for the registered processes to acknowledge, in milliseconds."""
+
+OTEL_RL_TORCH_PROFILE_STEPS = "OTEL_RL_TORCH_PROFILE_STEPS"
+"""Comma-separated steps whose ``step_scope`` runs under the torch profiler."""
+
+OTEL_RL_TORCH_RECORD_SHAPES = "OTEL_RL_TORCH_RECORD_SHAPES"
+"""Torch profiler: record input shapes per op (bigger traces)."""
+
+OTEL_RL_TORCH_PROFILE_MEMORY = "OTEL_RL_TORCH_PROFILE_MEMORY"
+"""Torch profiler: track every allocation and free (much bigger traces)."""
+
+OTEL_RL_TORCH_WITH_STACK = "OTEL_RL_TORCH_WITH_STACK"
+"""Torch profiler: record the Python and C++ call stack per op (much bigger traces)."""
+
+OTEL_RL_TORCH_WITH_FLOPS = "OTEL_RL_TORCH_WITH_FLOPS"
+"""Torch profiler: estimate FLOPs per op."""
+
+OTEL_RL_CUDA_SYNC = "OTEL_RL_CUDA_SYNC"
+"""Wait for the GPU at the start and end of each scope and step (CUDA events), so their times include the GPU work."""

@@ -19,12 +19,27 @@ from ._internal import guard, keys
 from ._internal.category import Category, normalize_category
 from ._internal.spans import NULL_SCOPE, LeanSpan, attach, detach, get_current
 from ._internal.state import STATE
+from ._internal.torch_profiler import PROFILER as _TORCH, CudaSyncedScope
 from ._internal.tracking import with_ids
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 _get_current = get_current
 _INTERNAL = SpanKind.INTERNAL
+#: ``OTEL_RL_CUDA_SYNC`` in effect (set at configure, only when CUDA is available).
+_cuda_sync = False
+
+
+def set_cuda_sync(on: bool) -> None:
+    """Turns CUDA-synchronised timing of scopes, functions and steps on or off."""
+    global _cuda_sync
+    _cuda_sync = bool(on)
+
+
+def _synced(name: str, category: Any, args: Any) -> CudaSyncedScope:
+    # The span is made after the GPU caught up, so its start timestamp is too.
+    return CudaSyncedScope(lambda: LeanSpan(STATE.pipeline, name, _get_current(), _INTERNAL, None,
+                                            args, category))
 
 
 def trace_scope(name: str, category: Category | str | None = None, args: dict[str, Any] | None = None):
@@ -43,6 +58,8 @@ def trace_scope(name: str, category: Category | str | None = None, args: dict[st
     """
     if not STATE.scopes_on:
         return NULL_SCOPE
+    if _cuda_sync:
+        return _synced(name, category, args)
     return LeanSpan(STATE.pipeline, name, _get_current(), _INTERNAL, None, args, category)
 
 
@@ -121,7 +138,8 @@ def trace_perf(name: str, category: Category | str | None = None, args: dict[str
             async def async_wrapper(*a: Any, **kw: Any) -> Any:
                 if not STATE.scopes_on:
                     return await fn(*a, **kw)
-                with LeanSpan(STATE.pipeline, name, _get_current(), _INTERNAL, None, args, category):
+                with (_synced(name, category, args) if _cuda_sync else
+                      LeanSpan(STATE.pipeline, name, _get_current(), _INTERNAL, None, args, category)):
                     return await fn(*a, **kw)
 
             return async_wrapper  # type: ignore[return-value]
@@ -130,7 +148,8 @@ def trace_perf(name: str, category: Category | str | None = None, args: dict[str
         def wrapper(*a: Any, **kw: Any) -> Any:
             if not STATE.scopes_on:
                 return fn(*a, **kw)
-            with LeanSpan(STATE.pipeline, name, _get_current(), _INTERNAL, None, args, category):
+            with (_synced(name, category, args) if _cuda_sync else
+                  LeanSpan(STATE.pipeline, name, _get_current(), _INTERNAL, None, args, category)):
                 return fn(*a, **kw)
 
         return wrapper  # type: ignore[return-value]
@@ -194,21 +213,29 @@ class step_scope:  # noqa: N801 - used like a function, as in AReaL
 
     The step number rides in baggage (``rl.step``) on everything recorded
     inside; tasks registered inside link to the step span. When
-    ``profile_steps`` is configured, scopes are recorded only in those steps.
+    ``profile_steps`` is configured, scopes are recorded only in those steps;
+    steps in ``torch_profile_steps`` run under the torch profiler.
     """
 
-    __slots__ = ("step", "_span", "_token", "_prev")
+    __slots__ = ("step", "_span", "_token", "_prev", "_torch", "_cuda")
 
     def __init__(self, step: int) -> None:
         self.step = step
         self._span: LeanSpan | None = None
         self._token: Any = None
+        self._torch = False
+        self._cuda: Any = None
 
     def __enter__(self) -> LeanSpan | None:
         self._prev = STATE.scopes_on
         if not STATE.enabled:
             return None
         _apply_profile_steps(self.step)
+        torch_steps = STATE.settings.torch_profile_steps
+        if torch_steps is not None and self.step in torch_steps:
+            self._torch = _TORCH.start_step(self.step)
+        if _cuda_sync:
+            self._cuda = _cuda_mark()
         ctx = with_ids(_get_current(), **{keys.STEP: self.step})
         values = dict(ctx)
         values.pop(_SPAN_KEY, None)  # each step is the root of its own trace
@@ -219,8 +246,14 @@ class step_scope:  # noqa: N801 - used like a function, as in AReaL
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         if self._span is not None:
+            if self._cuda is not None:
+                _cuda_elapsed(self._span, self._cuda)
+                self._cuda = None
             self._span.__exit__(exc_type, exc, tb)
             self._span = None
+        if self._torch:
+            self._torch = False
+            _TORCH.stop_step()
         STATE.scopes_on = self._prev
 
     async def __aenter__(self) -> LeanSpan | None:
@@ -242,3 +275,17 @@ def set_step(step: int) -> None:
 def _apply_profile_steps(step: int) -> None:
     steps = STATE.settings.profile_steps if STATE.settings else None
     STATE.scopes_on = STATE.enabled and (steps is None or step in steps)
+
+
+@guard.guarded()
+def _cuda_mark() -> Any:
+    from ._internal.torch_profiler import cuda_mark
+
+    return cuda_mark()
+
+
+@guard.guarded()
+def _cuda_elapsed(span: LeanSpan, start: Any) -> None:
+    from ._internal.torch_profiler import cuda_elapsed_ms
+
+    span.set_attribute(keys.CUDA_ELAPSED_MS, cuda_elapsed_ms(start))

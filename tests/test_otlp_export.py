@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import json
+import os
+import socket
+import time
+
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
 
@@ -79,4 +84,23 @@ def test_session_metrics_reach_the_collector_when_an_endpoint_is_set(grpc_receiv
     phases = {p["attributes"]["rl.phase"]: p["count"] for p in points
               if p["name"] == "rl.session.phase.duration"}
     assert phases == {"generate": 1, "reward": 1}
+    otel_rl.shutdown()
+
+
+@pytest.mark.parametrize("export_process", [True, False])
+def test_save_does_not_wait_for_an_unreachable_collector(monkeypatch, tmp_path, export_process):
+    with socket.socket() as sock:  # a port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{port}")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
+    otel_rl.configure(fileroot=str(tmp_path), export_process=export_process, shutdown_timeout_ms=1500)
+    _run_one_session()
+    started = time.monotonic()
+    otel_rl.save(force=True)
+    waited = time.monotonic() - started
+    # The files are written by then; the collector's absence costs save() nothing like the bound.
+    assert waited < 1.0
+    with open(os.path.join(otel_rl.settings().run_dir, "sessions-r0.jsonl")) as f:
+        assert [json.loads(line)["status"] for line in f] == ["accepted"]
     otel_rl.shutdown()

@@ -58,6 +58,16 @@ def _str(text: str) -> str:
     return str(text)
 
 
+def _port(text: str) -> int | None:
+    text = str(text).strip()
+    if not text:
+        return None
+    value = int(text)
+    if not 0 <= value <= 65535:
+        raise ValueError(f"must be a TCP port from 0 to 65535, got {value}")
+    return value
+
+
 @dataclasses.dataclass(frozen=True)
 class Param:
     """One configuration parameter."""
@@ -104,6 +114,35 @@ PARAMS: tuple[Param, ...] = (
           "upper bound on shutdown and exit"),
     Param("max_pending_sessions", ev.OTEL_RL_MAX_PENDING_SESSIONS, 100_000, _positive_int,
           "sessions", "open sessions kept before the oldest is dropped (counted)"),
+    # --- live profiling control, torch profiler windows, CUDA-synchronised timing
+    Param("control", ev.OTEL_RL_CONTROL, True, parse_bool, "bool",
+          "follow live profiling commands broadcast through <run_dir>/control/state.json"),
+    Param("control_port", ev.OTEL_RL_CONTROL_PORT, None, _port, "port",
+          "serve the HTTP control surface from configure() on this port (0 = any free port)"),
+    Param("control_host", ev.OTEL_RL_CONTROL_HOST, "127.0.0.1", _str, "host",
+          "interface the HTTP control surface binds to"),
+    Param("control_token", ev.OTEL_RL_CONTROL_TOKEN, "", _str, "secret",
+          "bearer token the HTTP control surface requires when set"),
+    Param("control_poll_ms", ev.OTEL_RL_CONTROL_POLL_MS, 200, _positive_int, "ms",
+          "how often each process checks the control file"),
+    Param("control_ack_wait_ms", ev.OTEL_RL_CONTROL_ACK_WAIT_MS, 2_000, _non_negative_int, "ms",
+          "how long a control request waits for registered processes to acknowledge"),
+    Param("torch_profile_steps", ev.OTEL_RL_TORCH_PROFILE_STEPS, None, _steps, "steps",
+          "steps whose step_scope runs under the torch profiler"),
+    Param("torch_record_shapes", ev.OTEL_RL_TORCH_RECORD_SHAPES, False, parse_bool, "bool",
+          "torch profiler: record input shapes per op"),
+    Param("torch_profile_memory", ev.OTEL_RL_TORCH_PROFILE_MEMORY, False, parse_bool, "bool",
+          "torch profiler: track every allocation and free"),
+    Param("torch_with_stack", ev.OTEL_RL_TORCH_WITH_STACK, False, parse_bool, "bool",
+          "torch profiler: record the call stack per op"),
+    Param("torch_with_flops", ev.OTEL_RL_TORCH_WITH_FLOPS, False, parse_bool, "bool",
+          "torch profiler: estimate FLOPs per op"),
+    Param("cuda_sync", ev.OTEL_RL_CUDA_SYNC, False, parse_bool, "bool",
+          "wait for the GPU (CUDA events) at the start and end of scopes and steps"),
+    Param("stats_step_attribute", ev.OTEL_RL_STATS_STEP_ATTRIBUTE, True, parse_bool, "bool",
+          "rl.step on every otel_rl.stats data point"),
+    Param("stats_tensorboard", ev.OTEL_RL_STATS_TENSORBOARD, True, parse_bool, "bool",
+          "otel_rl.stats exports as TensorBoard event files when tensorboard is installed"),
 )
 
 PARAMS_BY_NAME = {p.name: p for p in PARAMS}
@@ -129,6 +168,20 @@ class Settings:
     export_interval_ms: int
     shutdown_timeout_ms: int
     max_pending_sessions: int
+    control: bool
+    control_port: int | None
+    control_host: str
+    control_token: str = dataclasses.field(repr=False)
+    control_poll_ms: int
+    control_ack_wait_ms: int
+    torch_profile_steps: tuple[int, ...] | None
+    torch_record_shapes: bool
+    torch_profile_memory: bool
+    torch_with_stack: bool
+    torch_with_flops: bool
+    cuda_sync: bool
+    stats_step_attribute: bool
+    stats_tensorboard: bool
 
     @property
     def run_dir(self) -> str:

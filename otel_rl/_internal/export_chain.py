@@ -66,17 +66,19 @@ def otlp_span_exporter(environ: Any) -> Any:
     return HTTPExporter()
 
 
-def otlp_metric_exporter(environ: Any) -> Any:
+def otlp_metric_exporter(environ: Any, **options: Any) -> Any:
+    """The OTLP metric exporter the environment asks for, or ``None``; ``options``
+    go to its constructor (``preferred_temporality``...)."""
     endpoint = environ.get(OTEL_EXPORTER_OTLP_METRICS_ENDPOINT) or environ.get(OTEL_EXPORTER_OTLP_ENDPOINT)
     if not endpoint:
         return None
     if otlp_protocol(environ, endpoint) == "grpc":
         from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
 
-        return OTLPMetricExporter()
+        return OTLPMetricExporter(**options)
     from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter as HTTPExporter
 
-    return HTTPExporter()
+    return HTTPExporter(**options)
 
 
 class ExportChain:
@@ -111,6 +113,8 @@ class ExportChain:
         self._meter_provider = meter_provider
         self._resource = resource
         self._environ = environ
+        self._metrics_over_network = False
+        self._network_flush: threading.Thread | None = None
 
     def sink(self, downstream: SpanProcessor | None = None) -> SpanProcessor:
         """The processor finished spans are handed to."""
@@ -125,6 +129,7 @@ class ExportChain:
             metric_exporter = otlp_metric_exporter(self._environ)
             if metric_exporter is not None:
                 reader = PeriodicExportingMetricReader(metric_exporter)
+                self._metrics_over_network = True
             else:
                 reader = PeriodicExportingMetricReader(
                     JsonlMetricExporter(self.settings.file_path(keys.METRICS_FILE)),
@@ -147,18 +152,41 @@ class ExportChain:
                 guard.report("export_error", "an exporter failed: %r", exc)
 
     def flush(self, timeout_s: float) -> bool:
+        """Writes the files (traces, session records, file metrics) now, and
+        starts sending what waits for OTLP without waiting for it: a collector
+        that is slow or down must not hold up ``save()`` in a training loop.
+        ``shutdown`` waits for the network, within its bound."""
         self.after_batch()
-        ok = True
         if self.session_processor is not None:
             self.session_processor.flush()
+        if self.owned_meter_provider is not None and not self._metrics_over_network:
+            self._flush_metrics(timeout_s)
+        if self.otlp_processor is not None or self._metrics_over_network:
+            thread = self._network_flush
+            if thread is None or not thread.is_alive():
+                # One at a time: while a flush waits on the network, later
+                # spans go out with it or with the exporter's next batch.
+                thread = self._network_flush = threading.Thread(
+                    target=self._flush_network, args=(timeout_s,), name="otel_rl-otlp-flush", daemon=True)
+                thread.start()
+        return True
+
+    def _flush_network(self, timeout_s: float) -> None:
         if self.otlp_processor is not None:
-            ok = self.otlp_processor.force_flush(int(timeout_s * 1000))
-        if self.owned_meter_provider is not None:
             try:
-                self.owned_meter_provider.force_flush(int(timeout_s * 1000))
+                if not self.otlp_processor.force_flush(int(timeout_s * 1000)):
+                    guard.report("otlp_flush_timeout", "OTLP export did not finish within %.1fs; "
+                                 "spans stay queued (bounded) and are retried", timeout_s)
             except Exception as exc:  # noqa: BLE001
-                guard.report("metrics_error", "metrics flush failed: %r", exc)
-        return ok
+                guard.report("export_error", "OTLP flush failed: %r", exc)
+        if self._metrics_over_network:
+            self._flush_metrics(timeout_s)
+
+    def _flush_metrics(self, timeout_s: float) -> None:
+        try:
+            self.owned_meter_provider.force_flush(int(timeout_s * 1000))  # type: ignore[union-attr]
+        except Exception as exc:  # noqa: BLE001
+            guard.report("metrics_error", "metrics flush failed: %r", exc)
 
     def shutdown(self, timeout_s: float) -> None:
         self.after_batch()

@@ -31,8 +31,9 @@ import threading
 import time
 from typing import Any
 
+from .. import environment_variables as ev
 from . import guard, keys
-from .records import make_marshalable
+from .records import make_marshalable, span_count
 
 CONFIG_ENV = "OTEL_RL_EXPORTER_CONFIG"
 #: CPU priority of the exporter process relative to the training process.
@@ -54,10 +55,11 @@ class ExporterProcess:
 
     def __init__(self, settings: Any, resource_attributes: dict[str, Any],
                  max_pending_spans: int = 262_144) -> None:
-        self._config = json.dumps({
-            "settings": dataclasses.asdict(settings),
-            "resource": resource_attributes,
-        })
+        settings_dict = dataclasses.asdict(settings)
+        # The exporter process serves no control requests: keep the secret out
+        # of its environment (readable in /proc by the same user).
+        settings_dict["control_token"] = ""
+        self._config = json.dumps({"settings": settings_dict, "resource": resource_attributes})
         self._max_pending = max_pending_spans
         self._proc: subprocess.Popen | None = None
         self.failed = False
@@ -66,8 +68,10 @@ class ExporterProcess:
     def start(self) -> None:
         env = dict(os.environ)
         env[CONFIG_ENV] = self._config
-        # The child must not configure itself again on import.
-        env.pop("OTEL_RL_ENABLED", None)
+        # The child must not configure itself again on import, and serves no
+        # control requests, so it does not get their token either.
+        env.pop(ev.OTEL_RL_ENABLED, None)
+        env.pop(ev.OTEL_RL_CONTROL_TOKEN, None)
         self._proc = subprocess.Popen(
             [sys.executable, "-m", "otel_rl._internal.exporter_main"],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
@@ -106,7 +110,7 @@ class ExporterProcess:
             # A payload marshal cannot hold (a tensor, an enum): summarise it.
             records = [safe for safe in map(_safe, records) if safe is not None]
             payload = marshal.dumps((thread_names, records))
-        n = len(records)
+        n = span_count(records)
         with self._cond:
             if self._pending_spans + n > self._max_pending:
                 guard.count("spans_dropped_exporter_backlog", n)
@@ -207,8 +211,8 @@ class ExporterProcess:
         try:
             proc.wait(max(0.0, end - time.monotonic()))
         except subprocess.TimeoutExpired:
-            guard.report("shutdown_timeout", "the exporter process did not finish within %.1fs; "
-                         "stopped", timeout_s)
+            guard.report("shutdown_timeout", "the exporter process was still exporting when "
+                         "shutdown_timeout_ms ran out (%.1fs were left for it); stopped", timeout_s)
             proc.kill()
             proc.wait()
         if proc.stdout is not None:

@@ -37,8 +37,22 @@ TASK_REJECTED = "rl.task.rejected"
 TASK_FAILED = "rl.task.failed"
 TASK_DROPPED = "rl.task.dropped"
 TASK_ACCEPTANCE_RATE = "rl.task.acceptance_rate"
+#: Training / rollout statistics (``otel_rl.stats``): one gauge per exported key,
+#: ``rl.stats.<key>``, whose data points carry the tracker's name.
+STATS_METRIC_PREFIX = "rl.stats."
+STATS_TRACKER = "rl.stats.tracker"
 #: Prefix for user ``args`` / payload values on spans: ``rl.args.<key>``.
 ARGS_PREFIX = "rl.args."
+#: Request events (``otel_rl.events.emit``) as span events: the request, its stage
+#: and the profiling run; metadata rides as ``rl.args.<key>``.
+REQUEST_ID = "rl.request.id"
+STAGE = "rl.stage"
+PROFILE_RUN_ID = "rl.profile.run_id"
+#: GPU time of a scope between two CUDA events, when ``OTEL_RL_CUDA_SYNC`` is on.
+CUDA_ELAPSED_MS = "rl.cuda.elapsed_ms"
+#: Value of an ML-Agents-style gauge (``otel_rl.timers.set_gauge``), on a span event
+#: (or a zero-length span) named after the gauge.
+GAUGE_VALUE = "rl.gauge.value"
 
 # --- span kinds (values of SPAN_KIND)
 KIND_TASK = "task"
@@ -66,6 +80,27 @@ INSTRUMENTATION_NAME = "otel_rl"
 TRACES_FILE = "traces-r{rank}.jsonl"
 SESSIONS_FILE = "sessions-r{rank}.jsonl"
 METRICS_FILE = "metrics-r{rank}.jsonl"
+#: Torch profiler (Kineto) Chrome trace of one profiling window; ``{run_id}`` is the
+#: window's run id (``step<N>`` for a step window).
+TORCH_TRACE_FILE = "torch-r{rank}-{run_id}.trace.json.gz"
+#: Top-level key of a torch trace written by otel_rl naming the rank's trace file
+#: (``{"traces_file": "traces-r0.jsonl", "pid": ..., ...}``): the converter puts
+#: the kernels in that rank's process.
+TRACE_JOIN_KEY = "otel_rl"
+#: Request events: ``<event_dir>/events_<first stage>_<pid>.jsonl``, one JSON object
+#: a line with exactly these fields (sglang-omni's format).
+EVENTS_DIR = "events"
+EVENTS_FILE = "events_{stage}_{pid}.jsonl"
+EVENT_FIELDS = ("request_id", "stage", "event_name", "timestamp_ns", "run_id", "pid", "metadata")
+#: Live control, in the run directory: the desired profiling state every process
+#: watches, and each process's acknowledgement (``{host}`` and ``{pid}`` name it).
+CONTROL_DIR = "control"
+CONTROL_STATE_FILE = "state.json"
+CONTROL_ACK_FILE = "ack-{host}-{pid}.json"
+CONTROL_ACK_PREFIX = "ack-"
+STATS_FILE = "stats-r{rank}.jsonl"
+#: A directory: TensorBoard event files of ``otel_rl.stats`` (when tensorboard is installed).
+TENSORBOARD_DIR = "tensorboard-r{rank}"
 
 # --- standard attribute keys otel_rl reads or writes (OpenTelemetry semantic conventions)
 SERVICE_NAME = "service.name"

@@ -56,6 +56,11 @@ def phase_attributes(phase: str) -> dict[str, Any]:
 _PHASE_ATTRIBUTES: dict[str, dict[str, Any]] = {}
 
 
+def span_count(records: list[tuple]) -> int:
+    """How many spans ``records`` hold, bundled phases included."""
+    return len(records) + sum(len(rec[BUNDLE][1]) for rec in records if len(rec) > BUNDLE and rec[BUNDLE])
+
+
 def expand(records: list[tuple]) -> list[tuple]:
     """``records`` with every bundled phase as a record of its own, ahead of its session."""
     out: list[tuple] = []

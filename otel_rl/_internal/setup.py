@@ -87,6 +87,8 @@ class Components:
         self.hook: ProviderHook | None = None
         self.chain: ExportChain | None = None
         self.pipeline: Pipeline | None = None
+        #: The ``meter_provider=`` given to configure(), reused by otel_rl.stats.
+        self.meter_provider: MeterProvider | None = None
 
 
 class ForwardingProcessor(SpanProcessor):
@@ -156,6 +158,7 @@ def configure(config: Any = None, *, rank: int | None = None, role: str | None =
         if traces_endpoint(environ):
             otlp_protocol(environ, traces_endpoint(environ))  # fail now on a bad protocol
         comps = Components()
+        comps.meter_provider = meter_provider
         provider = tracer_provider
         owns_provider = False
         if provider is None:
@@ -224,6 +227,7 @@ def configure(config: Any = None, *, rank: int | None = None, role: str | None =
         STATE.sessions_on = settings.session_tracer
         STATE.scopes_on = settings.profile_steps is None
         _register_atexit()
+        _profiling_configure(settings)
     _attach_parent_from_env(environ)
 
 
@@ -251,11 +255,27 @@ def save(step: int | None = None, force: bool = False) -> None:
     flush(settings.shutdown_timeout_ms / 1000.0)
 
 
+#: Outputs kept beside the span pipeline (otel_rl.stats' loggers): objects with
+#: ``flush(timeout_s) -> bool`` and ``shutdown(timeout_s)``, run by save() and shutdown().
+EXTRA_OUTPUTS: list[Any] = []
+
+
+def _run_extra(method: str, timeout_s: float) -> bool:
+    ok = True
+    for output in list(EXTRA_OUTPUTS):
+        try:
+            ok = getattr(output, method)(timeout_s) is not False and ok
+        except Exception as exc:  # noqa: BLE001
+            guard.report("export_error", "an output failed to %s: %r", method, exc)
+    return ok
+
+
 def flush(timeout_s: float) -> bool:
+    extra_ok = _run_extra("flush", timeout_s)
     comps: Components | None = STATE.components
     if comps is None:
-        return True
-    ok = comps.pipeline.flush(timeout_s)
+        return extra_ok
+    ok = comps.pipeline.flush(timeout_s) and extra_ok
     if comps.chain is not None:
         ok = comps.chain.flush(timeout_s) and ok
     return ok
@@ -267,6 +287,8 @@ def shutdown() -> None:
         settings = STATE.settings
         STATE.enabled = STATE.scopes_on = STATE.sessions_on = False
         STATE.configured = False
+        _profiling_shutdown(settings)
+        _run_extra("shutdown", settings.shutdown_timeout_ms / 1000.0 if settings else 5.0)
         if comps is None:
             return
         timeout_s = settings.shutdown_timeout_ms / 1000.0 if settings else 5.0
@@ -278,6 +300,26 @@ def shutdown() -> None:
         if comps.chain is not None:
             comps.chain.shutdown(timeout_s)
         STATE.components = STATE.pipeline = STATE.tracer = STATE.registry = None
+
+
+def _profiling_configure(settings: Settings) -> None:
+    """Live control (watcher, HTTP server from the environment) and CUDA-synchronised timing."""
+    from . import control
+
+    try:
+        control.on_configure(settings)
+    except Exception as exc:  # noqa: BLE001 - profiling must not stop training from starting
+        guard.report("control_error", "live profiling control not started: %r", exc)
+
+
+def _profiling_shutdown(settings: Settings | None) -> None:
+    """Stops the control watcher and server, request events and torch windows (traces written)."""
+    from . import control
+
+    try:
+        control.on_shutdown(settings.shutdown_timeout_ms / 1000.0 if settings else 5.0)
+    except Exception as exc:  # noqa: BLE001
+        guard.report("control_error", "live profiling control did not stop cleanly: %r", exc)
 
 
 _atexit_registered = False

@@ -1,0 +1,104 @@
+#!/usr/bin/env python3
+"""Times ``otel-rl report`` over many session records and reports its peak memory.
+
+    python -m bench.report_speed --sessions 1000000 [--ranks 8] [--steps 100]
+        [--format json|table|html] [--dir DIR]
+
+Writes synthetic session records in otel_rl's format (``sessions-rollout-r{rank}.jsonl``:
+1-3 generate turns with tool calls between them, a reward, statuses, output token
+counters and a ``step`` field, as AReaL-style records may carry) unless ``--dir``
+already holds them, then runs the report in a child process and prints its wall time
+and peak resident memory (``ru_maxrss``). The issue's target: 1,000,000 records in
+under 30 s and 2 GB.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+
+import orjson
+
+
+def generate(directory: str, sessions: int, ranks: int, steps: int, seed: int = 0) -> None:
+    rng = random.Random(seed)
+    per_rank = sessions // ranks
+    t0 = 1.8e9
+    for rank in range(ranks):
+        path = os.path.join(directory, f"sessions-rollout-r{rank}.jsonl")
+        with open(path, "wb") as f:
+            lines = []
+            for i in range(per_rank):
+                step = i * steps // per_rank
+                submit = t0 + step * 60.0 + rng.random() * 20.0
+                t = submit
+                phases: dict[str, list[dict[str, float]]] = {"generate": [], "toolcall": [], "reward": []}
+                turns = rng.choice((1, 1, 2, 3))
+                for turn in range(turns):
+                    d = rng.lognormvariate(-1.0, 0.8) * (8 if rng.random() < 0.01 else 1)
+                    phases["generate"].append({"start_ts": t, "end_ts": t + d})
+                    t += d
+                    if turn < turns - 1:
+                        d = rng.expovariate(20.0)
+                        phases["toolcall"].append({"start_ts": t, "end_ts": t + d})
+                        t += d
+                d = rng.expovariate(200.0)
+                phases["reward"].append({"start_ts": t, "end_ts": t + d})
+                t += d
+                finalized = t + rng.expovariate(50.0)
+                total = finalized - submit
+                record = {
+                    "task_id": i // 4 + rank * per_rank, "session_id": i + rank * per_rank, "rank": rank,
+                    "role": "rollout", "status": "accepted" if rng.random() < 0.7 else "rejected",
+                    "reason": None, "submit_ts": submit, "finalized_ts": finalized, "total_s": total,
+                    "generate_s": sum(p["end_ts"] - p["start_ts"] for p in phases["generate"]),
+                    "reward_s": sum(p["end_ts"] - p["start_ts"] for p in phases["reward"]),
+                    "toolcall_s": sum(p["end_ts"] - p["start_ts"] for p in phases["toolcall"]),
+                    "phase_counts": {k: len(v) for k, v in phases.items()},
+                    "phases": {k: v for k, v in phases.items() if v},
+                    "counters": {"output_tokens": rng.randint(10, 1000)},
+                    "step": step, "trace_id": f"{rng.getrandbits(128):032x}", "span_id": f"{rng.getrandbits(64):016x}",
+                }
+                lines.append(orjson.dumps(record))
+                if len(lines) >= 10000:
+                    f.write(b"\n".join(lines) + b"\n")
+                    lines = []
+            if lines:
+                f.write(b"\n".join(lines) + b"\n")
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--sessions", type=int, default=1_000_000)
+    p.add_argument("--ranks", type=int, default=8)
+    p.add_argument("--steps", type=int, default=100)
+    p.add_argument("--format", choices=("json", "table", "html"), default="json")
+    p.add_argument("--dir", help="where the records are (generated when it has none)")
+    args = p.parse_args()
+    directory = args.dir or tempfile.mkdtemp(prefix="otel-rl-bench-report-")
+    os.makedirs(directory, exist_ok=True)
+    if not any(n.startswith("sessions-") for n in os.listdir(directory)):
+        started = time.perf_counter()
+        generate(directory, args.sessions, args.ranks, args.steps)
+        print(f"generated {args.sessions:,} session records in {directory} "
+              f"({sum(os.path.getsize(os.path.join(directory, n)) for n in os.listdir(directory)) / 1e6:,.0f} MB, "
+              f"{time.perf_counter() - started:.1f} s)")
+    out = os.path.join(directory, f"report.{'txt' if args.format == 'table' else args.format}")
+    started = time.perf_counter()
+    code = subprocess.call([sys.executable, "-m", "otel_rl.report", directory, "--format", args.format,
+                            "--out", out, "--quiet", "--no-progress"])
+    wall = time.perf_counter() - started
+    peak_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    print(f"otel-rl report --format {args.format}: exit {code}, {wall:.1f} s wall, peak RSS {peak_mb:,.0f} MB "
+          f"-> {out}")
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

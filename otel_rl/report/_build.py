@@ -1,0 +1,108 @@
+"""All views of a run in one plain-data document."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Iterable
+from typing import Any
+
+from ._model import RunData
+from ._stats import step_sort_key
+from .breakdown import phase_breakdown, span_breakdown, stage_breakdown
+from .hops import hop_breakdown
+from .lifecycle import DEFAULT_GANTT_LIMIT, lifecycle
+from .longtail import DEFAULT_OUTLIERS, DEFAULT_THRESHOLD, DEFAULT_TURN_PHASE, long_tail
+from .timeline import DEFAULT_LIMIT, timeline
+from .timer_tree import timer_trees
+
+#: View names, in report order (``--view`` picks among them).
+VIEWS = ("summary", "phases", "spans", "stages", "hops", "timers", "longtail", "lifecycle", "timeline")
+
+
+def summary(data: RunData) -> dict[str, Any]:
+    """Counts and extent of what was read.
+
+    Returns:
+        ``{"sessions", "finalized", "open", "by_status", "workers", "steps",
+        "spans", "requests", "request_events", "start_ts", "end_ts",
+        "duration_s", "inputs", "filters"}``.
+    """
+    statuses = Counter(r.status for r in data.sessions)
+    finalized = sum(1 for r in data.sessions if r.finalized is not None)
+    times = [r.submit for r in data.sessions if r.submit is not None]
+    times += [r.finalized for r in data.sessions if r.finalized is not None]
+    start = min(times, default=None)
+    end = max(times, default=None)
+    if data.spans:
+        s0 = min(s.start for s in data.spans)
+        s1 = max(s.end for s in data.spans)
+        start = s0 if start is None else min(start, s0)
+        end = s1 if end is None else max(end, s1)
+    if data.requests:
+        r0 = min(events[0][0] for events in data.requests.values() if events) / 1e9
+        r1 = max(events[-1][0] for events in data.requests.values() if events) / 1e9
+        start = r0 if start is None else min(start, r0)
+        end = r1 if end is None else max(end, r1)
+    steps = {r.step for r in data.sessions if r.step is not None}
+    workers = sorted({r.worker for r in data.sessions} | {s.worker for s in data.spans})
+    return {
+        "sessions": len(data.sessions), "finalized": finalized, "open": len(data.sessions) - finalized,
+        "by_status": dict(sorted(statuses.items())),
+        "workers": [dict(worker=w, **{k: v for k, v in data.workers.get(w, {}).items() if v is not None})
+                    for w in workers],
+        "steps": sorted(steps, key=step_sort_key),
+        "spans": len(data.spans),
+        "requests": len(data.requests),
+        "request_events": sum(len(v) for v in data.requests.values()),
+        "start_ts": start, "end_ts": end,
+        "duration_s": (end - start) if start is not None and end is not None else None,
+        "inputs": list(data.inputs),
+        "filters": {"steps": sorted(data.steps) if data.steps is not None else None,
+                    "ranks": list(data.ranks) if data.ranks is not None else None},
+    }
+
+
+def build(data: RunData, views: Iterable[str] | None = None, *, threshold: float = DEFAULT_THRESHOLD,
+          outliers: int = DEFAULT_OUTLIERS, turn_phase: str = DEFAULT_TURN_PHASE,
+          sessions: Iterable[Any] | None = None, requests: Iterable[Any] | None = None,
+          timeline_limit: int = DEFAULT_LIMIT, gantt_limit: int = DEFAULT_GANTT_LIMIT,
+          bins: int = 40) -> dict[str, Any]:
+    """Every view of a run as one JSON-ready dict (what ``--format json`` writes).
+
+    Args:
+        data: A loaded run (:func:`otel_rl.report.load`).
+        views: Which views (names in :data:`VIEWS`; all by default).
+        threshold: Straggler threshold of the long-tail view.
+        outliers: Slowest sessions listed by the long-tail view.
+        turn_phase: The phase whose instances are turns.
+        sessions: Session ids for the timeline view.
+        requests: Request ids for the timeline view.
+        timeline_limit: Timelines shown when no ids are given.
+        gantt_limit: Sessions drawn in the lifecycle Gantt chart.
+        bins: Histogram bins.
+
+    Returns:
+        ``{"generator", "generated_at", "<view>": ..., "diagnostics": ...}``.
+    """
+    wanted = set(VIEWS if views is None else views)
+    unknown = wanted - set(VIEWS)
+    if unknown:
+        raise ValueError(f"unknown view(s): {', '.join(sorted(unknown))} (known: {', '.join(VIEWS)})")
+    out: dict[str, Any] = {"generator": "otel_rl report", "generated_at": time.time()}
+    makers = {
+        "summary": lambda: summary(data),
+        "phases": lambda: phase_breakdown(data),
+        "spans": lambda: span_breakdown(data),
+        "stages": lambda: stage_breakdown(data),
+        "hops": lambda: hop_breakdown(data),
+        "timers": lambda: timer_trees(data),
+        "longtail": lambda: long_tail(data, threshold, outliers, turn_phase, bins),
+        "lifecycle": lambda: lifecycle(data, gantt_limit, bins),
+        "timeline": lambda: timeline(data, sessions, requests, timeline_limit),
+    }
+    for name in VIEWS:
+        if name in wanted:
+            out[name] = makers[name]()
+    out["diagnostics"] = data.diagnostics.to_dict()
+    return out

@@ -1,0 +1,43 @@
+"""Training and rollout statistics with AReaL ``stats_tracker`` names, on OpenTelemetry metrics.
+
+``from otel_rl import stats as stats_tracker`` is all an AReaL user changes::
+
+    stats_tracker.denominator(n_valid_tokens=loss_mask)
+    stats_tracker.stat(advantages=adv, denominator="n_valid_tokens")
+    stats_tracker.get("rollout").scalar(reward=0.5)
+    with stats_tracker.record_timing("rollout"):
+        batch = prepare_batch()
+    stats = stats_tracker.export_all(reduce_group=dp_group)   # {"advantages/avg": ...}
+
+Exports are also logged (rank 0, ``__count`` keys dropped) as OpenTelemetry
+gauges ``rl.stats.<key>`` (over OTLP when an endpoint is set), as lines of
+``stats-r{rank}.jsonl`` in the run directory, as TensorBoard event files when
+tensorboard is installed, and to any backend given to :func:`register_backend`.
+torch is needed only for tensor statistics.
+"""
+
+from __future__ import annotations
+
+from .._internal.stats_logging import StatsBackend, StatsRecord, register_backend, unregister_backend
+from .._internal.stats_reduce import merge_worker_stats
+from ._tracker import DEFAULT_TRACKER, ReduceType, StatsTracker, commit, export_all, get
+
+#: AReaL's class name.
+DistributedStatsTracker = StatsTracker
+
+# Module-level functions act on the default tracker, as in AReaL.
+scalar = DEFAULT_TRACKER.scalar
+denominator = DEFAULT_TRACKER.denominator
+stat = DEFAULT_TRACKER.stat
+scope = DEFAULT_TRACKER.scope
+scope_func_wrapper = DEFAULT_TRACKER.scope_func_wrapper
+disable_scope = DEFAULT_TRACKER.disable_scope
+record_timing = DEFAULT_TRACKER.record_timing
+export = DEFAULT_TRACKER.export
+
+__all__ = [
+    "DEFAULT_TRACKER", "DistributedStatsTracker", "ReduceType", "StatsBackend", "StatsRecord",
+    "StatsTracker", "commit", "denominator", "disable_scope", "export", "export_all", "get",
+    "merge_worker_stats", "record_timing", "register_backend", "scalar", "scope", "scope_func_wrapper",
+    "stat", "unregister_backend",
+]

@@ -1,0 +1,196 @@
+"""The demo end to end: real trainer and rollout worker processes, files read back."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections import Counter
+from importlib.util import find_spec
+from pathlib import Path
+
+import pytest
+
+needs_torch = pytest.mark.skipif(find_spec("torch") is None, reason="the demo needs torch")
+
+TASKS, SAMPLES, STEPS, WORKERS = 2, 2, 2, 2
+REJECT_REASONS = {"stale_weight", "truncated", "zero_advantage"}
+
+
+def _env(**extra: str) -> dict[str, str]:
+    # The ambient OTEL_* / RANK settings of whoever runs the tests must not leak in.
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("OTEL_", "RANK", "FORCE_COLOR", "TRACEPARENT", "TRACESTATE", "BAGGAGE"))}
+    env.update({"NO_COLOR": "1", "COLUMNS": "120"}, **extra)
+    return env
+
+
+def _demo(root: Path, *args: str, env: dict[str, str] | None = None,
+          sizes: tuple[int, int, int] = (TASKS, SAMPLES, STEPS)) -> subprocess.CompletedProcess:
+    tasks, samples, steps = sizes
+    command = [sys.executable, "-m", "otel_rl.demo", "--tasks", str(tasks), "--samples", str(samples),
+               "--steps", str(steps), "--workers", str(WORKERS), "--dir", str(root), *args]
+    return subprocess.run(command, env=env or _env(), capture_output=True, text=True, timeout=180)
+
+
+def _events(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _spans(path: Path) -> list[dict]:
+    return [e for e in _events(path) if e.get("ph") == "X"]
+
+
+class Run:
+    def __init__(self, result: subprocess.CompletedProcess, run_dir: Path) -> None:
+        self.result = result
+        self.run_dir = run_dir
+
+    def sessions(self) -> list[dict]:
+        return [r for path in sorted(self.run_dir.glob("sessions-*.jsonl")) for r in _events(path)]
+
+    def trainer_spans(self) -> list[dict]:
+        return _spans(self.run_dir / "traces-trainer-r0.jsonl")
+
+    def rollout_spans(self) -> list[dict]:
+        return [s for rank in range(WORKERS) for s in _spans(self.run_dir / f"traces-rollout-r{rank}.jsonl")]
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> Run:
+    """One small demo run shared by the tests below (each reads its own aspect)."""
+    pytest.importorskip("torch")
+    root = tmp_path_factory.mktemp("demo")
+    result = _demo(root, "--trial", "t1")
+    return Run(result, root / "demo" / "t1")
+
+
+def test_demo_exits_zero(run: Run) -> None:
+    assert run.result.returncode == 0, run.result.stderr
+
+
+def test_trainer_and_every_rollout_worker_write_a_trace_file(run: Run) -> None:
+    for name in ["traces-trainer-r0.jsonl"] + [f"traces-rollout-r{r}.jsonl" for r in range(WORKERS)]:
+        assert _spans(run.run_dir / name), f"{name} has no spans"
+
+
+def test_every_task_has_one_finalized_session_record_per_sample(run: Run) -> None:
+    records = run.sessions()
+    per_task = Counter(r["task_id"] for r in records)
+    assert per_task == {task_id: SAMPLES for task_id in range(TASKS * STEPS)}
+    assert {r["status"] for r in records} <= {"accepted", "rejected"}
+    assert {r["role"] for r in records} == {"rollout"}
+    assert {r["rank"] for r in records} == set(range(WORKERS))
+
+
+def test_rejected_sessions_name_a_known_reason_and_accepted_ones_none(run: Run) -> None:
+    for record in run.sessions():
+        if record["status"] == "rejected":
+            assert record["reason"] in REJECT_REASONS
+        else:
+            assert record["reason"] is None
+
+
+def test_every_session_generates_and_is_rewarded_and_some_call_the_tool(run: Run) -> None:
+    records = run.sessions()
+    for record in records:
+        assert record["phase_counts"]["generate"] >= 1
+        assert record["phase_counts"]["reward"] == 1
+        # A tool call is always followed by another generate turn.
+        assert record["phase_counts"]["generate"] == record["phase_counts"].get("toolcall", 0) + 1
+    assert any(r["phase_counts"].get("toolcall", 0) for r in records)
+
+
+def test_trainer_records_a_step_span_and_a_backward_pass_per_step(run: Run) -> None:
+    spans = run.trainer_spans()
+    assert sorted(s["args"]["rl.step"] for s in spans if s["name"] == "step") == list(range(STEPS))
+    for name in ("trainer.train_step", "trainer.backward", "trainer.optimizer_step"):
+        steps = {s["args"]["rl.step"] for s in spans if s["name"] == name}
+        assert steps, f"no {name} span"
+        assert all(s.get("cat") == "compute" for s in spans if s["name"] == name)
+
+
+def test_worker_spans_join_the_trace_of_the_trainer_step_that_sent_the_request(run: Run) -> None:
+    trainer = run.trainer_spans()
+    step_traces = {s["args"]["trace_id"] for s in trainer if s["name"] == "step"}
+    submits = {s["args"]["span_id"]: s for s in trainer if s["name"] == "rollout.submit"}
+    batches = [s for s in run.rollout_spans() if s["name"] == "rollout.batch"]
+    assert batches
+    for batch in batches:
+        parent = submits[batch["args"]["parent_span_id"]]
+        assert batch["args"]["trace_id"] == parent["args"]["trace_id"]
+        assert batch["args"]["trace_id"] in step_traces
+        assert batch["args"]["rl.step"] == parent["args"]["rl.step"]
+    updates = [s for s in run.rollout_spans() if s["name"] == "rollout.update_weights"]
+    trainer_updates = {s["args"]["span_id"] for s in trainer if s["name"] == "trainer.update_weights"}
+    assert len(updates) == WORKERS * (STEPS + 1)  # the initial weights, then one per step
+    assert {u["args"]["parent_span_id"] for u in updates} == trainer_updates
+
+
+def test_convert_merges_the_three_processes_into_one_perfetto_file(run: Run, tmp_path: Path) -> None:
+    out = tmp_path / "trace.json"
+    result = subprocess.run([sys.executable, "-m", "otel_rl.cli", "convert", str(run.run_dir), "-o", str(out)],
+                            env=_env(), capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    events = json.loads(out.read_text())["traceEvents"]
+    names = {e["args"]["name"] for e in events if e.get("ph") == "M" and e["name"] == "process_name"}
+    assert names == {"rank 0 · trainer", "rank 0 · rollout", "rank 1 · rollout"}
+    assert len({e["pid"] for e in events if e.get("ph") == "X"}) == 3
+
+
+def test_summary_names_the_run_directory_and_how_to_open_it(run: Run) -> None:
+    out = run.result.stdout
+    assert f"run directory: {run.run_dir}" in out
+    assert f"otel-rl convert {run.run_dir} -o trace.json" in out
+    assert "https://ui.perfetto.dev" in out
+    for heading in ("sessions by status", "phase durations", "training steps"):
+        assert heading in out
+
+
+@needs_torch
+def test_otlp_export_reaches_a_receiver_from_the_trainer_and_every_worker(http_receiver, tmp_path: Path) -> None:
+    result = _demo(tmp_path, env=_env(OTEL_EXPORTER_OTLP_ENDPOINT=http_receiver.endpoint), sizes=(2, 2, 1))
+    assert result.returncode == 0, result.stderr
+    assert http_receiver.endpoint in result.stdout
+    # Every process flushed before exiting, so everything has arrived by now.
+    spans = http_receiver.wait_for_spans(1)
+    processes = {(s["resource"]["rl.role"], s["resource"]["rl.rank"]) for s in spans}
+    assert processes == {("trainer", 0)} | {("rollout", r) for r in range(WORKERS)}
+    assert {s["name"] for s in spans} >= {"step", "session", "generate", "reward", "trainer.train_step"}
+
+
+def test_an_out_of_range_flag_is_a_usage_error_naming_it(tmp_path: Path) -> None:
+    result = subprocess.run([sys.executable, "-m", "otel_rl.demo", "--workers", "0", "--dir", str(tmp_path)],
+                            env=_env(), capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2
+    assert "--workers" in result.stderr and "between 1 and 16" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+@needs_torch
+def test_an_unwritable_directory_is_reported_without_a_traceback(tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    result = subprocess.run([sys.executable, "-m", "otel_rl.demo", "--dir", str(blocker / "runs")],
+                            env=_env(), capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2
+    assert "cannot write run files" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_without_torch_the_demo_says_how_to_install_it() -> None:
+    code = "import sys; sys.modules['torch'] = None; from otel_rl.demo import main; sys.exit(main([]))"
+    result = subprocess.run([sys.executable, "-c", code], env=_env(), capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1
+    assert "pip install torch==2.13.0" in result.stderr
+    assert "otel_rl[demo]" in result.stderr
+
+
+@needs_torch
+def test_a_bad_otel_rl_variable_is_reported_naming_it_without_a_traceback(tmp_path: Path) -> None:
+    result = subprocess.run([sys.executable, "-m", "otel_rl.demo", "--dir", str(tmp_path)],
+                            env=_env(OTEL_RL_FLUSH_THRESHOLD="lots"), capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2
+    assert "OTEL_RL_FLUSH_THRESHOLD" in result.stderr
+    assert "Traceback" not in result.stderr

@@ -1,0 +1,116 @@
+"""otel_rl.stats across real processes: torch.distributed (gloo, CPU), keys missing on some ranks.
+
+Each rank records different keys (one has a key, a tracker and a denominator
+the others lack; two record the same key with different kinds). Every rank
+must get the same export, equal to what plain Python computes from all ranks'
+raw inputs, and nothing may deadlock.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import multiprocessing
+import os
+import queue as queue_module
+import time
+
+import pytest
+from stats_dist_worker import rank_data, worker
+
+DEADLINE_S = 120
+
+
+def _run(world, tmp_path):
+    ctx = multiprocessing.get_context("spawn")
+    results = ctx.Queue()
+    init_file = tmp_path / "dist-init"
+    procs = [ctx.Process(target=worker, args=(rank, world, str(init_file), str(tmp_path), results))
+             for rank in range(world)]
+    for proc in procs:
+        proc.start()
+    got = {}
+    deadline = time.monotonic() + DEADLINE_S
+    try:
+        while len(got) < world:
+            try:
+                rank, everything, late, diagnostics = results.get(timeout=max(0.1, deadline - time.monotonic()))
+            except queue_module.Empty:
+                pytest.fail(f"ranks {sorted(set(range(world)) - set(got))} did not finish within "
+                            f"{DEADLINE_S}s: a collective deadlocked")
+            assert everything != "error", f"rank {rank} failed:\n{late}"
+            got[rank] = (everything, late, diagnostics)
+    finally:
+        for proc in procs:
+            proc.join(10)
+            if proc.is_alive():
+                proc.kill()
+    return got
+
+
+def _expected(world):
+    """The export, from every rank's raw inputs, by hand."""
+    data = [rank_data(rank) for rank in range(world)]
+    tokens, nonfinite = [], 0
+    for one in data:
+        for loss, mask in one["batches"]:
+            for loss_row, mask_row in zip(loss, mask):
+                for value, selected in zip(loss_row, mask_row):
+                    if selected and math.isfinite(value):
+                        tokens.append(value)
+                    elif selected:
+                        nonfinite += 1
+    rewards = [r for one in data for r in one["reward"]]
+    rollout = [r for one in data for r in one["rollout_reward"]]
+    rare_values, rare_mask = data[0]["rare"]
+    rare = [v for v, m in zip(rare_values, rare_mask) if m]
+    acc = [0.5 * rank for rank in range(1, world)]
+    return {
+        "actor/n_valid": len(tokens) + nonfinite,
+        "actor/loss/avg": sum(tokens) / len(tokens),
+        "actor/loss/min": min(tokens),
+        "actor/loss/max": max(tokens),
+        "actor/loss__nonfinite": nonfinite,
+        "actor/loss_sum": sum(tokens),
+        "actor/loss_sum__nonfinite": nonfinite,
+        "reward": sum(rewards) / len(rewards),
+        "reward__count": len(rewards),
+        "rollout/reward": sum(rollout) / len(rollout),
+        "rollout/reward__count": len(rollout),
+        "rare_mask": len(rare),
+        "rare/avg": sum(rare) / len(rare),
+        "rare/min": min(rare),
+        "rare/max": max(rare),
+        "only_r0": 7.0,
+        "only_r0__count": 1,
+        "eval-rollout/acc": sum(acc) / len(acc),
+        "eval-rollout/acc__count": len(acc),
+        "clash_d": 2.0,
+    }
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_export_all_reduces_over_gloo_ranks_with_missing_keys(world, tmp_path):
+    got = _run(world, tmp_path)
+    expected = _expected(world)
+    first = got[0][0]
+    for rank in range(world):
+        everything, late, diagnostics = got[rank]
+        assert everything == first, f"rank {rank} differs from rank 0"
+        assert late == {"late": 2.0, "late__count": 1}
+        assert diagnostics.get("stats_inconsistent_key") == 1  # `clash`, left out on every rank
+    assert set(first) == set(expected)
+    for key, value in expected.items():
+        assert first[key] == pytest.approx(value, rel=1e-9, abs=1e-12), key
+
+    run_dir = tmp_path / "exp" / "dist"
+    assert not any((run_dir / f"stats-r{rank}.jsonl").exists() for rank in range(1, world))
+    with open(run_dir / "stats-r0.jsonl") as f:
+        lines = [json.loads(line) for line in f]
+    assert [(line["step"], line["tracker"]) for line in lines] == [
+        (5, ""), (5, "eval-rollout"), (5, "rollout"), (6, "")]
+    logged = {}
+    for line in lines[:3]:
+        logged.update(line["values"])
+    assert logged == {k: v for k, v in first.items() if not k.endswith("__count")}
+    assert os.path.getsize(run_dir / "stats-r0.jsonl") > 0
