@@ -128,6 +128,28 @@ def test_worker_spans_join_the_trace_of_the_trainer_step_that_sent_the_request(r
     assert {u["args"]["parent_span_id"] for u in updates} == trainer_updates
 
 
+def test_trainer_exports_rollout_stats_once_per_step_matching_the_session_records(run: Run) -> None:
+    rollout = [line for line in _events(run.run_dir / "stats-trainer-r0.jsonl") if line["tracker"] == "rollout"]
+    assert [line["step"] for line in rollout] == list(range(STEPS))
+    # Every step trains on TASKS x SAMPLES sessions, so the mean of the per-step
+    # acceptance averages is the share of accepted session records.
+    sessions = run.sessions()
+    accepted_share = sum(r["status"] == "accepted" for r in sessions) / len(sessions)
+    assert sum(line["values"]["rollout/accepted"] for line in rollout) / STEPS == pytest.approx(accepted_share)
+
+
+def test_every_worker_records_engine_request_events_for_its_sessions(run: Run) -> None:
+    files = sorted((run.run_dir / "events").glob("events_engine_*.jsonl"))
+    assert len(files) == WORKERS
+    events = [e for path in files for e in _events(path)]
+    assert {tuple(e) for e in events} == {
+        ("request_id", "stage", "event_name", "timestamp_ns", "run_id", "pid", "metadata")}
+    sessions = {r["session_id"] for r in run.sessions()}
+    assert {e["request_id"] for e in events} <= sessions
+    assert {e["event_name"] for e in events} >= {"stage_input_received", "scheduler_prefill_start",
+                                                  "scheduler_first_emit", "stage_complete"}
+
+
 def test_convert_merges_the_three_processes_into_one_perfetto_file(run: Run, tmp_path: Path) -> None:
     out = tmp_path / "trace.json"
     result = subprocess.run([sys.executable, "-m", "otel_rl.cli", "convert", str(run.run_dir), "-o", str(out)],

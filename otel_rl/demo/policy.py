@@ -16,11 +16,14 @@ import torch
 from torch import nn
 
 import otel_rl
+from otel_rl import events
 
 from .arithmetic import CALC, EOS, PAD, VOCAB, demonstration, make_task
 
 #: PPO clip range of the importance ratio between the trained and the sampling policy.
 CLIP_EPS = 0.2
+#: The stage name of the inference engine's request events.
+ENGINE_STAGE = "engine"
 
 
 class Policy(nn.Module):
@@ -176,12 +179,15 @@ class Generation:
 
 
 class _Request:
-    __slots__ = ("prompt", "max_new", "future", "out", "state", "logits", "logits_version")
+    __slots__ = ("prompt", "max_new", "future", "out", "state", "logits", "logits_version", "request_id")
 
-    def __init__(self, prompt: list[int], max_new: int, future: asyncio.Future) -> None:
+    def __init__(self, prompt: list[int], max_new: int, future: asyncio.Future, request_id: Any) -> None:
         self.prompt = prompt
         self.max_new = max_new
         self.future = future
+        # The session's id: request events of the engine loop name it explicitly,
+        # since that loop does not run in the session's context.
+        self.request_id = request_id
         self.out = Generation()
         self.state: torch.Tensor | None = None
         self.logits: torch.Tensor | None = None
@@ -221,7 +227,12 @@ class InferenceEngine:
     async def agenerate(self, prompt: list[int], max_new: int) -> Generation:
         """Samples up to ``max_new`` tokens after ``prompt``, stopping at ``<eos>`` or ``<calc>``."""
         future = asyncio.get_running_loop().create_future()
-        self._waiting.append(_Request(prompt, max_new, future))
+        request = _Request(prompt, max_new, future, otel_rl.get_session_id())
+        # Request events with sglang-omni's names, so `otel-rl report` shows the
+        # engine's stages (queueing, prefill to first token, the whole request).
+        events.emit("stage_input_received", request.request_id, ENGINE_STAGE, prompt_tokens=len(prompt))
+        events.emit("scheduler_queue_enter", request.request_id, ENGINE_STAGE)
+        self._waiting.append(request)
         self._wake.set()
         return await future
 
@@ -258,6 +269,7 @@ class InferenceEngine:
         admitted = 0
         while self._waiting and len(self._running) < self.max_batch:
             request = self._waiting.popleft()
+            events.emit("scheduler_prefill_start", request.request_id, ENGINE_STAGE, batch=len(self._running))
             # Prefill: no cache is kept between turns, as with a stateless server.
             logits, state = self.policy(torch.tensor([request.prompt]))
             request.logits, request.state, request.logits_version = logits[0, -1], state, self.version
@@ -276,10 +288,13 @@ class InferenceEngine:
         still: list[_Request] = []
         for request, token, lp in zip(running, tokens.tolist(), logp.tolist(), strict=True):
             out = request.out
+            if not out.tokens:
+                events.emit("scheduler_first_emit", request.request_id, ENGINE_STAGE)
             out.tokens.append(token)
             out.logp.append(lp)
             out.versions.append(request.logits_version)
             if token in (EOS, CALC) or len(out.tokens) >= request.max_new:
+                events.emit("stage_complete", request.request_id, ENGINE_STAGE, output_tokens=len(out.tokens))
                 if not request.future.done():
                     request.future.set_result(out)
             else:

@@ -50,6 +50,9 @@ def worker_main(rank: int, config: dict[str, Any], requests: Any, results: Any) 
     try:
         otel_rl.configure(fileroot=config["fileroot"], experiment_name="demo",
                           trial_name=config["trial"], rank=rank, role="rollout")
+        # Request events of the inference engine, in <run dir>/events/ (as an
+        # operator would turn them on with POST /start_request_profile).
+        otel_rl.events.start(run_id=config["trial"])
         asyncio.run(RolloutWorker(rank, config, requests, results).run())
         # Flushes the files before the trainer reads them; problems seen go with the reply.
         otel_rl.shutdown()

@@ -160,3 +160,5 @@ def print_summary(console: Console, run_dir: str, result: RunResult, elapsed_s: 
     say("open in Perfetto:")
     say(f"  otel-rl convert {shlex.quote(run_dir)} -o trace.json")
     say("  then load trace.json at https://ui.perfetto.dev (Open trace file)")
+    say("analyse it (phases, engine stages, long tail, timer trees; table, json or html):")
+    say(f"  otel-rl report {shlex.quote(run_dir)} --format html --out report.html")

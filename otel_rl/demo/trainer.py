@@ -204,12 +204,18 @@ class Trainer:
                             self.on_progress("sessions", len(message[3]), "")
                 groups, arrived = arrived[:cfg.tasks], arrived[cfg.tasks:]
                 step_stats, accepted = self._judge(step, groups)
+                _record_rollout_stats(groups)
                 if accepted:
-                    step_stats.loss = train_step(policy, optimizer, accepted)
+                    with otel_rl.stats.record_timing("train_step"):
+                        step_stats.loss = train_step(policy, optimizer, accepted)
+                    otel_rl.stats.scalar(loss=step_stats.loss, accepted_samples=len(accepted))
                 else:
                     otel_rl.instant("trainer.no_accepted_samples", category="compute")
                 self.version += 1
                 self._broadcast(policy)
+                # AReaL's stats_tracker export: `stats-trainer-r0.jsonl`, and OTLP
+                # gauges when an endpoint is set.
+                otel_rl.stats.export_all(step=step)
             if not examples:
                 examples = _examples([s for _, _, group in groups for s in group])
             otel_rl.save(step)
@@ -292,6 +298,16 @@ class Trainer:
 
 
 @otel_rl.trace_perf("trainer.train_step", category="compute")
+def _record_rollout_stats(groups: list[tuple[int, int, list[dict[str, Any]]]]) -> None:
+    """Per-sample rollout statistics on the ``rollout`` tracker (AReaL's names)."""
+    rollout = otel_rl.stats.get("rollout")
+    for _rank, _task_id, samples in groups:
+        for sample in samples:
+            rollout.scalar(reward=sample["reward"], tool_calls=sample["tool_calls"],
+                           accepted=0.0 if sample.get("verdict") else 1.0,
+                           correct=1.0 if sample["outcome"] == "correct" else 0.0)
+
+
 def train_step(policy: pol.Policy, optimizer: pol.Adam,
                samples: list[dict[str, Any]]) -> float:
     """One optimizer step on the accepted samples; returns the loss."""
