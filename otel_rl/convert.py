@@ -39,7 +39,7 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import Link, SpanContext, SpanKind, TraceFlags
 from opentelemetry.trace.status import Status, StatusCode
 
-from ._internal.chrome_trace import BATCH_MARKER, BATCH_MARKER_PREFIX, ChromeTraceEncoder
+from ._internal.chrome_trace import BATCH_MARKER, BATCH_MARKER_PREFIX, ChromeTraceEncoder, kineto_shift_us
 from ._internal.keys import TRACE_JOIN_KEY
 
 __all__ = ["ConvertStats", "convert", "discover_inputs", "iter_chrome_json_events", "iter_lines", "main",
@@ -195,15 +195,7 @@ def _document_events(doc: Any) -> Iterator[dict[str, Any]]:
         events, base_ns = doc, None
     else:
         raise ValueError("neither a JSON object nor an array")
-    shift = 0.0
-    if isinstance(base_ns, (int, float)) and base_ns > 0:
-        # Kineto's base is the wall clock at boot and its timestamps count from
-        # it (torch 2.x): far below the base itself, which epoch timestamps
-        # never are. (Not "below 1e12": machines run for more than 11 days.)
-        first = next((e.get("ts") for e in events
-                      if isinstance(e, dict) and isinstance(e.get("ts"), (int, float))), None)
-        if first is not None and first < base_ns / 2000:
-            shift = base_ns / 1000
+    shift = kineto_shift_us(events, base_ns)
     for event in events:
         if isinstance(event, dict):
             if shift and isinstance(event.get("ts"), (int, float)):

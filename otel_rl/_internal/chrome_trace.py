@@ -703,3 +703,21 @@ def _outer_first(item: tuple[ReadableSpan, Any]) -> tuple[int, int]:
     span = item[0]
     start = span.start_time or 0
     return start, -(span.end_time or start)
+
+
+def kineto_shift_us(events: list[Any], base_ns: Any) -> float:
+    """Microseconds to add to a torch profiler (Kineto) trace's timestamps to
+    put them on the wall clock.
+
+    Kineto's ``baseTimeNanoseconds`` is the wall clock at boot and, in torch
+    2.x, its event timestamps count from it: far below the base itself, which
+    epoch timestamps never are. (Not "below 1e12": machines run for more than
+    11 days.) Traces already on the wall clock need no shift.
+    """
+    if not isinstance(base_ns, (int, float)) or base_ns <= 0:
+        return 0.0
+    first = next((e.get("ts") for e in events
+                  if isinstance(e, dict) and isinstance(e.get("ts"), (int, float))), None)
+    if first is not None and first < base_ns / 2000:
+        return base_ns / 1000
+    return 0.0

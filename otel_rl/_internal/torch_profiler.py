@@ -40,6 +40,7 @@ from typing import Any, Callable
 import orjson
 
 from . import guard, keys
+from .chrome_trace import kineto_shift_us
 from .state import STATE
 
 #: Options a ``config`` object of ``/start_profile`` may set, with their settings.
@@ -369,12 +370,7 @@ def align_events(events: list[Any], base_ns: Any, meta: dict[str, Any]) -> list[
     """
     pid = meta["pid"]
     label = f"rank {meta.get('rank', 0)}" + (f" · {meta['role']}" if meta.get("role") else "")
-    shift = 0.0
-    if isinstance(base_ns, (int, float)) and base_ns > 0:
-        first = next((e.get("ts") for e in events
-                      if isinstance(e, dict) and isinstance(e.get("ts"), (int, float))), None)
-        if first is not None and first < base_ns / 2000:
-            shift = base_ns / 1000
+    shift = kineto_shift_us(events, base_ns)
     out: list[dict[str, Any]] = []
     for event in events:
         if not isinstance(event, dict):

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ._table import count_nodes, fmt_ms, fmt_pct, fmt_s, fmt_x, tree_rows
+from .timeline import describe_event
 
 #: Steps drawn as separate CDF curves (the slowest ones when there are more).
 MAX_CDF_STEPS = 12
@@ -541,16 +542,7 @@ def _timeline(page: _Page, view: dict[str, Any]) -> None:
         for t in sessions:
             rows = []
             for e in t["events"]:
-                what = e["event"]
-                if what == "phase":
-                    what = f"{e['phase']} #{e['turn']}" + (" (open)" if e.get("open") else "")
-                elif what in ("span", "instant"):
-                    what = f"{e['name']} [{e['worker']}]"
-                elif what == "request_event":
-                    what = f"{e['stage']}: {e['name']}"
-                elif what == "finalized":
-                    what = f"finalized: {e['status']}" + (f" ({e['reason']})" if e.get("reason") else "")
-                rows.append([f"{e['t_rel_ms']:.3f}", what,
+                rows.append([f"{e['t_rel_ms']:.3f}", describe_event(e),
                              "" if e.get("duration_ms") is None else f"{e['duration_ms']:.3f}"])
             page.add(f"<details><summary>session {_e(t['task_id'])}:{_e(t['session_id'])} — {_e(t['worker'])}, "
                      f"step {_e(t['step'])}, {_e(t['status'])}, {_e(fmt_ms(t['total_ms']))}</summary>"

@@ -245,11 +245,12 @@ class _Loader:
             return "JSON lines that are neither trace events, session records nor request events"
         return kind
 
-    def _lines(self, path: str) -> Iterable[tuple[int, Any]]:
-        """Parsed JSON objects of a JSON lines file, with their line numbers; bad lines reported."""
+    def _lines(self, path: str, skip: tuple[bytes, ...] = ()) -> Iterable[tuple[int, Any]]:
+        """Parsed JSON objects of a JSON lines file, with their line numbers; bad lines
+        reported. Lines starting with one of ``skip`` are passed over unparsed."""
         loads = orjson.loads
         for lineno, line, unterminated in iter_lines(path, self.progress.callback(path)):
-            if not line or line.isspace():
+            if not line or (skip and line.startswith(skip)) or line.isspace():
                 continue
             try:
                 obj = loads(line)
@@ -267,22 +268,7 @@ class _Loader:
     # --- Chrome trace events ----------------------------------------------------------------
     def _chrome_jsonl(self, path: str) -> int:
         reader = _ChromeEvents(self, path)
-        loads = orjson.loads
-        skip = _SKIP_PREFIXES
-        for lineno, line, unterminated in iter_lines(path, self.progress.callback(path)):
-            if not line or line.startswith(skip) or line.isspace():
-                continue
-            try:
-                event = loads(line)
-            except orjson.JSONDecodeError as exc:
-                if unterminated:
-                    self.diag.truncated.append(f"{path}:{lineno}")
-                else:
-                    self.diag.bad_line(path, lineno, str(exc))
-                continue
-            if type(event) is not dict:
-                self.diag.bad_line(path, lineno, "not a JSON object")
-                continue
+        for lineno, event in self._lines(path, _SKIP_PREFIXES):
             problem = reader.feed(event)
             if problem:
                 self.diag.bad_line(path, lineno, problem)

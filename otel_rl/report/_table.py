@@ -9,6 +9,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from .timeline import describe_event
+
 
 #: Rows printed per table in the terminal (JSON and HTML have them all).
 MAX_ROWS = 25
@@ -335,16 +337,7 @@ def _timeline(console: Console, view: dict[str, Any]) -> None:
                        f"{tl['step']}, {tl['status']}, {total})", "t_rel", "event", "duration",
                        right=(0, 2))
         for e in tl["events"]:
-            what = e["event"]
-            if what == "phase":
-                what = f"{e['phase']} #{e['turn']}" + (" (open)" if e.get("open") else "")
-            elif what in ("span", "instant"):
-                what = f"{e['name']} [{e['worker']}]"
-            elif what == "request_event":
-                what = f"{e['stage']}: {e['name']}"
-            elif what == "finalized":
-                what = f"finalized: {e['status']}" + (f" ({e['reason']})" if e.get("reason") else "")
-            table.add_row(fmt_ms(e["t_rel_ms"]), what,
+            table.add_row(fmt_ms(e["t_rel_ms"]), describe_event(e),
                           fmt_ms(e.get("duration_ms")) if "duration_ms" in e else "")
         console.print(table)
     if view["sessions"]:

@@ -140,3 +140,17 @@ def timeline(data: RunData, sessions: Iterable[Any] | None = None,
         "requests_total": len(req_ids),
         "selected": selected,
     }
+
+
+def describe_event(event: dict[str, Any]) -> str:
+    """One line naming a session timeline event, for tables and the HTML page."""
+    what = event["event"]
+    if what == "phase":
+        return f"{event['phase']} #{event['turn']}" + (" (open)" if event.get("open") else "")
+    if what in ("span", "instant"):
+        return f"{event['name']} [{event['worker']}]"
+    if what == "request_event":
+        return f"{event['stage']}: {event['name']}"
+    if what == "finalized":
+        return f"finalized: {event['status']}" + (f" ({event['reason']})" if event.get("reason") else "")
+    return what
