@@ -95,6 +95,13 @@ class ReceiverProcess:
                 return spans
             time.sleep(0.02)
 
+    def start_counting(self, expected: int, timeout_s: float = 10.0) -> None:
+        """Waits for ``expected`` spans (a warm-up) and for the count to stop
+        moving (nothing late from an earlier contender), then zeroes it."""
+        self.wait_for(expected, timeout_s=timeout_s)
+        self.wait_for(1 << 62, timeout_s=2.0, settle_s=0.3)
+        self.reset()
+
     def close(self) -> None:
         proc = self._proc
         if proc.poll() is None:

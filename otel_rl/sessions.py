@@ -253,8 +253,10 @@ def trace_session_event(method: str, session_id: Any = None, task_id: Any = None
                 if parsed[1]:  # tracking.marked_phase, inlined
                     phases.append((parsed[0], time_ns(), get_ident(), payload or None))
                     return
-                if phases and type(phases[-1]) is tuple and phases[-1][0] == parsed[0]:
-                    state.end_marked(phases.pop(), time_ns(), payload=payload)
+                if phases and type(phases[-1]) is tuple and phases[-1][0] == parsed[0] and not payload:
+                    # SessionState.end_marked, inlined.
+                    name, start_ns, thread, args = phases.pop()
+                    state.done.append((name, start_ns, time_ns(), thread, args, None))
                     return
                 registry.end_phase_by_name(state, parsed[0], payload or None)
                 return

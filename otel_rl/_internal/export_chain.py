@@ -115,6 +115,8 @@ class ExportChain:
         self._environ = environ
         self._metrics_over_network = False
         self._network_flush: threading.Thread | None = None
+        self._network_lock = threading.Lock()
+        self._network_again = False
 
     def sink(self, downstream: SpanProcessor | None = None) -> SpanProcessor:
         """The processor finished spans are handed to."""
@@ -162,14 +164,25 @@ class ExportChain:
         if self.owned_meter_provider is not None and not self._metrics_over_network:
             self._flush_metrics(timeout_s)
         if self.otlp_processor is not None or self._metrics_over_network:
-            thread = self._network_flush
-            if thread is None or not thread.is_alive():
-                # One at a time: while a flush waits on the network, later
-                # spans go out with it or with the exporter's next batch.
-                thread = self._network_flush = threading.Thread(
-                    target=self._flush_network, args=(timeout_s,), name="otel_rl-otlp-flush", daemon=True)
-                thread.start()
+            with self._network_lock:
+                # One flush thread at a time; a request made while it runs makes
+                # it go round once more, so nothing waits for the next schedule.
+                self._network_again = True
+                thread = self._network_flush
+                if thread is None or not thread.is_alive():
+                    thread = self._network_flush = threading.Thread(
+                        target=self._flush_network_loop, args=(timeout_s,), name="otel_rl-otlp-flush",
+                        daemon=True)
+                    thread.start()
         return True
+
+    def _flush_network_loop(self, timeout_s: float) -> None:
+        while True:
+            with self._network_lock:
+                if not self._network_again:
+                    return
+                self._network_again = False
+            self._flush_network(timeout_s)
 
     def _flush_network(self, timeout_s: float) -> None:
         if self.otlp_processor is not None:

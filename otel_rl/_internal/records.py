@@ -36,7 +36,7 @@ _TRACE_FLAGS = {value: TraceFlags(value) for value in (TraceFlags.DEFAULT, Trace
  THREAD, CATEGORY, ATTRIBUTES, ARGS, EVENTS, LINKS, STATUS, STATUS_DESC, SCOPE) = range(20)
 #: A session's record has one more field: ``None``, or the phases opened with
 #: ``mark_<phase>_start`` that ended before it, as ``(session id,
-#: [(name, start_ns, end_ns, thread, args, interrupted description or None)])``.
+#: ((name, start_ns, end_ns, thread, args, interrupted description or None), ...))``.
 #: :func:`expand` turns them into phase records, children of the session.
 BUNDLE = 20
 _ERROR = StatusCode.ERROR.value

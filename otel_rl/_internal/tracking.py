@@ -166,7 +166,9 @@ class SessionState:
                 None if not state else (state.to_header() or None), self.start_ns, end_ns, 0,
                 task.bag, self.thread, None, attributes, None, None, None, status, description, None,
             )
-        return base + ((self.session_id, self.done) if self.done else None,)
+        # Tuples of plain values only: the garbage collector stops tracking the
+        # record after one look, however long it waits in the queue.
+        return base + ((self.session_id, tuple(self.done)) if self.done else None,)
 
     @property
     def ctx(self) -> Context:
