@@ -6,6 +6,7 @@ of every rank, the trainer's per-step figures, and where to look next.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import os
@@ -161,4 +162,8 @@ def print_summary(console: Console, run_dir: str, result: RunResult, elapsed_s: 
     say(f"  otel-rl convert {shlex.quote(run_dir)} -o trace.json")
     say("  then load trace.json at https://ui.perfetto.dev (Open trace file)")
     say("analyse it (phases, engine stages, long tail, timer trees; table, json or html):")
-    say(f"  otel-rl report {shlex.quote(run_dir)} --format html --out report.html")
+    if importlib.util.find_spec("plotly") is not None:
+        say(f"  otel-rl report {shlex.quote(run_dir)} --format html --out report.html")
+    else:
+        say(f"  otel-rl report {shlex.quote(run_dir)}")
+        say("  (pip install 'otel_rl[report]' for the interactive HTML page: --format html)")
