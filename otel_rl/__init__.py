@@ -140,6 +140,21 @@ def settings() -> Settings | None:
     return _STATE.settings
 
 
+def run_summary() -> dict[str, Any] | None:
+    """What this process recorded, wrote, sent and lost, as a plain dict.
+
+    While configured: the numbers so far (the exporter process's as of the last
+    :func:`save`). After :func:`shutdown`: the final summary, also logged in one
+    line and written to ``summary-r{rank}.json`` in the run directory. ``None``
+    before any configuration. Never raises.
+    """
+    try:
+        return _setup.run_summary()
+    except Exception as exc:  # noqa: BLE001
+        _guard.report("internal_error", "run_summary failed: %r", exc)
+        return None
+
+
 def diagnostics() -> dict[str, int]:
     """Counts of every problem and drop seen (bad input, lost spans, write errors), by kind."""
     return _guard.diagnostics()
@@ -150,7 +165,7 @@ __all__ = [
     "carry", "configure", "context_kwargs", "diagnostics", "extract", "get_session_id",
     "get_task_id", "get_tracer", "increment_counter", "inject", "inject_env", "instant",
     "is_configured", "is_enabled", "propagating", "propagation", "register_phase",
-    "register_session", "register_task", "reset", "save", "session_context", "set_session_id",
+    "register_session", "register_task", "reset", "run_summary", "save", "session_context", "set_session_id",
     "set_step", "set_task_id", "settings", "shutdown", "stats", "step_scope", "trace_perf",
     "trace_scope", "trace_session", "trace_session_event", "trace_session_phase"
 ]

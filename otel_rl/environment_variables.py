@@ -50,6 +50,9 @@ OTEL_RL_EXPORT_INTERVAL_MS = "OTEL_RL_EXPORT_INTERVAL_MS"
 OTEL_RL_SHUTDOWN_TIMEOUT_MS = "OTEL_RL_SHUTDOWN_TIMEOUT_MS"
 """Upper bound on the time ``shutdown()`` (and process exit) may take, in milliseconds."""
 
+OTEL_RL_HANDLE_SIGTERM = "OTEL_RL_HANDLE_SIGTERM"
+"""On SIGTERM (when nothing else handles it), flush and close within ``shutdown_timeout_ms`` before exiting."""
+
 OTEL_RL_MAX_PENDING_SESSIONS = "OTEL_RL_MAX_PENDING_SESSIONS"
 """Sessions kept open at once; beyond it the oldest is ended as ``dropped`` and counted."""
 

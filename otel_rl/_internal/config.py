@@ -112,6 +112,8 @@ PARAMS: tuple[Param, ...] = (
           "background drain interval"),
     Param("shutdown_timeout_ms", ev.OTEL_RL_SHUTDOWN_TIMEOUT_MS, 5_000, _positive_int, "ms",
           "upper bound on shutdown and exit"),
+    Param("handle_sigterm", ev.OTEL_RL_HANDLE_SIGTERM, True, parse_bool, "bool",
+          "on SIGTERM (when nothing else handles it) flush and close, bounded, then exit as killed"),
     Param("max_pending_sessions", ev.OTEL_RL_MAX_PENDING_SESSIONS, 100_000, _positive_int,
           "sessions", "open sessions kept before the oldest is dropped (counted)"),
     # --- live profiling control, torch profiler windows, CUDA-synchronised timing
@@ -167,6 +169,7 @@ class Settings:
     max_queue_size: int
     export_interval_ms: int
     shutdown_timeout_ms: int
+    handle_sigterm: bool
     max_pending_sessions: int
     control: bool
     control_port: int | None

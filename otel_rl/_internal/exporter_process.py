@@ -11,7 +11,16 @@ exits.
 
 Frames on the pipe: one type byte, a 4-byte big-endian length, the payload.
 ``B``: a marshal-ed pair ``(thread names, records)``. ``F``: a flush request carrying an
-8-byte sequence number, acknowledged by writing the number back on stdout.
+8-byte sequence number. ``E``: the end of the run: an 8-byte sequence number and a
+4-byte budget in milliseconds; the child shuts its exporters down within the
+budget and sends nothing more (later ``B`` frames are counted as dropped).
+
+``F`` and ``E`` are acknowledged on stdout with the 8-byte sequence number, a
+4-byte big-endian length and that many bytes of JSON: what the child has
+written and sent so far (``ExportChain.stats()`` plus ``problems``, its
+``guard`` counts, and ``file_bytes``, bytes appended per file), which the
+training process keeps for the run summary. Nothing of this is on the
+training loop's path: acknowledgements are read by ``flush``/``close`` only.
 """
 
 from __future__ import annotations
@@ -40,8 +49,13 @@ CONFIG_ENV = "OTEL_RL_EXPORTER_CONFIG"
 EXPORTER_NICE = 10
 #: Garbage-collector thresholds of the exporter process (the default is 700, 10, 10).
 EXPORTER_GC_THRESHOLDS = (50_000, 20, 100)
+#: Of the training process's shutdown budget, what the child does not get for
+#: its exporters: time to answer and exit before ``close`` stops waiting.
+END_MARGIN_S = 0.3
 _HEADER = struct.Struct(">cI")
 _SEQ = struct.Struct(">Q")
+_ACK = struct.Struct(">QI")
+_END = struct.Struct(">QI")
 
 
 class ExporterProcess:
@@ -63,6 +77,10 @@ class ExporterProcess:
         self._max_pending = max_pending_spans
         self._proc: subprocess.Popen | None = None
         self.failed = False
+        #: The child's numbers from its latest acknowledgement (``{}`` before the first).
+        self.remote_stats: dict[str, Any] = {}
+        #: Whether ``remote_stats`` came after the child shut its exporters down.
+        self.final_stats = False
         self.start()
 
     def start(self) -> None:
@@ -74,12 +92,20 @@ class ExporterProcess:
         env.pop(ev.OTEL_RL_CONTROL_TOKEN, None)
         self._proc = subprocess.Popen(
             [sys.executable, "-m", "otel_rl._internal.exporter_main"],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,
+            # A session of its own: Ctrl-C or a SIGTERM sent to the training job's
+            # process group reaches the trainer, which flushes through this
+            # process; it ends when the trainer closes the pipe.
+            start_new_session=True)
         self._cond = threading.Condition()
         self._pending: collections.deque[tuple[bytes, int] | None] = collections.deque()
         self._pending_spans = 0
         self._writing: tuple[bytes, int] | None = None
+        #: Spans written into the pipe (the summary's count of what the child should have).
+        self.shipped = 0
         self._seq = 0
+        self._ack_buf = b""
+        self._ended = False
         self._flush_lock = threading.Lock()
         self._writer = threading.Thread(target=self._write_loop, name="otel_rl-ship", daemon=True)
         self._writer.start()
@@ -97,6 +123,8 @@ class ExporterProcess:
         config["resource"][keys.PROCESS_PID] = os.getpid()  # the child is a process of its own
         self._config = json.dumps(config)
         self.failed = False
+        self.remote_stats = {}
+        self.final_stats = False
         self.start()
 
     # --- export thread side ------------------------------------------------------------
@@ -158,6 +186,7 @@ class ExporterProcess:
                 return
             with self._cond:
                 self._writing = None
+                self.shipped += item[1]
                 self._pending_spans -= item[1]
                 self._cond.notify_all()
 
@@ -173,37 +202,79 @@ class ExporterProcess:
     # --- caller side ------------------------------------------------------------------------
     def flush(self, timeout_s: float) -> bool:
         """Waits until the exporter process has written everything sent so far."""
-        if self.failed or self._proc is None:
+        if self.failed or self._proc is None or self._ended:
             return False
-        with self._flush_lock:
+        end = time.monotonic() + timeout_s
+        if not self._flush_lock.acquire(timeout=timeout_s):
+            guard.report("flush_timeout", "the exporter process did not flush within %.1fs", timeout_s)
+            return False
+        try:
             self._seq += 1
             seq = self._seq
-            with self._cond:
-                self._pending.append((_HEADER.pack(b"F", _SEQ.size) + _SEQ.pack(seq), 0))
-                self._cond.notify()
-            fd = self._proc.stdout.fileno()
-            end = time.monotonic() + timeout_s
-            got = b""
-            while len(got) < _SEQ.size:
-                ready, _, _ = select.select([fd], [], [], max(0.0, end - time.monotonic()))
-                if not ready:
-                    guard.report("flush_timeout", "the exporter process did not flush within %.1fs",
-                                 timeout_s)
-                    return False
-                chunk = os.read(fd, _SEQ.size - len(got))
-                if not chunk:  # end-of-file: the exporter process is gone
-                    self._lost(EOFError("exporter process exited"))
-                    return False
-                got += chunk
-                if len(got) == _SEQ.size and _SEQ.unpack(got)[0] < seq:
-                    got = b""  # an acknowledgement of an earlier, timed-out flush
-            return True
+            self._send_control(_HEADER.pack(b"F", _SEQ.size) + _SEQ.pack(seq))
+            if self._await_ack(seq, max(0.0, end - time.monotonic())):
+                return True
+            if not self.failed:
+                guard.report("flush_timeout", "the exporter process did not flush within %.1fs",
+                             timeout_s)
+            return False
+        finally:
+            self._flush_lock.release()
+
+    def _send_control(self, frame: bytes) -> None:
+        with self._cond:
+            self._pending.append((frame, 0))
+            self._cond.notify()
+
+    def _await_ack(self, seq: int, timeout_s: float) -> bool:
+        """Reads acknowledgements until the one for ``seq``; keeps its numbers.
+        Bytes of an acknowledgement cut off by a timeout stay in ``_ack_buf``, so
+        the next call starts on a frame boundary."""
+        fd = self._proc.stdout.fileno()
+        end = time.monotonic() + timeout_s
+        while True:
+            buf = self._ack_buf
+            if len(buf) >= _ACK.size:
+                got, length = _ACK.unpack_from(buf)
+                if len(buf) >= _ACK.size + length:
+                    body = buf[_ACK.size:_ACK.size + length]
+                    self._ack_buf = buf[_ACK.size + length:]
+                    try:
+                        self.remote_stats = json.loads(body) if body else {}
+                    except ValueError:
+                        guard.report("internal_error", "unreadable exporter acknowledgement")
+                    if got >= seq:
+                        return True
+                    continue  # an acknowledgement of an earlier, timed-out request
+            ready, _, _ = select.select([fd], [], [], max(0.0, end - time.monotonic()))
+            if not ready:
+                return False
+            chunk = os.read(fd, 65536)
+            if not chunk:  # end-of-file: the exporter process is gone
+                self._lost(EOFError("exporter process exited"))
+                return False
+            self._ack_buf += chunk
 
     def close(self, timeout_s: float) -> None:
         proc = self._proc
         if proc is None:
             return
         end = time.monotonic() + timeout_s
+        if not self.failed and not self._ended:
+            # The child's final numbers come with the end's acknowledgement; it
+            # gets the time left, less a margin for the answer and its exit.
+            if self._flush_lock.acquire(timeout=timeout_s):
+                try:
+                    self._ended = True
+                    self._seq += 1
+                    seq = self._seq
+                    left = end - time.monotonic()
+                    budget_ms = int(max(0.0, left - END_MARGIN_S) * 1000)
+                    self._send_control(_HEADER.pack(b"E", _END.size) + _END.pack(seq, budget_ms))
+                    if self._await_ack(seq, max(0.0, end - time.monotonic())):
+                        self.final_stats = True
+                finally:
+                    self._flush_lock.release()
         with self._cond:
             self._pending.append(None)
             self._cond.notify()
@@ -252,6 +323,9 @@ def main() -> int:
     # Ctrl-C reaches the whole process group; the exporter must outlive the
     # trainer's handling of it and finish on end-of-file instead.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # Likewise SIGTERM sent to the whole group (Slurm, a launcher stopping a job):
+    # the trainer flushes on it and closes the pipe; end-of-file ends this process.
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     # Training comes first: when cores are scarce the scheduler should run the
     # trainer's threads before this process (its backlog is bounded and counted).
     try:
@@ -283,6 +357,20 @@ def main() -> int:
     stdin = sys.stdin.buffer
     stdout = sys.stdout.buffer
     timeout_s = settings.shutdown_timeout_ms / 1000.0
+    ended = False
+    spans_in = 0
+
+    def acknowledge(seq: bytes) -> None:
+        from .jsonl import bytes_written
+
+        stats = chain.stats()
+        stats["spans_in"] = spans_in
+        stats["problems"] = guard.diagnostics()
+        stats["file_bytes"] = bytes_written()
+        body = json.dumps(stats).encode()
+        stdout.write(_ACK.pack(_SEQ.unpack(seq)[0], len(body)) + body)
+        stdout.flush()
+
     while True:
         header = _read_exact(stdin, _HEADER.size)
         if header is None:
@@ -291,8 +379,11 @@ def main() -> int:
         payload = _read_exact(stdin, length)
         if payload is None:
             break
-        if kind == b"B":
+        if kind == b"B" and ended:
+            guard.count("spans_dropped_after_end", span_count(marshal.loads(payload)[1]))
+        elif kind == b"B":
             thread_names, records = marshal.loads(payload)
+            spans_in += span_count(records)
             builder.thread_names.update(thread_names)
             for rec in expand(records):
                 try:
@@ -301,8 +392,15 @@ def main() -> int:
                     guard.report("export_error", "a span could not be processed: %r", exc)
             chain.after_batch()
         elif kind == b"F":
-            chain.flush(timeout_s)
-            stdout.write(payload)
-            stdout.flush()
-    chain.shutdown(timeout_s)
+            if not ended:
+                chain.flush(timeout_s)
+            acknowledge(payload[:_SEQ.size])
+        elif kind == b"E":
+            seq, budget_ms = _END.unpack(payload)
+            if not ended:
+                ended = True
+                chain.shutdown(budget_ms / 1000.0)
+            acknowledge(_SEQ.pack(seq))
+    if not ended:
+        chain.shutdown(timeout_s)
     return 0

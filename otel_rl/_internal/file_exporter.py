@@ -174,11 +174,15 @@ class InPlaceBatchProcessor(SpanProcessor):
         self._lock = threading.Lock()
         self._export_lock = threading.Lock()
         self._shutdown = False
+        #: Spans written / not written by the exporter (the run summary's counts).
+        self.exported = 0
+        self.failed = 0
         _fork_sensitive.add(self)
 
     def _after_fork_in_child(self) -> None:
         # The parent exports the spans it collected; the child starts empty.
         self._spans = []
+        self.exported = self.failed = 0
         self._lock = threading.Lock()
         self._export_lock = threading.Lock()
 
@@ -212,6 +216,10 @@ class InPlaceBatchProcessor(SpanProcessor):
                 except Exception as exc:  # noqa: BLE001 - a foreign exporter may raise
                     guard.report("export_error", "an exporter failed: %r", exc)
                     result = SpanExportResult.FAILURE
+                if result is SpanExportResult.SUCCESS:
+                    self.exported += len(spans[i:i + step])
+                else:
+                    self.failed += len(spans[i:i + step])
                 ok = ok and result is SpanExportResult.SUCCESS
             return ok
 

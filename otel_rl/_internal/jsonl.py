@@ -11,6 +11,16 @@ import orjson
 from . import guard
 from .payload import json_safe
 
+#: Bytes appended to each file by this process (path -> bytes), for the run summary.
+BYTES_WRITTEN: dict[str, int] = {}
+_bytes_lock = threading.Lock()
+
+
+def bytes_written() -> dict[str, int]:
+    """A snapshot of :data:`BYTES_WRITTEN`."""
+    with _bytes_lock:
+        return dict(BYTES_WRITTEN)
+
 
 def dumps_line(obj: Any) -> bytes:
     """One JSON line; values orjson cannot encode are made JSON-safe first."""
@@ -47,7 +57,10 @@ class AppendOnlyFile:
         view = memoryview(b"\n" + bytes(data) if self._dirty else data)
         self._dirty = True
         while view:
-            view = view[os.write(self._fd, view):]
+            n = os.write(self._fd, view)
+            view = view[n:]
+            with _bytes_lock:
+                BYTES_WRITTEN[self.path] = BYTES_WRITTEN.get(self.path, 0) + n
         self._dirty = False
 
     def close(self) -> None:

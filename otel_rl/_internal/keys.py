@@ -99,6 +99,10 @@ CONTROL_STATE_FILE = "state.json"
 CONTROL_ACK_FILE = "ack-{host}-{pid}.json"
 CONTROL_ACK_PREFIX = "ack-"
 STATS_FILE = "stats-r{rank}.jsonl"
+#: The run summary of one process (``otel_rl.run_summary()``), written at shutdown.
+SUMMARY_FILE = "summary-r{rank}.json"
+#: The run summary of a process forked from a configured one (it shares its parent's rank).
+FORKED_SUMMARY_FILE = "summary-r{rank}-pid{pid}.json"
 #: A directory: TensorBoard event files of ``otel_rl.stats`` (when tensorboard is installed).
 TENSORBOARD_DIR = "tensorboard-r{rank}"
 

@@ -25,7 +25,7 @@ from opentelemetry.sdk.trace.sampling import Decision, Sampler
 from opentelemetry.trace import SpanContext, SpanKind
 
 from . import guard, keys
-from .records import THREAD, ReadableBuilder, expand, record_from_readable
+from .records import THREAD, ReadableBuilder, expand, record_from_readable, span_count
 
 class Pipeline:
     """Owns the span queue and the export thread of one configured process.
@@ -64,6 +64,9 @@ class Pipeline:
         self._fallback = fallback
         self._fail_over_lock = threading.Lock()
         self.queue: collections.deque[Any] = collections.deque()
+        #: Spans taken off the queue by the export thread (bundled phases
+        #: included), for the run summary; counted there, not on the caller's thread.
+        self.spans_seen = 0
         self._closed = False
         self._init_thread_state()
         if hasattr(os, "register_at_fork"):
@@ -88,6 +91,7 @@ class Pipeline:
         if self._closed:
             return
         self.queue.clear()
+        self.spans_seen = 0
         self.resource = self.resource.merge(Resource({keys.PROCESS_PID: os.getpid()}))
         self._build = ReadableBuilder(self.resource, self._thread_names).build
         if self.shipper is not None:
@@ -173,6 +177,7 @@ class Pipeline:
             if not all(type(rec) is tuple for rec in records):
                 records = [rec if type(rec) is tuple else self._from_readable(rec) for rec in records]
                 records = [rec for rec in records if rec is not None]
+            self.spans_seen += span_count(records)
             names = self._names_of(records)
             shipper = self.shipper
             if shipper is not None and self.sink is None:

@@ -77,6 +77,8 @@ class SessionSpanProcessor(SpanProcessor):
         self._records = records
         self._metrics = metrics
         self._max_pending = max_pending_sessions
+        #: Session spans seen, by status (the run summary's sessions).
+        self.statuses: collections.Counter[str] = collections.Counter()
         # session id -> phase name -> [(start_ns, end_ns | None)]
         self._phases: collections.OrderedDict[Any, dict[str, list[tuple[int, int | None]]]] = (
             collections.OrderedDict()
@@ -120,6 +122,7 @@ class SessionSpanProcessor(SpanProcessor):
         status = attrs.get(keys.SESSION_STATUS, keys.STATUS_PENDING)
         reason = attrs.get(keys.SESSION_REASON)
         pending = status == keys.STATUS_PENDING
+        self.statuses[str(status)] += 1
         submit_ts = span.start_time / _NS_PER_S
         finalized_ts = None if pending else span.end_time / _NS_PER_S
         total_s = None if pending else (span.end_time - span.start_time) / _NS_PER_S

@@ -5,7 +5,9 @@ from __future__ import annotations
 import atexit
 import logging
 import os
+import signal
 import threading
+import time
 from typing import Any
 
 from opentelemetry import context as context_api
@@ -19,7 +21,7 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 
-from . import guard, keys
+from . import guard, keys, summary
 from .config import Settings, resolve
 from .export_chain import ExportChain, otlp_protocol, traces_endpoint
 from .exporter_process import ExporterProcess
@@ -153,6 +155,7 @@ def configure(config: Any = None, *, rank: int | None = None, role: str | None =
             shutdown()
         STATE.settings = settings
         STATE.configured = True
+        STATE.last_summary = None
         if not settings.enabled or environ.get(OTEL_SDK_DISABLED, "").strip().lower() == "true":
             return
         if traces_endpoint(environ):
@@ -226,7 +229,10 @@ def configure(config: Any = None, *, rank: int | None = None, role: str | None =
         STATE.enabled = True
         STATE.sessions_on = settings.session_tracer
         STATE.scopes_on = settings.profile_steps is None
+        summary.Baseline.mark()
         _register_atexit()
+        if settings.handle_sigterm:
+            _install_sigterm_handler()
         _profiling_configure(settings)
     _attach_parent_from_env(environ)
 
@@ -282,24 +288,90 @@ def flush(timeout_s: float) -> bool:
 
 
 def shutdown() -> None:
+    """Ends sessions, flushes and closes everything within one deadline of
+    ``shutdown_timeout_ms`` (every step gets what the previous ones left), then
+    logs and writes the run summary."""
     with _lock:
         comps: Components | None = STATE.components
         settings = STATE.settings
         STATE.enabled = STATE.scopes_on = STATE.sessions_on = False
         STATE.configured = False
-        _profiling_shutdown(settings)
-        _run_extra("shutdown", settings.shutdown_timeout_ms / 1000.0 if settings else 5.0)
+        timeout_s = settings.shutdown_timeout_ms / 1000.0 if settings else 5.0
+        end = time.monotonic() + timeout_s
+
+        def left() -> float:
+            return max(0.0, end - time.monotonic())
+
+        _profiling_shutdown(settings, left())
+        _run_extra("shutdown", left())
         if comps is None:
             return
-        timeout_s = settings.shutdown_timeout_ms / 1000.0 if settings else 5.0
         if STATE.registry is not None:
             STATE.registry.close_all()
-        comps.pipeline.shutdown(timeout_s)
+        comps.pipeline.shutdown(left())
         if comps.hook is not None:
             comps.hook.delegates = ()
         if comps.chain is not None:
-            comps.chain.shutdown(timeout_s)
+            comps.chain.shutdown(left())
+        _final_summary(settings, comps)
         STATE.components = STATE.pipeline = STATE.tracer = STATE.registry = None
+
+
+def _final_summary(settings: Settings | None, comps: Components) -> None:
+    if settings is None:
+        return
+    try:
+        result = summary.build(settings, comps.pipeline, comps.chain, final=True)
+        path = summary.write(settings, result)
+        summary.log(result, path)
+        STATE.last_summary = result
+    except Exception as exc:  # noqa: BLE001 - the summary must not fail shutdown
+        guard.report("internal_error", "the run summary failed: %r", exc)
+
+
+def run_summary() -> dict[str, Any] | None:
+    """The run summary: live numbers while configured (the exporter process's as
+    of the last ``save()``), the final one after ``shutdown()``, else ``None``."""
+    comps: Components | None = STATE.components
+    settings = STATE.settings
+    if comps is not None and settings is not None:
+        return summary.build(settings, comps.pipeline, comps.chain, final=False)
+    return STATE.last_summary
+
+
+_sigterm_installed = False
+
+
+def _install_sigterm_handler() -> None:
+    """On SIGTERM, flush and close (bounded) before dying of it as before.
+
+    Installed only when nothing else handles SIGTERM (the default action) and
+    only from the main thread; a handler the application installs later
+    replaces it. After shutdown the default action is restored and the signal
+    raised again, so the exit status stays "killed by SIGTERM".
+    """
+    global _sigterm_installed
+    if _sigterm_installed or threading.current_thread() is not threading.main_thread():
+        return
+    try:
+        if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+            return
+        signal.signal(signal.SIGTERM, _on_sigterm)
+        _sigterm_installed = True
+    except (ValueError, OSError, AttributeError):
+        pass
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    # On a thread of its own and waited for within the bound: the signal may
+    # have interrupted this thread while it held a lock shutdown needs (a save()).
+    settings = STATE.settings
+    timeout_s = settings.shutdown_timeout_ms / 1000.0 if settings else 5.0
+    worker = threading.Thread(target=_atexit_shutdown, name="otel_rl-sigterm", daemon=True)
+    worker.start()
+    worker.join(timeout_s + 0.5)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGTERM)
 
 
 def _profiling_configure(settings: Settings) -> None:
@@ -312,12 +384,12 @@ def _profiling_configure(settings: Settings) -> None:
         guard.report("control_error", "live profiling control not started: %r", exc)
 
 
-def _profiling_shutdown(settings: Settings | None) -> None:
+def _profiling_shutdown(settings: Settings | None, timeout_s: float) -> None:
     """Stops the control watcher and server, request events and torch windows (traces written)."""
     from . import control
 
     try:
-        control.on_shutdown(settings.shutdown_timeout_ms / 1000.0 if settings else 5.0)
+        control.on_shutdown(timeout_s)
     except Exception as exc:  # noqa: BLE001
         guard.report("control_error", "live profiling control did not stop cleanly: %r", exc)
 
@@ -330,6 +402,36 @@ def _register_atexit() -> None:
     if not _atexit_registered:
         atexit.register(_atexit_shutdown)
         _atexit_registered = True
+    _register_multiprocessing_exit()
+
+
+class _AfterFork:
+    """A long-lived object for ``multiprocessing.util.register_after_fork``."""
+
+
+_AFTER_FORK = _AfterFork()
+_mp_exit_pid: int | None = None
+
+
+def _register_multiprocessing_exit(again: bool = False) -> None:
+    """Workers that ``multiprocessing`` starts with fork or forkserver end with
+    ``os._exit``, so ``atexit`` never runs there; its own exit hook does (run
+    before ``os._exit``, and also in the main process, before ``atexit``).
+    Registered once per process, and ``again`` in each worker multiprocessing
+    starts: it clears the hooks before running the worker's target (including
+    one registered while the target was being unpickled, which configures a
+    spawn or forkserver worker from its environment)."""
+    global _mp_exit_pid
+    if _mp_exit_pid == os.getpid() and not again:
+        return
+    try:
+        from multiprocessing import util
+    except ImportError:  # pragma: no cover - a stripped-down interpreter
+        return
+    if _mp_exit_pid is None:
+        util.register_after_fork(_AFTER_FORK, lambda _obj: _register_multiprocessing_exit(True))
+    _mp_exit_pid = os.getpid()
+    util.Finalize(None, _atexit_shutdown, exitpriority=0)
 
 
 def _atexit_shutdown() -> None:

@@ -17,7 +17,7 @@ class State:
 
     __slots__ = (
         "configured", "enabled", "scopes_on", "sessions_on", "settings", "pipeline",
-        "tracer", "registry", "components",
+        "tracer", "registry", "components", "last_summary",
     )
 
     def __init__(self) -> None:
@@ -30,6 +30,8 @@ class State:
         self.tracer: LeanTracer | None = None
         self.registry: Registry | None = None
         self.components: Any = None
+        #: The final run summary of the last configuration (after shutdown).
+        self.last_summary: dict[str, Any] | None = None
 
 
 STATE = State()

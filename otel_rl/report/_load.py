@@ -41,6 +41,7 @@ PROGRESS_BYTES = 64 << 20
 #: Fields of a request event line (sglang-omni's format, written by ``otel_rl.events``).
 _RID, _STAGE, _NAME, _TS, _RUN, _PID, _META = keys.EVENT_FIELDS
 #: Torch profiler traces otel_rl writes; read only when named (their kernels would swamp the views).
+_SUMMARY_RE = re.compile(r"^summary-(?:.+-)?r\d+(?:-pid\d+)?\.json$")
 _TORCH_TRACE_RE = re.compile(r"^torch-.*\.trace\.json(?:\.gz)?$")
 
 
@@ -740,6 +741,11 @@ def load(inputs: str | Sequence[str], *, steps: Any = None, ranks: Any = None,
     inputs = [os.fspath(i) for i in inputs]
     data = RunData(inputs=list(inputs), steps=parse_steps(steps), ranks=parse_ranks(ranks))
     files, missing = discover_inputs(inputs)
+    # Run summaries (summary-r{rank}.json) found in a directory describe the run's
+    # own bookkeeping, not its work: left out without a word.
+    named = {os.path.realpath(i) for i in inputs}
+    files = [p for p in files if os.path.realpath(p) in named
+             or not _SUMMARY_RE.match(os.path.basename(p))]
     data.diagnostics.missing.extend(missing)
     total = 0
     for path in files:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from bisect import bisect_right
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -84,16 +85,20 @@ def histogram(values: Sequence[float], bins: int, lo: float | None = None,
     if hi <= lo:
         hi = lo + 1e-9
     width = (hi - lo) / bins
+    edges = [lo + i * width for i in range(bins + 1)]
     counts = [0] * bins
     last = bins - 1
     for v in values:
-        i = int((v - lo) / width)
+        # Placed by the edges reported, not by (v - lo) / width: a value on an
+        # edge must land where a reader of the edges expects (bins are half
+        # open, the last one closed), whatever the float rounding.
+        i = bisect_right(edges, v) - 1
         if i > last:
             i = last
         elif i < 0:
             i = 0
         counts[i] += 1
-    return {"edges": [lo + i * width for i in range(bins + 1)], "counts": counts}
+    return {"edges": edges, "counts": counts}
 
 
 def clip_high(sorted_values: Sequence[float]) -> float:

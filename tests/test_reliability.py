@@ -1,0 +1,253 @@
+"""Faults a week-long job meets, in real processes against real receivers: exit stays
+within ``shutdown_timeout_ms`` whatever the collector does, signals and crashes flush
+what was recorded, and a collector that goes away and comes back loses nothing."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+from opentelemetry.sdk.trace import TracerProvider
+from receivers import GrpcReceiver
+
+import otel_rl
+from otel_rl._internal import guard
+from otel_rl.convert import main as convert_main
+
+#: The bound these tests configure, and what process teardown may add to it
+#: (interpreter exit, the exporter process's exit) on a loaded 2-core machine.
+BOUND_S = 2.0
+SLACK_S = 1.5
+
+PRELUDE = """
+import os, sys, time, otel_rl
+
+def scopes(n):
+    for i in range(n):
+        with otel_rl.trace_scope("work", args={"i": i}):
+            pass
+def sessions(n, status="accepted"):
+    otel_rl.set_task_id(otel_rl.register_task())
+    for _ in range(n):
+        otel_rl.set_session_id(otel_rl.register_session())
+        with otel_rl.trace_session_phase("generate"):
+            pass
+        otel_rl.trace_session_event("mark_finalized", status=status)
+def exiting():
+    print("EXIT_AT", time.monotonic(), flush=True)
+"""
+
+@pytest.fixture(autouse=True)
+def _fresh_counters():
+    """Problem counters are per process; a test that ends shut down (not reset)
+    must not leave its counts to the next one."""
+    yield
+    guard.clear()
+
+
+def _env(tmp_path, **extra):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "RANK"))}
+    env.update({"OTEL_RL_ENABLED": "1", "OTEL_RL_DIR": str(tmp_path),
+                "OTEL_RL_SHUTDOWN_TIMEOUT_MS": str(int(BOUND_S * 1000))})
+    env.update(extra)
+    return {k: v for k, v in env.items() if v is not None}
+
+
+def _start(tmp_path, body, **env):
+    code = PRELUDE + textwrap.dedent(body)
+    return subprocess.Popen([sys.executable, "-c", code], env=_env(tmp_path, **env), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+
+def _wait_line(proc, prefix):
+    for line in proc.stdout:
+        if line.startswith(prefix):
+            return line
+    raise AssertionError(f"no {prefix!r} line; stderr: {proc.stderr.read()}")
+
+
+def _exit_seconds(proc):
+    """Seconds from the script's EXIT_AT line (or a signal sent now) to its end."""
+    line = _wait_line(proc, "EXIT_AT")
+    proc.wait(timeout=60)
+    return time.monotonic() - float(line.split()[1])
+
+
+def _unreachable_endpoint():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{sock.getsockname()[1]}"
+
+
+def _run_dir(tmp_path):
+    return tmp_path / "default" / "trial0"
+
+
+def _span_names(tmp_path):
+    with open(_run_dir(tmp_path) / "traces-r0.jsonl") as f:
+        return [e["name"] for e in map(json.loads, f) if e["ph"] == "X"]
+
+
+def _summary(tmp_path):
+    return json.loads((_run_dir(tmp_path) / "summary-r0.json").read_text())
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http/protobuf"])
+def test_exit_is_bounded_when_the_collector_is_down_from_the_start(tmp_path, protocol):
+    proc = _start(tmp_path, """
+        scopes(2000)
+        exiting()
+    """, OTEL_EXPORTER_OTLP_ENDPOINT=_unreachable_endpoint(), OTEL_EXPORTER_OTLP_PROTOCOL=protocol)
+    took = _exit_seconds(proc)
+    assert proc.returncode == 0, proc.stderr.read()
+    print(f"exit took {took:.2f} s (bound {BOUND_S} s)")
+    assert took < BOUND_S + SLACK_S, took
+    assert _span_names(tmp_path).count("work") == 2000  # the file does not depend on the collector
+    summary = _summary(tmp_path)
+    dropped = summary["spans"]["dropped"]
+    assert dropped.get("otlp_unsent_at_exit", 0) + dropped.get("otlp_export_failed", 0) == 2000
+    assert not summary["complete"]
+
+
+def test_exit_is_bounded_when_the_collector_is_slow(tmp_path):
+    with GrpcReceiver(delay_s=30) as receiver:
+        proc = _start(tmp_path, """
+            scopes(500)
+            exiting()
+        """, OTEL_EXPORTER_OTLP_ENDPOINT=receiver.endpoint, OTEL_EXPORTER_OTLP_PROTOCOL="grpc")
+        took = _exit_seconds(proc)
+    assert proc.returncode == 0, proc.stderr.read()
+    print(f"exit took {took:.2f} s (bound {BOUND_S} s)")
+    assert took < BOUND_S + SLACK_S, took
+    assert _span_names(tmp_path).count("work") == 500
+    assert _summary(tmp_path)["spans"]["dropped"].get("otlp_unsent_at_exit") == 500
+
+
+def test_spans_recorded_while_the_collector_is_away_are_delivered_when_it_returns(monkeypatch, tmp_path):
+    receiver = GrpcReceiver().start()
+    try:
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint)
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "20000")  # ms: retries span the outage
+        otel_rl.configure(fileroot=str(tmp_path), tracer_provider=TracerProvider(shutdown_on_exit=False),
+                          shutdown_timeout_ms=10_000)
+        for name in ("before", "during", "after"):
+            if name == "during":
+                receiver.stop()
+            for _ in range(20):
+                with otel_rl.trace_scope(name):
+                    pass
+            otel_rl.save(force=True)
+            if name == "before":
+                receiver.wait_for_spans(20)
+            if name == "during":
+                time.sleep(1.0)
+                receiver.start()  # the same port
+        spans = receiver.wait_for_spans(60, timeout=25)
+        otel_rl.shutdown()
+    finally:
+        receiver.stop()
+    names = sorted(s["name"] for s in spans)
+    assert names == ["after"] * 20 + ["before"] * 20 + ["during"] * 20
+    summary = otel_rl.run_summary()
+    assert summary["spans"]["exported_otlp"] == 60 and summary["spans"]["dropped"] == {}
+
+
+def test_sigterm_to_the_process_group_flushes_within_the_bound(tmp_path):
+    # Nothing has been exported when the signal comes (the drain interval is a
+    # minute), the collector is unreachable, and the exporter process gets the
+    # signal too (a launcher stopping the job signals the whole group).
+    proc = _start(tmp_path, """
+        otel_rl.configure(export_interval_ms=60_000)
+        scopes(100)
+        sessions(3)
+        print("READY", flush=True)
+        time.sleep(60)
+    """, OTEL_RL_ENABLED=None, OTEL_EXPORTER_OTLP_ENDPOINT=_unreachable_endpoint(),
+        OTEL_EXPORTER_OTLP_PROTOCOL="grpc")
+    _wait_line(proc, "READY")
+    sent = time.monotonic()
+    os.killpg(proc.pid, signal.SIGTERM)
+    proc.wait(timeout=60)
+    took = time.monotonic() - sent
+    assert proc.returncode == -signal.SIGTERM
+    print(f"exit took {took:.2f} s (bound {BOUND_S} s)")
+    assert took < BOUND_S + SLACK_S, took
+    assert _span_names(tmp_path).count("work") == 100
+    assert _summary(tmp_path)["sessions"] == {"accepted": 3}
+
+
+def test_sigint_flushes_what_was_recorded(tmp_path):
+    proc = _start(tmp_path, """
+        otel_rl.configure(export_interval_ms=60_000)
+        scopes(100)
+        print("READY", flush=True)
+        time.sleep(60)
+    """, OTEL_RL_ENABLED=None)
+    _wait_line(proc, "READY")
+    sent = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    proc.wait(timeout=60)
+    took = time.monotonic() - sent
+    # Python ends an unhandled KeyboardInterrupt by dying of SIGINT, after atexit.
+    assert proc.returncode == -signal.SIGINT and "KeyboardInterrupt" in proc.stderr.read()
+    print(f"exit took {took:.2f} s (bound {BOUND_S} s)")
+    assert took < BOUND_S + SLACK_S, took
+    assert _span_names(tmp_path).count("work") == 100
+
+
+def test_an_uncaught_exception_flushes_what_was_recorded_within_the_bound(tmp_path):
+    proc = _start(tmp_path, """
+        otel_rl.configure(export_interval_ms=60_000)
+        scopes(100)
+        sessions(2, status="failed")
+        exiting()
+        raise RuntimeError("training diverged")
+    """, OTEL_RL_ENABLED=None, OTEL_EXPORTER_OTLP_ENDPOINT=_unreachable_endpoint(),
+        OTEL_EXPORTER_OTLP_PROTOCOL="grpc")
+    took = _exit_seconds(proc)
+    assert proc.returncode == 1 and "training diverged" in proc.stderr.read()
+    print(f"exit took {took:.2f} s (bound {BOUND_S} s)")
+    assert took < BOUND_S + SLACK_S, took
+    assert _span_names(tmp_path).count("work") == 100
+    assert _summary(tmp_path)["sessions"] == {"failed": 2}
+
+
+def test_after_sigkill_every_line_is_readable_and_convert_and_report_accept_the_run(tmp_path):
+    proc = _start(tmp_path, """
+        otel_rl.configure(export_interval_ms=20, flush_threshold=1)
+        for step in range(30):
+            scopes(20)
+            sessions(2)
+        time.sleep(0.5)  # shipped
+        print("READY", flush=True)
+        while True:  # killed mid-run, still recording
+            scopes(50)
+    """, OTEL_RL_ENABLED=None)
+    _wait_line(proc, "READY")
+    time.sleep(0.2)
+    proc.kill()
+    proc.wait(timeout=60)
+    run_dir = _run_dir(tmp_path)
+    time.sleep(1.0)  # the orphaned exporter process writes what it got and exits
+    for name in ("traces-r0.jsonl", "sessions-r0.jsonl"):
+        lines = (run_dir / name).read_bytes().split(b"\n")
+        complete, last = lines[:-1], lines[-1]
+        assert complete and all(json.loads(line) is not None for line in complete), name
+        assert last == b"" or name == "traces-r0.jsonl"  # only a cut-off trace line may remain
+    with open(run_dir / "sessions-r0.jsonl") as f:
+        assert sum(1 for _ in f) >= 60
+    assert convert_main([str(run_dir), "-o", str(tmp_path / "merged.json"), "-q"]) == 0
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "RANK"))}
+    result = subprocess.run([sys.executable, "-m", "otel_rl.report", str(run_dir), "--format", "json",
+                             "--out", str(tmp_path / "r.json")], capture_output=True, text=True,
+                            timeout=60, env=env)
+    assert result.returncode == 0, result.stderr
+    assert json.loads((tmp_path / "r.json").read_text())
