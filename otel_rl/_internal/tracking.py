@@ -26,6 +26,9 @@ from .records import id_value
 from .spans import LeanSpan, new_span_id
 
 
+_EMPTY_CONTEXT = Context()
+
+
 def with_ids(ctx: Any, span: Any = None, **ids: Any) -> Context:
     """``ctx`` plus baggage ids (keys from :mod:`keys`) and, optionally, a current span."""
     values = dict(ctx)
@@ -206,13 +209,17 @@ class Registry:
         current = get_current()
         # A task is the root of its own trace; the step or scope that submitted
         # it is linked, not parented, because rollouts cross step boundaries.
-        root = with_ids(Context(), **_carried_ids(current, keys.STEP))
+        # Only the step travels from the submitting context (as baggage).
+        carried = current.get(_BAGGAGE_KEY)
+        step = carried.get(keys.STEP) if carried else None
+        root = _EMPTY_CONTEXT if step is None else Context({_BAGGAGE_KEY: {keys.STEP: step}})
         span = LeanSpan(self._pipeline, "task", root,
                         attributes={keys.SPAN_KIND: keys.KIND_TASK, keys.TASK_ID: task_id})
         parent = current.get(_SPAN_KEY)
         if parent is not None:
             span.add_link(parent.get_span_context())
-        state = TaskState(task_id, span, with_ids(root, span, **{keys.TASK_ID: task_id}))
+        bag = {keys.TASK_ID: task_id} if step is None else {keys.STEP: step, keys.TASK_ID: task_id}
+        state = TaskState(task_id, span, Context({_BAGGAGE_KEY: bag, _SPAN_KEY: span}))
         with self._lock:
             old = self.tasks.get(task_id)
             self.tasks[task_id] = state
@@ -469,8 +476,3 @@ class Registry:
             self.tasks.clear()
         for task in tasks:
             self._end_task(task)
-
-
-def _carried_ids(ctx: Any, *names: str) -> dict[str, Any]:
-    bag = ctx.get(_BAGGAGE_KEY) or {}
-    return {name: bag[name] for name in names if name in bag}
