@@ -155,6 +155,24 @@ def run_summary() -> dict[str, Any] | None:
         return None
 
 
+def set_redactor(fn: Any) -> None:
+    """Installs a redaction hook for user payloads, or removes it with ``None``.
+
+    ``fn(key, value) -> value`` is called with the attribute key (``rl.args.<key>``,
+    nested keys dotted) and the raw value of every ``args`` / phase payload /
+    request-event metadata value, on the export thread (never on the caller's),
+    before content capture and the length limit apply. Returning ``None`` drops
+    the value; an exception drops it and is counted as ``redactor_error``. The
+    hook stays installed across ``configure()`` / ``reset()``.
+
+    Raises:
+        TypeError: ``fn`` is neither callable nor ``None``.
+    """
+    from ._internal import privacy
+
+    privacy.set_redactor(fn)
+
+
 def diagnostics() -> dict[str, int]:
     """Counts of every problem and drop seen (bad input, lost spans, write errors), by kind."""
     return _guard.diagnostics()
@@ -165,7 +183,8 @@ __all__ = [
     "carry", "configure", "context_kwargs", "diagnostics", "extract", "get_session_id",
     "get_task_id", "get_tracer", "increment_counter", "inject", "inject_env", "instant",
     "is_configured", "is_enabled", "propagating", "propagation", "register_phase",
-    "register_session", "register_task", "reset", "run_summary", "save", "session_context", "set_session_id",
+    "register_session", "register_task", "reset", "run_summary", "save", "session_context", "set_redactor",
+    "set_session_id",
     "set_step", "set_task_id", "settings", "shutdown", "stats", "step_scope", "trace_perf",
     "trace_scope", "trace_session", "trace_session_event", "trace_session_phase"
 ]

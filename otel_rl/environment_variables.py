@@ -100,3 +100,22 @@ OTEL_RL_TORCH_WITH_FLOPS = "OTEL_RL_TORCH_WITH_FLOPS"
 
 OTEL_RL_CUDA_SYNC = "OTEL_RL_CUDA_SYNC"
 """Wait for the GPU at the start and end of each scope and step (CUDA events), so their times include the GPU work."""
+
+# --- security and privacy
+OTEL_RL_CAPTURE_CONTENT = "OTEL_RL_CAPTURE_CONTENT"
+"""Record prompt / completion text and token ids found in user payloads (off by default)."""
+
+OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
+"""The GenAI instrumentations' switch; read when ``OTEL_RL_CAPTURE_CONTENT`` is unset."""
+
+OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT = "OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT"
+"""Standard: longest string attribute value on a span (otel_rl's own spans as well)."""
+
+OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT = "OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT"
+"""Standard: the general limit, read when the span-specific one is unset."""
+
+OTEL_RL_FILE_MODE = "OTEL_RL_FILE_MODE"
+"""Permission bits (octal) of files otel_rl creates; directories get the matching x bits."""
+
+OTEL_RL_BAGGAGE_ALLOW = "OTEL_RL_BAGGAGE_ALLOW"
+"""Incoming baggage keys kept besides otel_rl's own (comma list; ``*`` keeps all)."""

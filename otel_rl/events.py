@@ -41,7 +41,7 @@ from typing import Any
 import orjson
 from opentelemetry.trace.propagation import _SPAN_KEY
 
-from ._internal import guard, keys
+from ._internal import files, guard, keys, privacy
 from ._internal.payload import flatten_attributes, json_safe
 from ._internal.spans import get_current
 from ._internal.state import STATE
@@ -175,7 +175,7 @@ def _check_writable(event_dir: str, given: bool) -> None:
     """Creates ``event_dir`` and writes a probe file there, so a directory that
     cannot hold the events fails now, with its reason, not at the first event."""
     try:
-        os.makedirs(event_dir, exist_ok=True)
+        files.makedirs(event_dir)
         fd, probe = tempfile.mkstemp(prefix=".probe-", dir=event_dir)
         os.close(fd)
         os.unlink(probe)
@@ -258,7 +258,7 @@ class _Recorder:
             self.file_stage = name
             self.path = os.path.join(self.event_dir, keys.EVENTS_FILE.format(stage=_file_part(name),
                                                                              pid=pid))
-        self.fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        self.fd = files.open_fd(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
         return self.fd
 
     def write(self, event_name: str, request_id: Any, stage: str | None, ts: int,
@@ -415,7 +415,9 @@ def emit(event_name: str, request_id: Any = None, stage: str | None = None, **me
             request_id = current_id(keys.SESSION_ID, ctx)
         elif type(request_id) not in _SCALARS:
             request_id = json_safe(request_id)
-        meta = _metadata(metadata) if metadata else {}
+        # Content capture and the redaction hook decide what reaches the events file
+        # (the span event's copy is handled on the export side).
+        meta = privacy.metadata(_metadata(metadata)) if metadata else {}
         span = ctx.get(_SPAN_KEY)
         if span is not None and span.is_recording():
             attrs: dict[str, Any] = {keys.PROFILE_RUN_ID: _RECORDER.run_id}

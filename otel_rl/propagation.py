@@ -31,7 +31,7 @@ from typing import Any, TypeVar
 from opentelemetry import context as context_api
 from opentelemetry import propagate
 
-from ._internal import guard
+from ._internal import guard, incoming
 from ._internal.asgi import ASGIMiddleware
 from ._internal.http_clients import aiohttp_trace_config, instrument_httpx, instrument_requests
 
@@ -69,6 +69,9 @@ def inject(carrier: MutableMapping[str, str] | None = None) -> dict[str, str] | 
 def extract(carrier: Mapping[str, str] | None) -> context_api.Context:
     """Reads a context written by :func:`inject`; malformed headers give an empty context.
 
+    Baggage keys other than otel_rl's are dropped unless ``OTEL_RL_BAGGAGE_ALLOW``
+    names them, and at most 180 entries / 8192 bytes are kept (both counted).
+
     Args:
         carrier: The received mapping (for example request headers).
 
@@ -76,7 +79,9 @@ def extract(carrier: Mapping[str, str] | None) -> context_api.Context:
         An OpenTelemetry ``Context`` to pass to :func:`attach` or to a tracer.
     """
     try:
-        return propagate.extract(carrier or {})
+        # Incoming baggage keeps otel_rl's keys (and OTEL_RL_BAGGAGE_ALLOW's), within W3C limits.
+        carrier = carrier or {}
+        return incoming.limit(propagate.extract(carrier), incoming.header_of(carrier))
     except Exception as exc:  # noqa: BLE001
         guard.report("propagation_error", "extract failed: %r", exc)
         return context_api.Context()

@@ -61,6 +61,8 @@ def _good_value(param):
         cfg._positive_int: st.integers(1, 10**7).map(str),
         cfg._non_negative_int: st.integers(0, 10**7).map(str),
         cfg._str: st.text(st.characters(blacklist_categories=("Cs", "Cc")), min_size=1, max_size=10),
+        cfg._file_mode: st.integers(0o600, 0o777).filter(lambda v: v & 0o600 == 0o600).map(
+            lambda v: st.sampled_from([oct(v)[2:], "0" + oct(v)[2:], oct(v)])).flatmap(lambda s: s),
     }[param.parse]
 
 
@@ -75,6 +77,8 @@ def test_good_env_values_of_every_setting_parse(data, param):
         assert value == tuple(int(v) for v in text.split(","))
     elif param.parse is cfg._str:
         assert value == text
+    elif param.parse is cfg._file_mode:
+        assert value == int(text.removeprefix("0o"), 8)
     else:
         assert value == int(text)
 

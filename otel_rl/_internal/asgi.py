@@ -8,7 +8,7 @@ from opentelemetry import context as context_api
 from opentelemetry import propagate
 from opentelemetry.trace import SpanKind, StatusCode
 
-from . import guard, keys
+from . import guard, incoming, keys
 from .state import STATE
 
 
@@ -50,7 +50,8 @@ class ASGIMiddleware:
             await self.app(scope, receive, send)
             return
         try:
-            ctx = propagate.extract(_headers_of(scope))
+            headers = _headers_of(scope)
+            ctx = incoming.limit(propagate.extract(headers), headers.get("baggage"))
         except Exception as exc:  # noqa: BLE001 - serve the request regardless
             guard.report("propagation_error", "extract from request headers failed: %r", exc)
             ctx = context_api.Context()

@@ -58,6 +58,33 @@ def _str(text: str) -> str:
     return str(text)
 
 
+def _file_mode(text: str) -> int:
+    """Octal permission bits (``0600``, ``640``, ``0o640``); the owner must keep read and write."""
+    text = str(text).strip().lower()
+    value = int(text[2:] if text.startswith("0o") else text, 8)
+    if not 0 <= value <= 0o777:
+        raise ValueError(f"must be octal permission bits from 0600 to 0777, got {text!r}")
+    if value & 0o600 != 0o600:
+        raise ValueError(f"the owner needs read and write permission (0600), got {text!r}")
+    return value
+
+
+#: ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`` values that turn capture on
+#: (the GenAI instrumentations' modes, and the older boolean form).
+_GENAI_CAPTURE_ON = {"span_only", "event_only", "span_and_event", "true", "1", "yes", "on"}
+_GENAI_CAPTURE_OFF = {"no_content", "false", "0", "no", "off", ""}
+
+
+def _genai_capture(text: str) -> bool:
+    value = str(text).strip().lower()
+    if value in _GENAI_CAPTURE_ON:
+        return True
+    if value in _GENAI_CAPTURE_OFF:
+        return False
+    raise ValueError("expected NO_CONTENT, SPAN_ONLY, EVENT_ONLY, SPAN_AND_EVENT, true or false, "
+                     f"got {text!r}")
+
+
 def _port(text: str) -> int | None:
     text = str(text).strip()
     if not text:
@@ -145,7 +172,24 @@ PARAMS: tuple[Param, ...] = (
           "rl.step on every otel_rl.stats data point"),
     Param("stats_tensorboard", ev.OTEL_RL_STATS_TENSORBOARD, True, parse_bool, "bool",
           "otel_rl.stats exports as TensorBoard event files when tensorboard is installed"),
+    # --- security and privacy
+    Param("capture_content", ev.OTEL_RL_CAPTURE_CONTENT, False, parse_bool, "bool",
+          "record prompt / completion text and token ids in user payloads (unset: "
+          "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT decides)"),
+    Param("attribute_value_length_limit", ev.OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT, 4096,
+          _non_negative_int, "chars",
+          "longest string attribute value on otel_rl's spans (unset: OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT)"),
+    Param("file_mode", ev.OTEL_RL_FILE_MODE, 0o600, _file_mode, "octal",
+          "permission bits of files otel_rl creates; directories get the matching x bits"),
+    Param("baggage_allow", ev.OTEL_RL_BAGGAGE_ALLOW, "", _str, "keys",
+          "incoming baggage keys kept besides otel_rl's own (comma list, * for all)"),
 )
+
+#: Standard variables a setting falls back to when its own variable is unset.
+_FALLBACK_ENV: dict[str, tuple[str, Callable[[str], Any]]] = {
+    "capture_content": (ev.OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT, _genai_capture),
+    "attribute_value_length_limit": (ev.OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT, _non_negative_int),
+}
 
 PARAMS_BY_NAME = {p.name: p for p in PARAMS}
 
@@ -185,6 +229,10 @@ class Settings:
     cuda_sync: bool
     stats_step_attribute: bool
     stats_tensorboard: bool
+    capture_content: bool
+    attribute_value_length_limit: int
+    file_mode: int
+    baggage_allow: str
 
     @property
     def run_dir(self) -> str:
@@ -224,6 +272,9 @@ def _coerce(param: Param, value: Any, source: str) -> Any:
             return value
         if param.parse is _steps and isinstance(value, (list, tuple)):
             return tuple(_non_negative_int(v) for v in value) or None
+        if param.parse is _file_mode and type(value) is int:
+            # An int (``file_mode=0o640``) already holds the bits.
+            return _file_mode(oct(value))
         if param.parse in (_positive_int, _non_negative_int) and isinstance(value, bool):
             raise ValueError("expected an integer, got a bool")
         return param.parse(value if isinstance(value, str) else str(value)) \
@@ -257,6 +308,12 @@ def resolve(
             value = _coerce(param, environ[param.env], f"environment variable {param.env}")
         elif param.name == "rank":
             value = _launcher_rank(param, environ)
+        elif param.name in _FALLBACK_ENV and _FALLBACK_ENV[param.name][0] in environ:
+            name, parse = _FALLBACK_ENV[param.name]
+            try:
+                value = parse(environ[name])
+            except (TypeError, ValueError) as exc:
+                raise ConfigError(f"invalid value for environment variable {name}: {exc}") from None
         if config is not None:
             found = _lookup(config, param.areal or param.name)
             if found is not _MISSING and found is not None:

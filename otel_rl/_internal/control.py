@@ -47,7 +47,7 @@ import orjson
 
 from .. import events
 from ..events import ProfilingError, new_run_id
-from . import guard, keys
+from . import files, guard, keys
 from .config import Settings, resolve
 from .state import STATE
 from .torch_profiler import OPTIONS as TORCH_OPTIONS
@@ -115,7 +115,7 @@ def _read_json(path: str) -> Any:
 def _write_json(path: str, obj: Any) -> None:
     """Writes ``obj`` so that readers see the old content or the new, never half."""
     tmp = f"{path}.tmp-{_HOST}-{os.getpid()}-{threading.get_ident()}"
-    with open(tmp, "wb") as f:
+    with files.open_private(tmp, "wb") as f:
         f.write(orjson.dumps(obj, option=orjson.OPT_INDENT_2))
     os.replace(tmp, path)
 
@@ -127,8 +127,7 @@ def _locked(control_dir: str | None) -> Iterator[None]:
         if control_dir is None:
             yield
             return
-        os.makedirs(control_dir, exist_ok=True)
-        fd = os.open(os.path.join(control_dir, ".lock"), os.O_RDWR | os.O_CREAT, 0o644)
+        fd = files.open_fd(os.path.join(control_dir, ".lock"), os.O_RDWR | os.O_CREAT)
         try:
             try:
                 import fcntl
@@ -287,7 +286,7 @@ class _Watcher:
         self.poll_s = poll_s
         self._stop = threading.Event()
         self._last: bytes | None = None
-        os.makedirs(control_dir, exist_ok=True)
+        files.makedirs(control_dir)
         self._last = self._read()
         # Changes made before this process started watching are not replayed.
         _JOB.applied_seq = max(_JOB.applied_seq, read_state(control_dir)["seq"])

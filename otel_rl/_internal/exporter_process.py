@@ -343,6 +343,10 @@ def main() -> int:
     if settings_dict.get("profile_steps") is not None:
         settings_dict["profile_steps"] = tuple(settings_dict["profile_steps"])
     settings = Settings(**settings_dict)
+    from . import files, privacy
+
+    files.set_mode(settings.file_mode)
+    privacy.configure(settings)
     resource = Resource(config["resource"])
     chain = ExportChain(settings, resource, os.environ)
     sink = chain.sink()

@@ -8,7 +8,7 @@ from typing import Any
 
 import orjson
 
-from . import guard
+from . import files, guard
 from .payload import json_safe
 
 #: Bytes appended to each file by this process (path -> bytes), for the run summary.
@@ -47,8 +47,7 @@ class AppendOnlyFile:
     def open(self) -> int:
         """Opens (creating parent directories) if not yet open; raises ``OSError``."""
         if self._fd is None:
-            os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
-            self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            self._fd = files.open_fd(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
         return self._fd
 
     def write(self, data: bytes | bytearray) -> None:

@@ -54,6 +54,26 @@ CUDA_ELAPSED_MS = "rl.cuda.elapsed_ms"
 #: (or a zero-length span) named after the gauge.
 GAUGE_VALUE = "rl.gauge.value"
 
+# --- content capture (``OTEL_RL_CAPTURE_CONTENT``): user payload keys whose values are
+# prompt / completion text or token ids. A flattened payload attribute
+# (``rl.args.<a>.<b>``) is content when any of its dotted parts, lowercased, is one
+# of these; any attribute is content when its key (``rl.args.`` stripped) starts
+# with one of the GenAI prefixes.
+CONTENT_KEYS = frozenset({
+    "prompt", "prompts", "completion", "completions", "messages", "message", "text",
+    "response", "responses", "input", "output", "content", "query", "answer",
+    "input_ids", "output_ids", "token_ids", "prompt_ids", "completion_ids", "tokens",
+})
+GEN_AI_CONTENT_PREFIXES = (
+    "gen_ai.prompt", "gen_ai.completion", "gen_ai.input.messages", "gen_ai.output.messages",
+    "gen_ai.system_instructions", "gen_ai.tool.call.arguments", "gen_ai.tool.call.result",
+)
+#: What a content value becomes when capture is off: ``REDACTED_TEXT`` for a string
+#: (its length in characters), ``REDACTED_ITEMS`` for a sequence (its item count).
+REDACTED_TEXT = "<redacted: {n} chars>"
+REDACTED_ITEMS = "<redacted: {n} items>"
+REDACTED_PREFIX = "<redacted: "
+
 # --- span kinds (values of SPAN_KIND)
 KIND_TASK = "task"
 KIND_SESSION = "session"

@@ -10,12 +10,19 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+#: Longest string kept (the attribute value length limit; ``privacy.configure`` sets it).
 _MAX_STR = 4096
 _MAX_ITEMS = 128
 _PRIMITIVES = (str, bool, int, float)
 #: Attribute names by (prefix, key), bounded.
 _NAMES: dict[tuple[str, str], str] = {}
 _MAX_NAMES = 65_536
+
+
+def set_max_str(limit: int) -> None:
+    """Sets the longest string kept in attributes and payloads (``OTEL_*ATTRIBUTE_VALUE_LENGTH_LIMIT``)."""
+    global _MAX_STR
+    _MAX_STR = max(0, int(limit))
 
 
 def _tensor_summary(value: Any) -> dict[str, Any] | None:
@@ -45,7 +52,8 @@ def json_safe(value: Any, depth: int = 0) -> Any:
             # An enum or other subclass: its plain value (marshal and OTLP take no subclasses).
             value = _plain_value(value)
         if isinstance(value, str) and len(value) > _MAX_STR:
-            return value[:_MAX_STR] + "..."
+            # Cut to the limit, the last three characters marking the cut.
+            return value[:_MAX_STR - 3] + "..." if _MAX_STR > 3 else value[:_MAX_STR]
         if isinstance(value, float) and value != value:  # NaN is not JSON
             return None
         return value
@@ -104,6 +112,7 @@ def flatten_attributes(prefix: str, values: Mapping[str, Any] | None, out: dict[
             elif not safe:
                 out[name] = ()
             else:
-                out[name] = str(safe)
+                text = str(safe)
+                out[name] = text if len(text) <= _MAX_STR else text[:_MAX_STR]
         elif safe is not None:
             out[name] = safe

@@ -24,7 +24,7 @@ from opentelemetry.sdk.trace import SpanProcessor
 from opentelemetry.sdk.trace.sampling import Decision, Sampler
 from opentelemetry.trace import SpanContext, SpanKind
 
-from . import guard, keys
+from . import guard, keys, privacy
 from .records import THREAD, ReadableBuilder, expand, record_from_readable, span_count
 
 class Pipeline:
@@ -178,6 +178,8 @@ class Pipeline:
                 records = [rec if type(rec) is tuple else self._from_readable(rec) for rec in records]
                 records = [rec for rec in records if rec is not None]
             self.spans_seen += span_count(records)
+            if privacy._redactor is not None:  # noqa: SLF001 - one check per batch
+                records = privacy.redact_records(records)
             names = self._names_of(records)
             shipper = self.shipper
             if shipper is not None and self.sink is None:

@@ -21,6 +21,7 @@ from opentelemetry.trace.status import Status, StatusCode
 
 from . import keys
 from .payload import flatten_attributes, json_safe
+from .privacy import scrub_attributes
 from .spans import link_records, new_span_id
 
 _UNSET = Status(StatusCode.UNSET)
@@ -160,6 +161,9 @@ class ReadableBuilder:
             flatten_attributes("", rec[ATTRIBUTES], attrs)
         if rec[ARGS]:
             flatten_attributes(keys.ARGS_PREFIX, rec[ARGS], attrs)
+        # Content capture (off by default) on the flat attributes; the length
+        # limit was applied by flatten_attributes.
+        scrub_attributes(attrs)
         events = ()
         if rec[EVENTS]:
             events = tuple(Event(name, _event_attributes(ev_attrs), ts) for name, ev_attrs, ts in rec[EVENTS])
@@ -201,4 +205,5 @@ def _event_attributes(attrs: Any) -> dict[str, Any] | None:
         return None
     out: dict[str, Any] = {}
     flatten_attributes("", attrs, out)
+    scrub_attributes(out)
     return out

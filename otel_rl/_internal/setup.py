@@ -21,7 +21,7 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 
-from . import guard, keys, summary
+from . import files, guard, keys, privacy, summary
 from .config import Settings, resolve
 from .export_chain import ExportChain, otlp_protocol, traces_endpoint
 from .exporter_process import ExporterProcess
@@ -150,6 +150,10 @@ def configure(config: Any = None, *, rank: int | None = None, role: str | None =
     if role is not None:
         overrides["role"] = role
     settings = resolve(config, overrides, environ)
+    # Export-side policies: how new files are created, what payload values may
+    # become attributes (the exporter process applies the same settings).
+    files.set_mode(settings.file_mode)
+    privacy.configure(settings)
     with _lock:
         if STATE.configured:
             shutdown()

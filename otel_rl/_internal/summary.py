@@ -16,7 +16,7 @@ import time
 from collections import Counter
 from typing import Any
 
-from . import guard, keys
+from . import files, guard, keys
 from .jsonl import bytes_written
 
 logger = logging.getLogger("otel_rl")
@@ -175,9 +175,8 @@ def write(settings: Any, summary: dict[str, Any]) -> str | None:
     else:
         path = settings.file_path(keys.SUMMARY_FILE)
     try:
-        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
         tmp = f"{path}.{os.getpid()}.tmp"
-        with open(tmp, "w") as f:
+        with files.open_private(tmp, "w") as f:
             json.dump(summary, f, indent=1, sort_keys=True)
             f.write("\n")
         os.replace(tmp, path)

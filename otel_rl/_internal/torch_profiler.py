@@ -39,7 +39,7 @@ from typing import Any, Callable
 
 import orjson
 
-from . import guard, keys
+from . import files, guard, keys
 from .chrome_trace import kineto_shift_us
 from .state import STATE
 
@@ -324,7 +324,7 @@ def _trace_path(run_id: str, trace_dir: str | None) -> tuple[str, dict[str, Any]
         meta["role"] = settings.role if settings is not None else ""
         path = os.path.join(trace_dir, name.replace("r{rank}", f"r{rank}"))
     path = os.path.abspath(path)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
+    files.makedirs(os.path.dirname(path))
     stem = path[: -len(".trace.json.gz")]
     n = 2
     while os.path.exists(path):
@@ -352,7 +352,7 @@ def _export(prof: Any, path: str, meta: dict[str, Any]) -> str:
     doc[keys.TRACE_JOIN_KEY] = dict(meta, clock="unix_epoch_us")
     doc["traceName"] = os.path.basename(path)
     tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "wb") as raw_file:
+    with files.open_private(tmp, "wb") as raw_file:
         with gzip.GzipFile(filename=os.path.basename(path)[:-3], mode="wb", fileobj=raw_file,
                            compresslevel=3) as f:
             f.write(orjson.dumps(doc))
