@@ -11,7 +11,7 @@ def main(argv: list[str] | None = None) -> int:
     commands = {
         "convert": "merge trace files (per-rank JSONL, OTLP/JSON, Chrome JSON) into one Perfetto JSON",
         "report": "timelines, phase / stage / hop breakdowns, timer trees, long tail (table, json, html)",
-        "demo": "run a small traced asynchronous rollout and leave its files on disk",
+        "demo": "run a small traced asynchronous GRPO training (trainer + rollout workers) and leave its files on disk",
     }
     if not argv or argv[0] in ("-h", "--help") or argv[0] not in commands:
         sys.stderr.write("usage: otel-rl {" + ",".join(commands) + "} ...\n\n")
