@@ -470,17 +470,22 @@ TLS_SCRIPT = textwrap.dedent("""
 """)
 
 
+def _run_tls_script(tmp_path, receiver, **extra_env):
+    """TLS_SCRIPT in a fresh process exporting to ``receiver`` over https, configured only by env."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "RANK"))}
+    env.update({
+        "OTEL_RL_DIR": str(tmp_path / "runs"), "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc",
+        "OTEL_EXPORTER_OTLP_ENDPOINT": f"https://127.0.0.1:{receiver.port}",
+        "OTEL_EXPORTER_OTLP_INSECURE": "false", **extra_env,
+    })
+    return subprocess.run([sys.executable, "-c", TLS_SCRIPT], env=env, capture_output=True,
+                          text=True, timeout=120)
+
+
 def test_spans_reach_a_tls_receiver_configured_only_by_standard_variables(tmp_path):
     key, cert = _certificate(tmp_path)
     with TlsGrpcReceiver(key.read_bytes(), cert.read_bytes()) as receiver:
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "RANK"))}
-        env.update({
-            "OTEL_RL_DIR": str(tmp_path / "runs"), "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc",
-            "OTEL_EXPORTER_OTLP_ENDPOINT": f"https://127.0.0.1:{receiver.port}",
-            "OTEL_EXPORTER_OTLP_INSECURE": "false", "OTEL_EXPORTER_OTLP_CERTIFICATE": str(cert),
-        })
-        result = subprocess.run([sys.executable, "-c", TLS_SCRIPT], env=env, capture_output=True,
-                                text=True, timeout=120)
+        result = _run_tls_script(tmp_path, receiver, OTEL_EXPORTER_OTLP_CERTIFICATE=str(cert))
         assert result.returncode == 0, result.stderr
         assert result.stdout.split() == ["3"], result.stderr
         spans = receiver.wait_for_spans(3)
@@ -490,14 +495,7 @@ def test_spans_reach_a_tls_receiver_configured_only_by_standard_variables(tmp_pa
 def test_a_tls_receiver_with_an_untrusted_certificate_gets_nothing(tmp_path):
     key, cert = _certificate(tmp_path)
     with TlsGrpcReceiver(key.read_bytes(), cert.read_bytes()) as receiver:
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "RANK"))}
-        env.update({
-            "OTEL_RL_DIR": str(tmp_path / "runs"), "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc",
-            "OTEL_EXPORTER_OTLP_ENDPOINT": f"https://127.0.0.1:{receiver.port}",
-            "OTEL_EXPORTER_OTLP_INSECURE": "false", "OTEL_RL_SHUTDOWN_TIMEOUT_MS": "2000",
-        })
-        result = subprocess.run([sys.executable, "-c", TLS_SCRIPT], env=env, capture_output=True,
-                                text=True, timeout=120)
+        result = _run_tls_script(tmp_path, receiver, OTEL_RL_SHUTDOWN_TIMEOUT_MS="2000")
         assert result.returncode == 0, result.stderr
         assert result.stdout.split() == ["0"]
         assert receiver.spans() == []

@@ -128,23 +128,29 @@ class ExporterProcess:
         self.start()
 
     # --- export thread side ------------------------------------------------------------
-    def send(self, records: list[tuple], thread_names: dict[int, str]) -> bool:
-        """Queues one batch for the pipe; ``False`` once the exporter process is gone."""
+    def send(self, records: list[tuple], thread_names: dict[int, str], n: int) -> bool:
+        """Queues one batch of ``n`` spans (bundled phases included) for the pipe;
+        ``False`` once the exporter process is gone."""
         if self.failed:
             return False
+        # Only this (export) thread adds to the backlog and the writer only
+        # shrinks it, so a batch that does not fit now is dropped before the
+        # training process pays for encoding it.
+        with self._cond:
+            behind = self._pending_spans
+        if behind + n > self._max_pending:
+            guard.count("spans_dropped_exporter_backlog", n)
+            guard.report("exporter_backlog", "the exporter process is behind by %d spans; "
+                         "dropping new spans (counted)", behind)
+            return True
         try:
             payload = marshal.dumps((thread_names, records))
         except ValueError:
             # A payload marshal cannot hold (a tensor, an enum): summarise it.
             records = [safe for safe in map(_safe, records) if safe is not None]
+            n = span_count(records)
             payload = marshal.dumps((thread_names, records))
-        n = span_count(records)
         with self._cond:
-            if self._pending_spans + n > self._max_pending:
-                guard.count("spans_dropped_exporter_backlog", n)
-                guard.report("exporter_backlog", "the exporter process is behind by %d spans; "
-                             "dropping new spans (counted)", self._pending_spans)
-                return True
             self._pending.append((_HEADER.pack(b"B", len(payload)) + payload, n))
             self._pending_spans += n
             self._cond.notify()

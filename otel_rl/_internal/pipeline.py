@@ -177,13 +177,14 @@ class Pipeline:
             if not all(type(rec) is tuple for rec in records):
                 records = [rec if type(rec) is tuple else self._from_readable(rec) for rec in records]
                 records = [rec for rec in records if rec is not None]
-            self.spans_seen += span_count(records)
-            if privacy._redactor is not None:  # noqa: SLF001 - one check per batch
+            n = span_count(records)
+            self.spans_seen += n
+            if privacy.redactor() is not None:  # one check per batch
                 records = privacy.redact_records(records)
             names = self._names_of(records)
             shipper = self.shipper
             if shipper is not None and self.sink is None:
-                if shipper.send(records, names):
+                if shipper.send(records, names, n):
                     continue
                 self._fail_over()
             self._process_here(records)

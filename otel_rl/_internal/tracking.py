@@ -421,8 +421,8 @@ class Registry:
         for state in states:
             if state.open_phases:
                 self._interrupt_phases(state, status, end_ns)
-            attrs = {keys.SPAN_KIND: keys.KIND_SESSION, keys.SESSION_ID: state.session_id,
-                     keys.TASK_ID: state.task_id, keys.SESSION_STATUS: status}
+            attrs = state.attributes()
+            attrs[keys.SESSION_STATUS] = status
             if reason is not None:
                 attrs[keys.SESSION_REASON] = reason
             if state.counters:
