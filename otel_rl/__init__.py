@@ -10,6 +10,7 @@ with no code change.
 from __future__ import annotations
 
 import os as _os
+from collections.abc import Mapping as _Mapping
 from typing import Any
 
 from ._internal import guard as _guard
@@ -55,20 +56,31 @@ from ._internal.control import (  # noqa: E402 - live profiling control (sglang-
     stop_request_profile,
 )
 from .events import ProfilingError  # noqa: E402
+from .perf_tracer import (  # noqa: E402 - AReaL's tracer objects
+    PerfTraceCategory,
+    PerfTracer,
+    SessionTraceEvent,
+    SessionTracer,
+    get_session_tracer,
+)
 
 __version__ = "0.1.0"
 
 
 def configure(config: Any = None, *, rank: int | None = None, role: str | None = None,
-              **overrides: Any) -> None:
+              **overrides: Any) -> PerfTracer:
     """Turns tracing on for this process (call once per rank at startup).
 
     Settings come, lowest precedence first, from defaults, ``OTEL_RL_*``
     environment variables, ``config`` and keyword overrides. Calling it again
-    reconfigures (the previous configuration is shut down first).
+    with a dict or keywords reconfigures (the previous configuration is shut
+    down first); calling it again with an AReaL config object while one is in
+    force raises ``RuntimeError``, as AReaL's ``configure`` does (call
+    :func:`reset` first).
 
     Args:
-        config: An AReaL-style ``PerfTracerConfig`` object or a dict with
+        config: An AReaL ``PerfTracerConfig`` object (files then go where
+            AReaL's tools look, see the ``layout`` setting) or a dict with
             ``enabled``, ``experiment_name``, ``trial_name``, ``fileroot``,
             ``save_interval``, ``profile_steps``, ``session_tracer.enabled``,
             ``session_tracer.flush_threshold``.
@@ -77,10 +89,20 @@ def configure(config: Any = None, *, rank: int | None = None, role: str | None =
         **overrides: Any setting by name (see the README's configuration table),
             plus ``tracer_provider=`` / ``meter_provider=`` to use providers you own.
 
+    Returns:
+        The :class:`PerfTracer` (AReaL's return value; also an OpenTelemetry ``Tracer``).
+
     Raises:
         ConfigError: A setting is invalid; the message names it.
+        RuntimeError: An AReaL config object while an AReaL configuration is in force.
     """
+    areal = config is not None and not isinstance(config, _Mapping)
+    if areal and _STATE.configured and _STATE.areal_configured:
+        raise RuntimeError("otel_rl (perf_tracer) has already been configured; call reset() "
+                           "before configuring again")
     _setup.configure(config, rank=rank, role=role, **overrides)
+    _STATE.areal_configured = areal
+    return PerfTracer._current()
 
 
 def is_configured() -> bool:
@@ -96,13 +118,15 @@ def is_enabled() -> bool:
 def save(step: int | None = None, force: bool = False) -> None:
     """Writes everything recorded so far to the files and exporters.
 
-    As in AReaL, with a ``step`` it only acts when ``step % save_interval == 0``
-    unless ``force`` is set. Files are also written continuously in the
-    background; ``save`` makes that synchronous.
+    As in AReaL, with a ``step`` it acts only on the last step of each
+    interval, ``(step + 1) % save_interval == 0`` (steps 2, 5, 8... for 3),
+    unless ``force`` is set. With ``save_interval`` 1 (the default) the trace
+    file is also written continuously in the background; above 1 it waits for
+    these saves, as AReaL's does. The network is never waited for.
 
     Args:
         step: The training step just finished.
-        force: Flush regardless of ``save_interval``.
+        force: Write regardless of ``save_interval``.
     """
     try:
         _setup.save(step, force)
@@ -126,13 +150,37 @@ def reset() -> None:
     """Shuts tracing down and forgets the configuration (for tests and notebooks)."""
     shutdown()
     _STATE.settings = None
+    _STATE.areal_configured = False
     _guard.clear()
 
 
-def get_tracer() -> Any:
+def get_tracer() -> PerfTracer:
+    """AReaL's ``get_tracer()``: the configured :class:`PerfTracer`.
+
+    It is also an OpenTelemetry ``Tracer`` (``start_as_current_span`` makes
+    spans of your own on otel_rl's pipeline); :func:`get_otel_tracer` returns
+    one whether or not otel_rl is configured.
+
+    Raises:
+        RuntimeError: otel_rl is not configured, as AReaL's raises.
+    """
+    if not _STATE.configured:
+        raise RuntimeError("otel_rl (perf_tracer) is not configured: call otel_rl.configure(...) "
+                           "first, or use otel_rl.get_otel_tracer() for an OpenTelemetry Tracer")
+    return PerfTracer._current()
+
+
+def get_otel_tracer() -> Any:
     """The OpenTelemetry ``Tracer`` otel_rl records with (its lean tracer when
-    configured, the global one otherwise); use it for spans of your own."""
+    configured, the global one otherwise); never raises."""
     return _setup.get_tracer()
+
+
+def __getattr__(name: str) -> Any:
+    # AReaL's module attribute: the configured tracer, or None.
+    if name == "GLOBAL_TRACER":
+        return PerfTracer._current() if _STATE.configured else None
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def settings() -> Settings | None:
@@ -187,6 +235,10 @@ __all__ = [
     "set_session_id",
     "set_step", "set_task_id", "settings", "shutdown", "stats", "step_scope", "trace_perf",
     "trace_scope", "trace_session", "trace_session_event", "trace_session_phase"
+]
+__all__ += [
+    "PerfTraceCategory", "PerfTracer", "SessionTraceEvent", "SessionTracer", "get_otel_tracer",
+    "get_session_tracer",
 ]
 __all__ += [
     "ProfilingError", "control_app", "events", "profile_status", "serve_control", "start_profile",

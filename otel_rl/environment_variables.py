@@ -33,10 +33,20 @@ OTEL_RL_FLUSH_THRESHOLD = "OTEL_RL_FLUSH_THRESHOLD"
 """Session records buffered before they are written (AReaL ``flush_threshold``)."""
 
 OTEL_RL_SAVE_INTERVAL = "OTEL_RL_SAVE_INTERVAL"
-"""``save(step)`` flushes files when ``step % save_interval == 0`` (AReaL semantics)."""
+"""``save(step)`` writes the files at steps where ``(step + 1) % save_interval == 0`` (AReaL semantics)."""
 
 OTEL_RL_PROFILE_STEPS = "OTEL_RL_PROFILE_STEPS"
-"""Comma-separated steps during which scopes are recorded; unset records every step."""
+"""Comma-separated steps whose ``enable_profiler=True`` scopes run under the torch profiler (AReaL ``profile_steps``)."""
+
+OTEL_RL_RANKS = "OTEL_RL_RANKS"
+"""Ranks that record (``0,2-4``); the others run with tracing off. Unset: every rank."""
+
+AREAL_PERF_TRACER_RANKS = "AREAL_PERF_TRACER_RANKS"
+"""AReaL's name for the ranks that record; read when ``OTEL_RL_RANKS`` is unset."""
+
+OTEL_RL_LAYOUT = "OTEL_RL_LAYOUT"
+"""File layout: ``otel_rl`` (``<root>/<experiment>/<trial>/traces-r{rank}.jsonl``) or ``areal``
+(``<root>/logs/<user>/<experiment>/<trial>/perf_tracer/[<role>/]traces-r{rank}.jsonl``)."""
 
 OTEL_RL_FILE_EXPORT = "OTEL_RL_FILE_EXPORT"
 """Write the Chrome-trace JSONL file per rank (the embedded default; on unless ``0``)."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import re
 from typing import Any, Callable, TypeVar
 
 from opentelemetry import context as context_api
@@ -20,12 +21,13 @@ from ._internal.category import Category, normalize_category
 from ._internal.spans import NULL_SCOPE, LeanSpan, attach, detach, get_current
 from ._internal.state import STATE
 from ._internal.torch_profiler import PROFILER as _TORCH, CudaSyncedScope
-from ._internal.tracking import with_ids
+from ._internal.tracking import current_id, with_ids
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 _get_current = get_current
 _INTERNAL = SpanKind.INTERNAL
+_SAFE = re.compile(r"[^A-Za-z0-9._-]+")
 #: ``OTEL_RL_CUDA_SYNC`` in effect (set at configure, only when CUDA is available).
 _cuda_sync = False
 
@@ -42,7 +44,8 @@ def _synced(name: str, category: Any, args: Any) -> CudaSyncedScope:
                                             args, category))
 
 
-def trace_scope(name: str, category: Category | str | None = None, args: dict[str, Any] | None = None):
+def trace_scope(name: str, category: Category | str | None = None, args: dict[str, Any] | None = None,
+                enable_profiler: bool = False, profiler_args: dict[str, Any] | None = None):
     """Times a block as a span in the current context.
 
     Use as ``with trace_scope("train.rollout", args={"step": 3}):``. The object
@@ -50,14 +53,26 @@ def trace_scope(name: str, category: Category | str | None = None, args: dict[st
 
     Args:
         name: Span name.
-        category: A :class:`Category` (or its name); shown as ``cat`` in Perfetto.
-        args: Metadata shown in Perfetto and exported as ``rl.args.<key>`` attributes.
+        category: A :class:`Category` (or its name, or any string of your own);
+            shown as ``cat`` in Perfetto.
+        args: Metadata shown in Perfetto under its own keys and exported as
+            ``rl.args.<key>`` attributes. A ``global_step`` key is the step the
+            scope belongs to (AReaL's convention), for ``enable_profiler``.
+        enable_profiler: As in AReaL: when the scope's step (``args["global_step"]``,
+            else an enclosing scope's, else the ``rl.step`` of :func:`step_scope` /
+            :func:`set_step`) is in ``profile_steps``, the scope runs under a torch
+            profiler window whose trace lands on the rank's timeline. Skipped
+            while another window runs.
+        profiler_args: ``torch.profiler.profile`` options for that window
+            (``record_shapes``, ``profile_memory``, ``with_stack``, ``with_flops``).
 
     Returns:
         A context manager; the span itself when tracing is on.
     """
     if not STATE.scopes_on:
         return NULL_SCOPE
+    if enable_profiler:
+        return _profiled(name, category, args, profiler_args)
     if _cuda_sync:
         return _synced(name, category, args)
     return LeanSpan(STATE.pipeline, name, _get_current(), _INTERNAL, None, args, category)
@@ -67,7 +82,8 @@ atrace_scope = trace_scope
 """``async with atrace_scope(name, category, args):`` - the async spelling of :func:`trace_scope`."""
 
 
-def trace_perf(name: str, category: Category | str | None = None, args: dict[str, Any] | None = None):
+def trace_perf(name: str, category: Category | str | None = None, args: dict[str, Any] | None = None,
+               enable_profiler: bool = False, profiler_args: dict[str, Any] | None = None):
     """Decorator timing every call of a function as a span.
 
     Works on plain functions, ``async def`` functions, generators and async
@@ -78,10 +94,14 @@ def trace_perf(name: str, category: Category | str | None = None, args: dict[str
         name: Span name.
         category: A :class:`Category` (or its name).
         args: Metadata attached to every call's span.
+        enable_profiler: Each call is a :func:`trace_scope` with ``enable_profiler``.
+        profiler_args: ``torch.profiler.profile`` options (see :func:`trace_scope`).
     """
 
     # Once per decoration, not per call.
     category = normalize_category(category)
+    if enable_profiler:
+        return _profiled_decorator(name, category, args, profiler_args)
 
     def decorate(fn: F) -> F:
         if inspect.isasyncgenfunction(fn):
@@ -204,7 +224,8 @@ def instant(name: str, category: Category | str | None = None, args: dict[str, A
     if current is not None and current.is_recording():
         current.add_event(name, attrs or None)
         return
-    span = LeanSpan(STATE.pipeline, name, ctx, _INTERNAL, None, args, category)
+    span = LeanSpan(STATE.pipeline, name, ctx, _INTERNAL, {keys.SPAN_KIND: keys.KIND_INSTANT}, args,
+                    category)
     span.end(span.start_ns)
 
 
@@ -212,12 +233,11 @@ class step_scope:  # noqa: N801 - used like a function, as in AReaL
     """``with step_scope(step):`` times one training step as a root span.
 
     The step number rides in baggage (``rl.step``) on everything recorded
-    inside; tasks registered inside link to the step span. When
-    ``profile_steps`` is configured, scopes are recorded only in those steps;
-    steps in ``torch_profile_steps`` run under the torch profiler.
+    inside; tasks registered inside link to the step span. Steps in
+    ``torch_profile_steps`` run under the torch profiler.
     """
 
-    __slots__ = ("step", "_span", "_token", "_prev", "_torch", "_cuda")
+    __slots__ = ("step", "_span", "_token", "_torch", "_cuda")
 
     def __init__(self, step: int) -> None:
         self.step = step
@@ -227,10 +247,8 @@ class step_scope:  # noqa: N801 - used like a function, as in AReaL
         self._cuda: Any = None
 
     def __enter__(self) -> LeanSpan | None:
-        self._prev = STATE.scopes_on
         if not STATE.enabled:
             return None
-        _apply_profile_steps(self.step)
         torch_steps = STATE.settings.torch_profile_steps
         if torch_steps is not None and self.step in torch_steps:
             self._torch = _TORCH.start_step(self.step)
@@ -254,7 +272,6 @@ class step_scope:  # noqa: N801 - used like a function, as in AReaL
         if self._torch:
             self._torch = False
             _TORCH.stop_step()
-        STATE.scopes_on = self._prev
 
     async def __aenter__(self) -> LeanSpan | None:
         return self.__enter__()
@@ -268,13 +285,7 @@ def set_step(step: int) -> None:
     """Sets the current step (``rl.step`` baggage) without a step span."""
     if not STATE.enabled:
         return
-    _apply_profile_steps(step)
     context_api.attach(with_ids(_get_current(), **{keys.STEP: step}))
-
-
-def _apply_profile_steps(step: int) -> None:
-    steps = STATE.settings.profile_steps if STATE.settings else None
-    STATE.scopes_on = STATE.enabled and (steps is None or step in steps)
 
 
 @guard.guarded()
@@ -289,3 +300,105 @@ def _cuda_elapsed(span: LeanSpan, start: Any) -> None:
     from ._internal.torch_profiler import cuda_elapsed_ms
 
     span.set_attribute(keys.CUDA_ELAPSED_MS, cuda_elapsed_ms(start))
+
+
+# --- AReaL's enable_profiler: a torch profiler window around one scope -------------------
+
+#: ``torch.profiler.profile`` options a scope's ``profiler_args`` may set.
+_PROFILER_ARGS = frozenset({"record_shapes", "profile_memory", "with_stack", "with_flops"})
+
+
+def _scope_step(args: Any) -> Any:
+    """The step a scope belongs to, found as AReaL finds it: its own
+    ``args["global_step"]``, else the nearest enclosing scope's, else ``rl.step``."""
+    if isinstance(args, dict) and args.get("global_step") is not None:
+        return args["global_step"]
+    span = _get_current().get(_SPAN_KEY)
+    for _ in range(64):  # bounded: a context chain is never that deep in practice
+        if type(span) is not LeanSpan:
+            break
+        found = span.args.get("global_step") if isinstance(span.args, dict) else None
+        if found is not None:
+            return found
+        span = span.ctx.get(_SPAN_KEY)
+    return current_id(keys.STEP)
+
+
+class _ProfiledScope:
+    """A scope with a torch profiler window inside it (stopped before the span ends)."""
+
+    __slots__ = ("span", "run_id", "options", "window")
+
+    def __init__(self, span: Any, run_id: str, options: dict[str, Any] | None) -> None:
+        self.span = span
+        self.run_id = run_id
+        self.options = options
+        self.window = False
+
+    def __enter__(self) -> Any:
+        entered = self.span.__enter__()
+        self.window = _start_scope_window(self.run_id, self.options)
+        return entered
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> Any:
+        if self.window:
+            self.window = False
+            _stop_scope_window()
+        return self.span.__exit__(exc_type, exc, tb)
+
+    async def __aenter__(self) -> Any:
+        return self.__enter__()
+
+    async def __aexit__(self, exc_type: Any, exc: Any, tb: Any) -> Any:
+        return self.__exit__(exc_type, exc, tb)
+
+
+def _profiled(name: str, category: Any, args: Any, profiler_args: Any) -> Any:
+    span = _synced(name, category, args) if _cuda_sync else LeanSpan(
+        STATE.pipeline, name, _get_current(), _INTERNAL, None, args, category)
+    try:
+        steps = STATE.settings.profile_steps if STATE.settings is not None else None
+        if not steps:
+            return span
+        step = _scope_step(args)
+        if step is None or step not in steps:
+            return span
+        options = None
+        if profiler_args:
+            options = {k: bool(v) for k, v in profiler_args.items() if k in _PROFILER_ARGS}
+            guard.ignored_arguments("trace_scope(profiler_args)",
+                                    {k: v for k, v in profiler_args.items() if k not in _PROFILER_ARGS})
+        return _ProfiledScope(span, f"step{step}-{_SAFE.sub('_', name)[:64]}", options)
+    except Exception as exc:  # noqa: BLE001 - profiling never stops the scope
+        guard.report("internal_error", "internal error preparing a profiled scope: %r", exc)
+        return span
+
+
+@guard.guarded(False)
+def _start_scope_window(run_id: str, options: Any) -> bool:
+    return _TORCH.start_scope(run_id, options)
+
+
+@guard.guarded()
+def _stop_scope_window() -> None:
+    _TORCH.stop_step()
+
+
+def _profiled_decorator(name: str, category: Any, args: Any, profiler_args: Any) -> Callable[[F], F]:
+    def decorate(fn: F) -> F:
+        if inspect.iscoroutinefunction(fn):
+            @functools.wraps(fn)
+            async def async_wrapper(*a: Any, **kw: Any) -> Any:
+                async with trace_scope(name, category, args, True, profiler_args):
+                    return await fn(*a, **kw)
+
+            return async_wrapper  # type: ignore[return-value]
+
+        @functools.wraps(fn)
+        def wrapper(*a: Any, **kw: Any) -> Any:
+            with trace_scope(name, category, args, True, profiler_args):
+                return fn(*a, **kw)
+
+        return wrapper  # type: ignore[return-value]
+
+    return decorate

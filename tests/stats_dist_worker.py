@@ -1,7 +1,9 @@
-"""One rank of the multi-process otel_rl.stats test (spawned; kept free of pytest imports).
+"""One rank of the multi-process otel_rl.stats tests (spawned; kept free of pytest imports).
 
-``rank_data(rank)`` is what a rank records; the test recomputes the expected
-export from it with plain Python.
+``rank_data(rank)`` is what a rank of :func:`worker` records; the test
+recomputes the expected export from it with plain Python. :func:`group_worker`
+records keys with AReaL's per-key ``reduce_group`` and exports them with and
+without ``key_sync_group``.
 """
 
 from __future__ import annotations
@@ -21,10 +23,12 @@ def rank_data(rank: int) -> dict:
         mask = torch.rand(3, 5, generator=gen) < 0.5
         mask[0, 0] = True
         batches.append((loss, mask))
+    nan_loss = torch.randn(4, generator=gen)
     if rank == 1:
-        batches[0][0][0, 0] = float("nan")  # excluded from the statistics, counted
+        nan_loss[2] = float("nan")  # as in AReaL, it makes the key's statistics NaN on every rank
     data = {
         "batches": [(loss.tolist(), mask.tolist()) for loss, mask in batches],
+        "nan_loss": nan_loss.tolist(),
         "reward": torch.rand(rank + 2, generator=gen).tolist(),
         "rollout_reward": torch.rand(rank + 1, generator=gen).tolist(),
     }
@@ -44,6 +48,8 @@ def _record(rank: int, data: dict) -> None:
             stats.denominator(n_valid=torch.tensor(mask))
             stats.stat(loss=torch.tensor(loss), denominator="n_valid")
             stats.stat(loss_sum=torch.tensor(loss), denominator="n_valid", reduce_type=stats.ReduceType.SUM)
+    stats.denominator(n_nan=torch.ones(4, dtype=torch.bool))
+    stats.stat(nan_loss=torch.tensor(data["nan_loss"]), denominator="n_nan")
     for r in data["reward"]:
         stats.scalar(reward=r)
     for r in data["rollout_reward"]:
@@ -84,5 +90,64 @@ def worker(rank: int, world: int, init_file: str, fileroot: str, queue) -> None:
         dist.barrier()
         dist.destroy_process_group()
         queue.put((rank, everything, late, otel_rl.diagnostics()))
+    except BaseException:  # noqa: BLE001 - reported to the test, which fails with it
+        queue.put((rank, "error", traceback.format_exc(), None))
+
+
+def _record_and_export_groups(rank: int, world: int) -> dict:
+    """AReaL's data x context parallel export in miniature, on two ranks: each
+    rank is its own data-parallel group, and keys of the context-parallel loss
+    carry ``reduce_group=`` the whole world (dp x cp), as in AReaL's own test."""
+    import torch
+    import torch.distributed as dist
+
+    from otel_rl import stats
+
+    everyone = dist.group.WORLD
+    # Every rank creates every group, in the same order (torch.distributed's rule).
+    dp_groups = [dist.new_group([member], backend="gloo") for member in range(world)]
+    dp = dp_groups[rank]
+    out = {}
+
+    # 1. key_sync_group: default keys over dp, per-key ones over the wider group.
+    stats.denominator(n_seqs=torch.ones(2, dtype=torch.bool))
+    stats.scalar(loss=float(rank), reduce_group=everyone)
+    mask = torch.tensor([True] * (rank + 1) + [False] * (3 - rank))
+    stats.denominator(n_tokens=mask, reduce_group=everyone)
+    stats.stat(vocab_min=torch.arange(4, dtype=torch.float32) + 10 * rank, denominator="n_tokens",
+               reduce_group=everyone)
+    if rank == world - 1:  # known to the other ranks only through key_sync_group
+        stats.weighted_mean("only_last", torch.tensor(7.0), torch.tensor(0.25), reduce_group=everyone)
+    out["synced"] = stats.export_all(reduce_group=dp, key_sync_group=everyone, log=False)
+
+    # 2. per-key group without key_sync_group: reduced over its group even by a plain export().
+    stats.scalar(world_mean=float(rank), reduce_group=everyone)
+    stats.scalar(local=float(rank))
+    out["per_key"] = stats.export(log=False)
+
+    # 3. a per-key group on some ranks only and no key_sync_group: AReaL raises;
+    #    otel_rl leaves the key out on every rank of the export's group and goes on.
+    if rank == 0:
+        stats.scalar(half=1.0, reduce_group=dp)
+    stats.scalar(kept=float(rank))
+    out["missing_sync"] = stats.export(reduce_group=everyone, log=False)
+    for group in dp_groups:
+        dist.destroy_process_group(group)
+    return out
+
+
+def group_worker(rank: int, world: int, init_file: str, queue) -> None:
+    try:
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+        import torch.distributed as dist
+
+        import otel_rl
+
+        dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world,
+                                timeout=datetime.timedelta(seconds=60))
+        out = _record_and_export_groups(rank, world)
+        dist.barrier()
+        dist.destroy_process_group()
+        queue.put((rank, out, None, otel_rl.diagnostics()))
     except BaseException:  # noqa: BLE001 - reported to the test, which fails with it
         queue.put((rank, "error", traceback.format_exc(), None))

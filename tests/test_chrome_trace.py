@@ -191,7 +191,7 @@ def test_span_events_become_instant_events_on_the_span_track():
     instants = [e for e in events if e["ph"] == "i"]
     assert [(e["name"], e["ts"], e["s"]) for e in instants] == [
         ("first_token", (T0_NS + 12_500) / 1000, "t"), ("done", (T0_NS + 99_000) / 1000, "t")]
-    assert instants[0]["args"] == {"tokens": 1}
+    assert instants[0]["args"] == {"tokens": 1, "rank": 0, "role": "rollout"}
     assert {track(e) for e in instants} == {track(one(events, "generate"))}
 
 
@@ -203,7 +203,7 @@ def test_metadata_names_process_and_thread_once():
     again = encoder.encode([f.span("b", 2, 3)])
 
     (process,) = metadata(first, "process_name")
-    assert process["pid"] == 4242 and process["args"]["name"] == "rank 0 · rollout"
+    assert process["pid"] == 4242 and process["args"]["name"] == "[rollout] Rank 0, Process"
     assert metadata(first, "process_sort_index")[0]["args"]["sort_index"] == 0
     (thread,) = metadata(first, "thread_name")
     assert thread["args"]["name"] == "MainThread"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import getpass
 import os
 import types
 
@@ -29,7 +30,40 @@ def test_an_areal_config_object_is_read_including_nested_session_tracer():
     assert (settings.experiment_name, settings.trial_name, settings.save_interval) == ("gsm8k", "t7", 5)
     assert (settings.session_tracer, settings.flush_threshold) == (False, 7)
     assert settings.profile_steps == (1, 2)
-    assert settings.run_dir == os.path.join("/data/logs", "gsm8k", "t7")
+    assert settings.run_dir == os.path.join("/data/logs", "logs", getpass.getuser(), "gsm8k", "t7")
+
+
+def test_an_areal_config_object_writes_where_areal_tools_look():
+    config = types.SimpleNamespace(enabled=True, experiment_name="e", trial_name="t", fileroot="/r")
+    settings = resolve(config, {"rank": 2, "role": "actor"}, {})
+    base = os.path.join("/r", "logs", getpass.getuser(), "e", "t")
+    assert (settings.layout, settings.file_path("traces-r{rank}.jsonl"),
+            settings.file_path("sessions-r{rank}.jsonl"), settings.file_path("stats-r{rank}.jsonl")) == (
+        "areal", os.path.join(base, "perf_tracer", "actor", "traces-r2.jsonl"),
+        os.path.join(base, "session_tracer", "actor", "sessions-r2.jsonl"),
+        os.path.join(base, "stats-actor-r2.jsonl"))
+
+
+def test_the_layout_setting_beats_the_areal_default():
+    config = types.SimpleNamespace(enabled=True, experiment_name="e", trial_name="t", fileroot="/r")
+    assert resolve(config, None, {"OTEL_RL_LAYOUT": "otel_rl"}).run_dir == os.path.join("/r", "e", "t")
+    assert resolve({"fileroot": "/r"}, {"layout": "areal"}, {}).run_dir.startswith(os.path.join("/r", "logs"))
+
+
+def test_a_dict_config_keeps_the_otel_rl_layout():
+    assert resolve({"fileroot": "/r", "experiment_name": "e", "trial_name": "t"}, None, {}).run_dir == \
+        os.path.join("/r", "e", "t")
+
+
+def test_ranks_accept_areal_ranges_and_disable_other_ranks():
+    assert resolve(None, {"rank": 3}, {"AREAL_PERF_TRACER_RANKS": "0,2-4"}).ranks == frozenset({0, 2, 3, 4})
+    assert resolve(None, {"rank": 1}, {"AREAL_PERF_TRACER_RANKS": "0,2-4"}).enabled is False
+    assert resolve(None, {"rank": 1}, {"OTEL_RL_RANKS": "1", "AREAL_PERF_TRACER_RANKS": "0"}).enabled is True
+
+
+def test_a_bad_rank_range_names_the_variable():
+    with pytest.raises(ConfigError, match="AREAL_PERF_TRACER_RANKS"):
+        resolve(None, None, {"AREAL_PERF_TRACER_RANKS": "4-2"})
 
 
 def test_overrides_beat_config_which_beats_environment():

@@ -77,7 +77,7 @@ def test_rank_files_merge_into_one_document_perfetto_can_open(tmp_path):
     assert stats.files == 2 and stats.events == len(doc["traceEvents"])
     assert len(events_of(out, "X")) == 3
     names = {e["pid"]: e["args"]["name"] for e in events_of(out, "M") if e["name"] == "process_name"}
-    assert names == {500: "rank 0 · actor", 501: "rank 1 · actor"}
+    assert names == {500: "[actor] Rank 0, Process", 501: "[actor] Rank 1, Process"}
 
 
 def test_identical_pids_and_tids_in_different_files_stay_separate(tmp_path):

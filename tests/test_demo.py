@@ -157,7 +157,7 @@ def test_convert_merges_the_three_processes_into_one_perfetto_file(run: Run, tmp
     assert result.returncode == 0, result.stderr
     events = json.loads(out.read_text())["traceEvents"]
     names = {e["args"]["name"] for e in events if e.get("ph") == "M" and e["name"] == "process_name"}
-    assert names == {"rank 0 · trainer", "rank 0 · rollout", "rank 1 · rollout"}
+    assert names == {"[trainer] Rank 0, Process", "[rollout] Rank 0, Process", "[rollout] Rank 1, Process"}
     assert len({e["pid"] for e in events if e.get("ph") == "X"}) == 3
 
 

@@ -137,7 +137,24 @@ def test_the_bound_stage_is_used_and_an_explicit_stage_wins(tmp_path):
     events.emit("stage_dispatch", request_id="a", stage="talker")
     events.reset_active_stage(token)
     events.emit("terminal_response", request_id="a")
-    assert [e["stage"] for e in read_events(tmp_path)] == ["thinker", "talker", None]
+    assert [e["stage"] for e in read_events(tmp_path)] == ["thinker", "talker", "unknown"]
+
+
+def test_an_event_without_a_stage_falls_back_to_the_starting_stage_then_unknown(tmp_path):
+    events.start(run_id="r", event_dir=str(tmp_path / "named"), stage="coordinator")
+    events.emit("request_admission", request_id="a")
+    token = events.set_active_stage("thinker")
+    events.emit("scheduler_queue_enter", request_id="a")  # a bound stage beats the starting one
+    events.reset_active_stage(token)
+    events.stop()
+    assert [e["stage"] for e in read_events(tmp_path / "named")] == ["coordinator", "thinker"]
+
+    events.start(run_id="s", event_dir=str(tmp_path / "unnamed"))
+    events.emit("request_admission", request_id="b")
+    (line,) = read_events(tmp_path / "unnamed")
+    assert line["stage"] == "unknown"
+    # "unknown" is the event's stage, not a name: the file takes the process's name.
+    assert only_file(tmp_path / "unnamed") == f"events_process_{os.getpid()}.jsonl"
 
 
 def test_the_stage_follows_asyncio_to_thread(tmp_path):
@@ -172,7 +189,7 @@ def test_the_stage_follows_work_submitted_with_the_callers_context(tmp_path):
         pool.submit(events.emit, "encoder_end", request_id="b").result()  # context not copied
     events.reset_active_stage(token)
     assert [(e["request_id"], e["stage"]) for e in read_events(tmp_path)] == [
-        ("a", "thinker"), ("b", None)]
+        ("a", "thinker"), ("b", "unknown")]
 
 
 def test_a_plain_threads_binding_holds_in_code_it_runs_in_another_context(tmp_path):
@@ -308,12 +325,35 @@ def test_stop_with_another_run_id_is_a_reported_no_op(tmp_path):
     assert not events.is_active()
 
 
-def test_starting_the_active_run_again_joins_it_and_another_run_conflicts(tmp_path):
+def test_starting_the_active_run_again_joins_it(tmp_path):
     assert events.start(run_id="a", event_dir=str(tmp_path)) == "a"
-    assert events.start(run_id="a", event_dir=str(tmp_path)) == "a"
-    with pytest.raises(events.ProfilingError, match="already") as info:
-        events.start(run_id="b", event_dir=str(tmp_path))
-    assert info.value.status == 409
+    assert events.start(run_id="a", event_dir=str(tmp_path / "ignored")) == "a"
+    assert events.start(event_dir=str(tmp_path / "ignored")) == "a"  # no run id: joins too
+    assert events.status()["event_dir"] == str(tmp_path)
+    assert otel_rl.diagnostics().get("profile_run_switched") is None
+
+
+def test_starting_another_run_switches_to_it_with_a_warning(tmp_path, caplog):
+    events.start(run_id="a", event_dir=str(tmp_path / "a"), stage="thinker")
+    events.emit("stage_dispatch", request_id="x")
+    with caplog.at_level("WARNING", logger="otel_rl"):
+        assert events.start(run_id="b", event_dir=str(tmp_path / "b"), stage="talker") == "b"
+    events.emit("stage_dispatch", request_id="y")
+
+    assert "switching to run_id 'b'" in caplog.text
+    assert otel_rl.diagnostics()["profile_run_switched"] == 1
+    assert events.active_run_id() == "b"
+    assert [(e["run_id"], e["stage"]) for e in read_events(tmp_path / "a")] == [("a", "thinker")]
+    assert [(e["run_id"], e["stage"]) for e in read_events(tmp_path / "b")] == [("b", "talker")]
+
+
+def test_a_switch_to_an_unwritable_directory_keeps_the_active_run(tmp_path):
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("")
+    events.start(run_id="a", event_dir=str(tmp_path / "a"))
+    with pytest.raises(events.ProfilingError, match="not writable"):
+        events.start(run_id="b", event_dir=str(blocker / "events"))
+    assert events.active_run_id() == "a"
 
 
 def test_a_run_id_is_generated_when_omitted(tmp_path):

@@ -167,6 +167,6 @@ def test_payloads_marshal_cannot_hold_are_summarised_not_lost(tmp_path):
     with open(os.path.join(run_dir, "traces-r0.jsonl")) as f:
         events = {e["name"]: e for e in map(json.loads, f) if e["ph"] == "X"}
     assert sorted(events) == ["odd", "plain"]
-    assert events["odd"]["args"]["rl.args.level"] == 3
-    assert events["odd"]["args"]["rl.args.handle"].startswith("<object object")
+    assert events["odd"]["args"]["level"] == 3
+    assert events["odd"]["args"]["handle"].startswith("<object object")
     assert "export_error" not in otel_rl.diagnostics()

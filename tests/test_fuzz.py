@@ -59,6 +59,8 @@ def _good_value(param):
         cfg._port: st.integers(0, 65535).map(str),
         cfg._steps: st.lists(st.integers(0, 10**6), min_size=1, max_size=4).map(lambda v: ",".join(map(str, v))),
         cfg._positive_int: st.integers(1, 10**7).map(str),
+        cfg._ranks: st.lists(st.integers(0, 4096), min_size=1, max_size=4).map(lambda v: ",".join(map(str, v))),
+        cfg._layout: st.sampled_from(cfg.LAYOUTS),
         cfg._non_negative_int: st.integers(0, 10**7).map(str),
         cfg._str: st.text(st.characters(blacklist_categories=("Cs", "Cc")), min_size=1, max_size=10),
         cfg._file_mode: st.integers(0o600, 0o777).filter(lambda v: v & 0o600 == 0o600).map(
@@ -79,6 +81,10 @@ def test_good_env_values_of_every_setting_parse(data, param):
         assert value == text
     elif param.parse is cfg._file_mode:
         assert value == int(text.removeprefix("0o"), 8)
+    elif param.parse is cfg._ranks:
+        assert value == frozenset(int(v) for v in text.split(","))
+    elif param.parse is cfg._layout:
+        assert value == text
     else:
         assert value == int(text)
 

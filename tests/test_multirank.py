@@ -80,7 +80,7 @@ def test_each_rank_writes_its_own_trace_file(merged):
 def test_the_merged_trace_names_one_process_per_rank(merged):
     events = merged[1]
     names = [e["args"]["name"] for e in events if e.get("ph") == "M" and e["name"] == "process_name"]
-    assert sorted(names) == [f"rank {rank} · trainer" for rank in range(WORLD)]
+    assert sorted(names) == [f"[trainer] Rank {rank}, Process" for rank in range(WORLD)]
 
 
 def test_merged_ranks_share_one_clock(merged):

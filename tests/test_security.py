@@ -75,8 +75,8 @@ def _record_scope(tmp_path, args, **settings):
 def test_prompt_text_in_args_is_redacted_by_default_in_the_trace_file(tmp_path, monkeypatch):
     _clean_env(monkeypatch)
     args = _record_scope(tmp_path, {"prompt": SECRET_PROMPT, "n": 3})
-    assert args["rl.args.prompt"] == f"<redacted: {len(SECRET_PROMPT)} chars>"
-    assert args["rl.args.n"] == 3
+    assert args["prompt"] == f"<redacted: {len(SECRET_PROMPT)} chars>"
+    assert args["n"] == 3
     with open(glob.glob(str(tmp_path / "**" / "traces-*.jsonl"), recursive=True)[0]) as f:
         assert SECRET_PROMPT not in f.read()
 
@@ -85,10 +85,10 @@ def test_token_ids_nested_completions_and_message_lists_are_redacted(tmp_path, m
     _clean_env(monkeypatch)
     args = _record_scope(tmp_path, {"input_ids": [5, 6, 7], "sample": {"completion": "abcd", "reward": 1.0},
                                     "messages": [{"role": "user", "content": SECRET_PROMPT}]})
-    assert args["rl.args.input_ids"] == "<redacted: 3 items>"
-    assert args["rl.args.sample.completion"] == "<redacted: 4 chars>"
-    assert args["rl.args.sample.reward"] == 1.0
-    assert args["rl.args.messages"].startswith("<redacted: ")
+    assert args["input_ids"] == "<redacted: 3 items>"
+    assert args["sample.completion"] == "<redacted: 4 chars>"
+    assert args["sample.reward"] == 1.0
+    assert args["messages"].startswith("<redacted: ")
 
 
 def test_gen_ai_content_attributes_are_redacted_but_usage_stays(tmp_path, monkeypatch):
@@ -113,9 +113,9 @@ def test_phase_payloads_are_redacted_on_the_phase_span(tmp_path, monkeypatch):
     otel_rl.trace_session_event("finalize_session", sid)
     otel_rl.shutdown()
     (phase,) = _trace_events(tmp_path, "generate")
-    assert phase["args"]["rl.args.prompt"] == f"<redacted: {len(SECRET_PROMPT)} chars>"
-    assert phase["args"]["rl.args.completion"] == "<redacted: 10 chars>"
-    assert phase["args"]["rl.args.output_tokens"] == 2
+    assert phase["args"]["prompt"] == f"<redacted: {len(SECRET_PROMPT)} chars>"
+    assert phase["args"]["completion"] == "<redacted: 10 chars>"
+    assert phase["args"]["output_tokens"] == 2
 
 
 def test_request_event_metadata_is_redacted_in_the_events_file_and_on_the_span(tmp_path, monkeypatch):
@@ -138,7 +138,7 @@ def test_capture_content_on_records_the_text(tmp_path, monkeypatch):
     _clean_env(monkeypatch)
     monkeypatch.setenv("OTEL_RL_CAPTURE_CONTENT", "true")
     args = _record_scope(tmp_path, {"prompt": SECRET_PROMPT})
-    assert args["rl.args.prompt"] == SECRET_PROMPT
+    assert args["prompt"] == SECRET_PROMPT
 
 
 def test_the_genai_switch_decides_when_otel_rl_capture_is_unset():
@@ -166,8 +166,8 @@ def test_the_standard_length_limit_cuts_strings_in_the_file_and_over_otlp(tmp_pa
     monkeypatch.setenv("OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT", "16")
     _export_to(monkeypatch, grpc_receiver)
     args = _record_scope(tmp_path, {"note": "x" * 100, "tags": ["y" * 40, "z"]})
-    assert args["rl.args.note"] == "x" * 16
-    assert all(len(tag) <= 16 for tag in args["rl.args.tags"])
+    assert args["note"] == "x" * 16
+    assert all(len(tag) <= 16 for tag in args["tags"])
     (span,) = [s for s in grpc_receiver.wait_for_spans(1) if s["name"] == "gen"]
     assert span["attributes"]["rl.args.note"] == "x" * 16
 
@@ -176,12 +176,12 @@ def test_the_span_specific_limit_wins_over_the_general_one(tmp_path, monkeypatch
     _clean_env(monkeypatch)
     monkeypatch.setenv("OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT", "16")
     monkeypatch.setenv("OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT", "8")
-    assert _record_scope(tmp_path, {"note": "x" * 100})["rl.args.note"] == "x" * 8
+    assert _record_scope(tmp_path, {"note": "x" * 100})["note"] == "x" * 8
 
 
 def test_without_a_limit_strings_are_cut_at_4096(tmp_path, monkeypatch):
     _clean_env(monkeypatch)
-    assert _record_scope(tmp_path, {"note": "x" * 5000})["rl.args.note"] == "x" * 4096
+    assert _record_scope(tmp_path, {"note": "x" * 5000})["note"] == "x" * 4096
 
 
 # --- redaction hook ----------------------------------------------------------------------------
@@ -195,8 +195,8 @@ def test_the_redactor_rewrites_payload_values_before_export(tmp_path, monkeypatc
 
     otel_rl.set_redactor(redact)
     args = _record_scope(tmp_path, {"user": {"email": "a@b.c", "id": 7}, "n": 1})
-    assert args["rl.args.user.email"] == "***"
-    assert (args["rl.args.user.id"], args["rl.args.n"]) == (7, 1)
+    assert args["user.email"] == "***"
+    assert (args["user.id"], args["n"]) == (7, 1)
     assert set(seen) == {"rl.args.user.email", "rl.args.user.id", "rl.args.n"}
 
 
@@ -204,7 +204,7 @@ def test_a_value_the_redactor_maps_to_none_is_dropped(tmp_path, monkeypatch):
     _clean_env(monkeypatch)
     otel_rl.set_redactor(lambda key, value: None if key == "rl.args.token" else value)
     args = _record_scope(tmp_path, {"token": "hunter2", "n": 1})
-    assert "rl.args.token" not in args and args["rl.args.n"] == 1
+    assert "token" not in args and args["n"] == 1
 
 
 def test_a_redactor_that_raises_drops_the_value_and_is_counted(tmp_path, monkeypatch):
@@ -217,7 +217,7 @@ def test_a_redactor_that_raises_drops_the_value_and_is_counted(tmp_path, monkeyp
 
     otel_rl.set_redactor(broken)
     args = _record_scope(tmp_path, {"bad": "sensitive-value", "good": 2})
-    assert "rl.args.bad" not in args and args["rl.args.good"] == 2
+    assert "bad" not in args and args["good"] == 2
     assert otel_rl.run_summary()["problems"]["redactor_error"] == 1
 
 

@@ -235,11 +235,8 @@ def _mask(*shape):
     (lambda: (stats.denominator(n=_mask(3)), stats.stat(x=[1.0, 2.0, 3.0], denominator="n")), "x", "tensor"),
     (lambda: (stats.denominator(n=_mask(3)), stats.stat(x=torch.ones(0), denominator="n")), "x", "empty"),
     (lambda: (stats.denominator(n=_mask(3)), stats.stat(x=torch.ones(3), denominator="n"),
-              stats.stat(x=torch.ones(3), denominator="n")), "x", "call 2"),
-    (lambda: (stats.denominator(n=_mask(3)), stats.stat(x=torch.ones(3), denominator="n"),
-              stats.denominator(n=_mask(3)),
-              stats.stat(x=torch.ones(3), denominator="n", reduce_type=ReduceType.SUM)), "x", "AVG_MIN_MAX"),
-    (lambda: stats.scalar(x="0.5"), "x", "number"),
+              stats.denominator(m=_mask(3)), stats.stat(x=torch.ones(3), denominator="m")), "x", "`n`"),
+    (lambda: stats.scalar(x="half"), "x", "number"),
     (lambda: stats.scalar(x=torch.ones(4)), "x", "stat()"),
     (lambda: (stats.scalar(x=1.0), stats.denominator(x=_mask(2))), "x", "scalar"),
 ])
@@ -258,25 +255,29 @@ def test_a_failing_call_records_nothing():
     assert stats.export() == {"n": 3.0}
 
 
-def test_nan_and_inf_are_excluded_counted_and_reported(caplog):
+def test_nan_and_inf_propagate_as_in_areal_and_are_counted_and_reported(caplog):
     values = torch.tensor([1.0, float("nan"), 4.0, float("inf"), -2.0, float("nan")])
     mask = torch.tensor([True, True, True, True, True, False])  # the masked-out NaN is not counted
+    finite = torch.tensor([1.0, 5.0, -2.0, float("inf")])
     before = otel_rl.diagnostics().get("stats_nonfinite_values", 0)
-    stats.denominator(n=mask)
+    stats.denominator(n=mask, four=torch.ones(4, dtype=torch.bool))
     with caplog.at_level(logging.WARNING, logger="otel_rl"):
         stats.stat(nan_loss=values, denominator="n")
+        stats.stat(ratio=finite, denominator="four")
         stats.scalar(nan_reward=1.0)
         stats.scalar(nan_reward=float("nan"))
         stats.scalar(nan_reward=3.0)
         out = stats.export()
-    kept = [1.0, 4.0, -2.0]
-    assert out["nan_loss/avg"] == pytest.approx(sum(kept) / 3)
-    assert (out["nan_loss/min"], out["nan_loss/max"]) == (-2.0, 4.0)
-    assert out["nan_loss__nonfinite"] == 2
-    assert (out["nan_reward"], out["nan_reward__count"], out["nan_reward__nonfinite"]) == (2.0, 2, 1)
+    nan = float("nan")
+    assert set(out) == {"n", "four", "nan_loss/avg", "nan_loss/min", "nan_loss/max", "ratio/avg", "ratio/min",
+                        "nan_reward", "nan_reward__count"}
+    assert [out["nan_loss/avg"], out["nan_loss/min"], out["nan_loss/max"]] == pytest.approx([nan] * 3, nan_ok=True)
+    # An infinite max is left out (AReaL's isinf check); the average is inf.
+    assert (out["ratio/avg"], out["ratio/min"]) == (float("inf"), -2.0)
+    assert out["nan_reward"] != out["nan_reward"] and out["nan_reward__count"] == 3
     assert out["n"] == 5
-    assert otel_rl.diagnostics()["stats_nonfinite_values"] - before == 3
-    assert "`nan_loss`" in caplog.text and "`nan_reward`" in caplog.text
+    assert otel_rl.diagnostics()["stats_nonfinite_values"] - before == 4
+    assert "`nan_loss`" in caplog.text and "`nan_reward`" in caplog.text and "`ratio`" in caplog.text
 
 
 def test_scalars_work_without_torch_and_tensor_stats_say_what_is_missing(tmp_path):

@@ -80,7 +80,7 @@ def test_a_live_window_lands_inside_the_enclosing_scope_in_the_ranks_process(tmp
                if e.get("ph") == "M" and e["name"] == "thread_name" and e["pid"] == scope["pid"]}
     assert threads[mms[0]["tid"]].startswith("torch · ")
     processes = [e["args"]["name"] for e in merged if e.get("ph") == "M" and e["name"] == "process_name"]
-    assert processes == ["rank 0"]  # one process: the rank's spans and its kernels
+    assert processes == ["Rank 0, Process"]  # one process: the rank's spans and its kernels
 
 
 @needs_torch

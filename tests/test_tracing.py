@@ -228,22 +228,15 @@ def test_task_links_to_the_step_that_submitted_it(traced):
     assert [link.context.span_id for link in task.links] == [step.context.span_id]
 
 
-def test_profile_steps_record_scopes_only_in_listed_steps(tmp_path):
-    from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider(shutdown_on_exit=False)
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    otel_rl.configure({"profile_steps": [2]}, fileroot=str(tmp_path), tracer_provider=provider)
+def test_profile_steps_leave_every_step_recorded(traced):
+    otel_rl.reset()
+    otel_rl.configure({"profile_steps": [2]}, fileroot=str(traced.run_root), tracer_provider=traced.provider)
     for step in range(4):
         with otel_rl.step_scope(step):
             with otel_rl.trace_scope(f"work{step}"):
                 pass
-    otel_rl.save(force=True)
-    names = sorted(s.name for s in exporter.get_finished_spans() if s.name.startswith("work"))
-    assert names == ["work2"]
+    names = sorted(s["name"] for s in traced.spans() if s["name"].startswith("work"))
+    assert names == ["work0", "work1", "work2", "work3"]
 
 
 def test_third_party_spans_inside_a_session_carry_its_ids(traced):

@@ -44,8 +44,10 @@ _CANONICAL: dict[Any, str] = {
 
 
 def normalize_category(category: Any) -> str | None:
-    """The category's canonical string; a wrong type or unknown name is counted
-    and recorded as ``misc`` (never raised)."""
+    """The category's canonical string. A known name or alias (any case) becomes
+    its canonical value; any other non-blank string is kept as given, as AReaL
+    keeps it (``"rollout.sess-0"``); a blank one is ``misc``, a wrong type is
+    counted and recorded as ``misc`` (never raised)."""
     if category is None:
         return None
     try:
@@ -57,11 +59,11 @@ def normalize_category(category: Any) -> str | None:
     if isinstance(category, Category):
         return category.value
     if isinstance(category, str):
-        found = CATEGORY_ALIASES.get(category.lower())
+        stripped = category.strip()
+        found = CATEGORY_ALIASES.get(stripped.lower())
         if found is not None:
             return found.value
-        guard.report("unknown_category", "unknown category %r recorded as 'misc'", category)
-        return Category.MISC.value
+        return str(category) if stripped else Category.MISC.value
     guard.report("bad_category_type", "category must be a Category or str, got %s",
                  type(category).__name__)
     return Category.MISC.value

@@ -83,22 +83,29 @@ def json_safe_value(value: Any) -> Any:
     return str(value)
 
 
+_ARGS_PREFIX = keys.ARGS_PREFIX
+_ARGS_PREFIX_LEN = len(_ARGS_PREFIX)
+
+
 def _args_from(attributes: Mapping[str, Any] | None) -> dict[str, Any]:
+    """A span's or event's attributes as Chrome ``args``: the user's own ``args``
+    under their own keys (the ``rl.args.`` prefix is OpenTelemetry's namespacing,
+    not part of the name people filter on in Perfetto), otel_rl's keys as they are."""
     if not attributes:
         return {}
-    out = dict(attributes)
+    out = {}
+    for key, value in attributes.items():
+        kind = type(value)
+        if not (kind is str or kind is float or kind is bool or (
+                kind is int and _INT_MIN <= value <= _INT_MAX)):
+            value = json_safe_value(value)
+        if key.startswith(_ARGS_PREFIX):
+            key = key[_ARGS_PREFIX_LEN:]
+        out[key] = value
     # The track already names the thread; repeating it on every slice only
     # makes the file bigger.
     out.pop(keys.THREAD_ID, None)
     out.pop(keys.THREAD_NAME, None)
-    # Most values are already JSON primitives; only the rest are rewritten
-    # (values change in place, the dict's size does not).
-    for key, value in out.items():
-        kind = type(value)
-        if kind is str or kind is float or kind is bool or (
-                kind is int and _INT_MIN <= value <= _INT_MAX):
-            continue
-        out[key] = json_safe_value(value)
     return out
 
 
@@ -269,12 +276,15 @@ class _Group:
 
 
 class _Process:
-    __slots__ = ("pid", "groups", "groups_made")
+    __slots__ = ("pid", "groups", "groups_made", "rank", "role")
 
-    def __init__(self, pid: int) -> None:
+    def __init__(self, pid: int, rank: Any = None, role: Any = None) -> None:
         self.pid = pid
         self.groups: dict[Any, _Group] = {}
         self.groups_made = 0
+        # On every slice's and instant's args, as AReaL writes them (people filter on them).
+        self.rank = rank
+        self.role = role or None
 
 
 def _identity(attributes: Mapping[str, Any]) -> tuple:
@@ -292,10 +302,12 @@ def _flow_id(value: int) -> str:
 
 
 def _process_name(attributes: Mapping[str, Any], pid: int) -> str:
+    """AReaL's process names (``[trainer] Rank 0, Process``), so the tracks read
+    the same as in a trace AReaL's tracer wrote."""
     rank = attributes.get(keys.RANK)
     role = attributes.get(keys.ROLE)
     if rank is not None:
-        return f"rank {rank} · {role}" if role else f"rank {rank}"
+        return f"[{role}] Rank {rank}, Process" if role else f"Rank {rank}, Process"
     service = attributes.get(keys.SERVICE_NAME)
     if service:
         return f"{service} · {role}" if role else str(service)
@@ -516,7 +528,7 @@ class ChromeTraceEncoder:
             # rather than grow; their pids stay reserved so none is reused.
             self._processes.clear()
         self._pid_owner[pid] = ident
-        proc = self._processes[ident] = _Process(pid)
+        proc = self._processes[ident] = _Process(pid, attrs.get(keys.RANK), attrs.get(keys.ROLE))
         out.append({"ph": "M", "name": "process_name", "pid": pid, "tid": 0,
                     "args": {"name": _process_name(attrs, pid)}})
         rank = attrs.get(keys.RANK)
@@ -649,12 +661,27 @@ class ChromeTraceEncoder:
         if links:
             args["links"] = [f"{link.context.trace_id:032x}:{link.context.span_id:016x}"
                              for link in links]
-        out.append({"ph": "X", "name": span.name, "cat": cat, "ts": ts,
-                    "dur": (end - start) / 1000, "pid": pid, "tid": tid, "args": args})
+        rank = proc.rank
+        role = proc.role
+        if rank is not None:
+            args.setdefault("rank", rank)
+        if role is not None:
+            args.setdefault("role", role)
+        if attrs.get(keys.SPAN_KIND) == keys.KIND_INSTANT:
+            # instant() outside any span: a point in time, as AReaL writes it.
+            out.append({"ph": "i", "s": "t", "name": span.name, "cat": cat, "ts": ts,
+                        "pid": pid, "tid": tid, "args": args})
+        else:
+            out.append({"ph": "X", "name": span.name, "cat": cat, "ts": ts,
+                        "dur": (end - start) / 1000, "pid": pid, "tid": tid, "args": args})
         for event in span.events:
+            event_args = _args_from(event.attributes)
+            if rank is not None:
+                event_args.setdefault("rank", rank)
+            if role is not None:
+                event_args.setdefault("role", role)
             out.append({"ph": "i", "s": "t", "name": event.name, "cat": cat,
-                        "ts": event.timestamp / 1000, "pid": pid, "tid": tid,
-                        "args": _args_from(event.attributes)})
+                        "ts": event.timestamp / 1000, "pid": pid, "tid": tid, "args": event_args})
 
         record = (group, chosen.index, pid, tid, ts)
         self._placed.set(span_id, record)

@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from .. import environment_variables as ev
+from . import keys
 
 
 class ConfigError(ValueError):
@@ -52,6 +53,39 @@ def _steps(text: str) -> tuple[int, ...] | None:
     if not text:
         return None
     return tuple(_non_negative_int(part) for part in text.split(",") if part.strip())
+
+
+def _ranks(text: str) -> frozenset[int] | None:
+    """``0,2-4`` -> {0, 2, 3, 4} (AReaL's ``AREAL_PERF_TRACER_RANKS`` form); empty = every rank."""
+    text = str(text).strip()
+    if not text:
+        return None
+    ranks: set[int] = set()
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        low, sep, high = part.partition("-")
+        if sep:
+            first, last = _non_negative_int(low), _non_negative_int(high)
+            if last < first:
+                raise ValueError(f"range {part!r} ends before it starts")
+            if last - first > 1_000_000:
+                raise ValueError(f"range {part!r} is too large")
+            ranks.update(range(first, last + 1))
+        else:
+            ranks.add(_non_negative_int(part))
+    return frozenset(ranks)
+
+
+LAYOUTS = ("otel_rl", "areal")
+
+
+def _layout(text: str) -> str:
+    value = str(text).strip().lower()
+    if value not in LAYOUTS:
+        raise ValueError(f"expected one of {list(LAYOUTS)}, got {text!r}")
+    return value
 
 
 def _str(text: str) -> str:
@@ -126,9 +160,15 @@ PARAMS: tuple[Param, ...] = (
     Param("flush_threshold", ev.OTEL_RL_FLUSH_THRESHOLD, 100, _positive_int, "sessions",
           "session records buffered before writing", "session_tracer.flush_threshold"),
     Param("save_interval", ev.OTEL_RL_SAVE_INTERVAL, 1, _positive_int, "steps",
-          "save(step) flushes when step % save_interval == 0", "save_interval"),
+          "save(step) writes at steps where (step + 1) % save_interval == 0; above 1 the "
+          "trace file waits for those saves", "save_interval"),
     Param("profile_steps", ev.OTEL_RL_PROFILE_STEPS, None, _steps, "steps",
-          "steps during which scopes are recorded (all when unset)", "profile_steps"),
+          "steps whose enable_profiler scopes run under the torch profiler", "profile_steps"),
+    Param("ranks", ev.OTEL_RL_RANKS, None, _ranks, "ranks",
+          "ranks that record, e.g. 0,2-4 (unset: every rank; AREAL_PERF_TRACER_RANKS as fallback)"),
+    Param("layout", ev.OTEL_RL_LAYOUT, "otel_rl", _layout, "name",
+          "file layout: otel_rl (<root>/<experiment>/<trial>) or areal (AReaL's "
+          "<root>/logs/<user>/... paths; the default for an AReaL config object)"),
     Param("file_export", ev.OTEL_RL_FILE_EXPORT, True, parse_bool, "bool",
           "write traces-r{rank}.jsonl for Perfetto"),
     Param("export_process", ev.OTEL_RL_EXPORT_PROCESS, True, parse_bool, "bool",
@@ -189,6 +229,7 @@ PARAMS: tuple[Param, ...] = (
 _FALLBACK_ENV: dict[str, tuple[str, Callable[[str], Any]]] = {
     "capture_content": (ev.OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT, _genai_capture),
     "attribute_value_length_limit": (ev.OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT, _non_negative_int),
+    "ranks": (ev.AREAL_PERF_TRACER_RANKS, _ranks),
 }
 
 PARAMS_BY_NAME = {p.name: p for p in PARAMS}
@@ -208,6 +249,8 @@ class Settings:
     flush_threshold: int
     save_interval: int
     profile_steps: tuple[int, ...] | None
+    ranks: frozenset[int] | None
+    layout: str
     file_export: bool
     export_process: bool
     max_queue_size: int
@@ -236,12 +279,37 @@ class Settings:
 
     @property
     def run_dir(self) -> str:
+        if self.layout == "areal":
+            return os.path.join(os.path.expanduser(os.path.expandvars(self.fileroot)), "logs",
+                                _user(), self.experiment_name, self.trial_name)
         return os.path.join(self.fileroot, self.experiment_name, self.trial_name)
 
     def file_path(self, template: str) -> str:
-        """Path of a per-rank file; the role, when set, prefixes the rank."""
+        """Path of a per-rank file; the role, when set, prefixes the rank.
+
+        In the ``areal`` layout the trace and session files are where AReaL's
+        tools look: ``perf_tracer/[<role>/]traces-r{rank}.jsonl`` and
+        ``session_tracer/[<role>/]sessions-r{rank}.jsonl`` under the run directory.
+        """
+        subdir = _AREAL_SUBDIRS.get(template) if self.layout == "areal" else None
+        if subdir is not None:
+            parts = [self.run_dir, subdir] + ([self.role] if self.role else [])
+            return os.path.join(*parts, template.replace("{rank}", str(self.rank)))
         rank = f"{self.role}-r{self.rank}" if self.role else f"r{self.rank}"
         return os.path.join(self.run_dir, template.replace("r{rank}", rank))
+
+
+def _user() -> str:
+    import getpass
+
+    try:
+        return getpass.getuser()
+    except Exception:  # noqa: BLE001 - no login name (a container without a passwd entry)
+        return str(os.getuid()) if hasattr(os, "getuid") else "user"
+
+
+#: Files AReaL's layout puts in a subdirectory of the run directory (AReaL's names).
+_AREAL_SUBDIRS = {keys.TRACES_FILE: "perf_tracer", keys.SESSIONS_FILE: "session_tracer"}
 
 
 def _lookup(config: Any, path: str) -> Any:
@@ -318,11 +386,18 @@ def resolve(
             found = _lookup(config, param.areal or param.name)
             if found is not _MISSING and found is not None:
                 value = _coerce(param, found, f"config setting {param.areal or param.name!r}")
+            elif param.name == "session_tracer" and _lookup(config, "session_tracer") is None:
+                value = False  # AReaL's default session_tracer=None: no session tracing
+            elif (param.name == "layout" and param.env not in environ
+                  and not isinstance(config, Mapping)):
+                value = "areal"  # an AReaL PerfTracerConfig writes where AReaL's tools look
         if param.name in overrides and overrides[param.name] is not None:
             value = _coerce(param, overrides[param.name], f"argument {param.name}=")
         values[param.name] = value
     if values["rank"] is None:
         values["rank"] = 0
+    if values["ranks"] is not None and values["rank"] not in values["ranks"]:
+        values["enabled"] = False  # AREAL_PERF_TRACER_RANKS: this rank does not record
     return Settings(**values)
 
 

@@ -244,8 +244,8 @@ class ExportChain:
         if settings.file_export:
             from .file_exporter import ChromeTraceFileExporter, InPlaceBatchProcessor
 
-            self.file_processor = InPlaceBatchProcessor(
-                ChromeTraceFileExporter(settings.file_path(keys.TRACES_FILE)))
+            self.file_processor = InPlaceBatchProcessor(ChromeTraceFileExporter(
+                settings.file_path(keys.TRACES_FILE), hold=settings.save_interval > 1))
             self.exporting.append(self.file_processor)
             self.batch_hooks.append(self.file_processor.flush_batch)
         exporter = otlp_span_exporter(environ) if with_otlp else None
@@ -303,6 +303,8 @@ class ExportChain:
         that is slow or down must not hold up ``save()`` in a training loop.
         ``shutdown`` waits for the network, within its bound."""
         self.after_batch()
+        if self.file_processor is not None:
+            self.file_processor.force_flush()  # what save_interval held back
         if self.session_processor is not None:
             self.session_processor.flush()
         if self.owned_meter_provider is not None and not self._metrics_over_network:

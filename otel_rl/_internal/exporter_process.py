@@ -73,6 +73,7 @@ class ExporterProcess:
         # The exporter process serves no control requests: keep the secret out
         # of its environment (readable in /proc by the same user).
         settings_dict["control_token"] = ""
+        settings_dict["ranks"] = None  # decided here already (and a set is no JSON)
         self._config = json.dumps({"settings": settings_dict, "resource": resource_attributes})
         self._max_pending = max_pending_spans
         self._proc: subprocess.Popen | None = None

@@ -80,16 +80,27 @@ class ChromeTraceFileExporter(SpanExporter):
     Args:
         path: The file to append to; missing parent directories are created.
         encoder: The encoder to use (a default one when omitted).
+        hold: Keep encoded batches in memory until :meth:`force_flush` (AReaL's
+            ``save_interval`` above 1: the file is written at the saving steps).
+            Past :data:`MAX_HELD_BYTES` they are written anyway, so nothing is lost.
     """
 
-    def __init__(self, path: str, encoder: ChromeTraceEncoder | None = None) -> None:
+    #: Encoded bytes a holding exporter keeps before writing them early.
+    MAX_HELD_BYTES = 64 << 20
+
+    def __init__(self, path: str, encoder: ChromeTraceEncoder | None = None, hold: bool = False) -> None:
         self.path = os.fspath(path)
         self._encoder = encoder if encoder is not None else ChromeTraceEncoder()
         self._lock = threading.Lock()
         self._file = AppendOnlyFile(self.path)
         self._closed = False
+        self._hold = hold
+        self._held = bytearray()
+        self._held_events = 0
         self.lines_written = 0
         _fork_sensitive.add(self)
+        if hold:
+            return  # the file appears at the first save, as AReaL's does
         try:
             self._file.open()
         except OSError as exc:
@@ -126,18 +137,35 @@ class ChromeTraceFileExporter(SpanExporter):
         except Exception as exc:  # noqa: BLE001
             guard.report("trace_file_error", "cannot serialise trace events: %r", exc)
             return False
+        if self._hold:
+            self._held += data
+            self._held_events += len(events)
+            return len(self._held) < self.MAX_HELD_BYTES or self._write_held()
+        return self._append(data, len(events))
+
+    def _append(self, data: bytes | bytearray, count: int) -> bool:
         try:
             self._file.write(data)
         except OSError as exc:
-            guard.count("trace_file_events_lost", len(events))
+            guard.count("trace_file_events_lost", count)
             guard.report("trace_file_error", "cannot write %s: %s", self.path, exc)
             return False
-        self.lines_written += len(events)
+        self.lines_written += count
         return True
 
+    def _write_held(self) -> bool:
+        if not self._held:
+            return True
+        data, count = self._held, self._held_events
+        self._held, self._held_events = bytearray(), 0
+        return self._append(data, count)
+
     def force_flush(self, timeout_millis: int = 30_000) -> bool:
-        """Every exported batch is already written; nothing is held back here."""
-        return True
+        """Writes what a holding exporter kept; otherwise every batch is already written."""
+        if not self._hold:
+            return True
+        with self._lock:
+            return self._write_held()
 
     def shutdown(self) -> None:
         """Writes the spans the encoder still holds and closes the file."""
@@ -148,6 +176,7 @@ class ChromeTraceFileExporter(SpanExporter):
                 self._write(self._encoder.finish())
             except Exception as exc:  # noqa: BLE001
                 guard.report("trace_file_error", "cannot finish %s: %r", self.path, exc)
+            self._write_held()
             self._closed = True
             self._file.close()
 

@@ -17,6 +17,8 @@ logger = logging.getLogger("otel_rl")
 
 _lock = threading.Lock()
 _counts: Counter[str] = Counter()
+# (api, argument name) pairs already counted by ignored_arguments().
+_ignored_seen: set[tuple[str, str]] = set()
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -46,6 +48,7 @@ def diagnostics() -> dict[str, int]:
 def clear() -> None:
     with _lock:
         _counts.clear()
+        _ignored_seen.clear()
 
 
 def guarded(default: Any = None) -> Callable[[F], F]:
@@ -63,3 +66,22 @@ def guarded(default: Any = None) -> Callable[[F], F]:
         return inner  # type: ignore[return-value]
 
     return wrap
+
+
+
+def ignored_arguments(api: str, kwargs: dict[str, Any]) -> None:
+    """Accepts keyword arguments of a peer's signature that otel_rl cannot honour.
+
+    Each ``(api, name)`` pair is counted once as ``ignored_argument`` in
+    :func:`diagnostics` and logged the first time, so porting code keeps running
+    instead of failing with a ``TypeError`` inside the training loop.
+    """
+    if not kwargs:
+        return
+    for name in kwargs:
+        key = (api, name)
+        with _lock:
+            if key in _ignored_seen:
+                continue
+            _ignored_seen.add(key)
+        report("ignored_argument", "%s(): keyword argument %r is accepted and ignored", api, name)

@@ -79,6 +79,7 @@ KIND_TASK = "task"
 KIND_SESSION = "session"
 KIND_PHASE = "phase"
 KIND_STEP = "step"
+KIND_INSTANT = "instant"  # instant() with no span current: a zero-length span
 
 # --- GenAI semantic conventions used by generation phases
 GEN_AI_REQUEST_MODEL = "gen_ai.request.model"

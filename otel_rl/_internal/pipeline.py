@@ -109,6 +109,18 @@ class Pipeline:
         if len(queue) == self.wake_at:
             self.wake.set()
 
+    def _enqueue_after_close(self, span: Any) -> None:
+        """A span of this (shut down) configuration that ended afterwards: recorded
+        by the configuration now in force, or counted when there is none."""
+        from .state import STATE
+
+        current = STATE.pipeline
+        if current is not None and current is not self:
+            current.enqueue(span)
+        else:
+            guard.report("spans_after_shutdown", "a span ended after otel_rl was shut down; "
+                         "not recorded")
+
     def sample_root(self, ctx: Any, trace_id: int, name: str, kind: SpanKind, attributes: Any) -> int:
         if self._default_sampling:
             return 1
@@ -149,6 +161,10 @@ class Pipeline:
         deadline = monotonic_deadline(timeout_s)
         ok = self.flush(timeout_s)
         self._closed = True
+        # Spans still open now end later (a scope around reset() + configure());
+        # an instance attribute keeps the open pipeline's enqueue free of checks.
+        self.enqueue = self._enqueue_after_close  # type: ignore[method-assign]
+        self.max_queue_size = 0  # sends LeanSpan's inlined enqueue to the method above
         self._stopping = True
         self.wake.set()
         self._thread.join(timeout=deadline())

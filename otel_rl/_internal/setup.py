@@ -232,7 +232,7 @@ def configure(config: Any = None, *, rank: int | None = None, role: str | None =
         STATE.registry.phase_options.update(_PHASES)
         STATE.enabled = True
         STATE.sessions_on = settings.session_tracer
-        STATE.scopes_on = settings.profile_steps is None
+        STATE.scopes_on = True
         summary.Baseline.mark()
         _register_atexit()
         if settings.handle_sigterm:
@@ -258,7 +258,8 @@ def save(step: int | None = None, force: bool = False) -> None:
     settings = STATE.settings
     if STATE.components is None or settings is None:
         return
-    if not force and step is not None and step % settings.save_interval != 0:
+    # AReaL's rule: the last step of each interval (0-indexed), e.g. 2, 5, 8 for 3.
+    if not force and step is not None and (step + 1) % settings.save_interval != 0:
         return
     if STATE.registry is not None:
         STATE.registry.end_idle_tasks()

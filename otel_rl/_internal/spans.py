@@ -29,7 +29,6 @@ from opentelemetry.trace.status import Status, StatusCode
 from opentelemetry.util import types
 
 from .category import normalize_category
-from .guard import count
 
 if TYPE_CHECKING:
     from .pipeline import Pipeline
@@ -266,7 +265,9 @@ class LeanSpan(trace_api.Span):
                 if len(queue) == pipeline.wake_at:
                     pipeline.wake.set()
             else:
-                count("spans_dropped_queue_full")
+                # A full queue (counted there), or a pipeline shut down since the
+                # span started (its bound is 0 then; the span goes to the current one).
+                pipeline.enqueue(self.record())
 
     async def __aenter__(self) -> LeanSpan:
         return self.__enter__()

@@ -17,7 +17,7 @@ class State:
 
     __slots__ = (
         "configured", "enabled", "scopes_on", "sessions_on", "settings", "pipeline",
-        "tracer", "registry", "components", "last_summary",
+        "tracer", "registry", "components", "last_summary", "areal_configured",
     )
 
     def __init__(self) -> None:
@@ -32,6 +32,9 @@ class State:
         self.components: Any = None
         #: The final run summary of the last configuration (after shutdown).
         self.last_summary: dict[str, Any] | None = None
+        #: The configuration came from ``configure(<AReaL config object>)``: a second
+        #: such call raises, as AReaL's does, instead of reconfiguring.
+        self.areal_configured = False
 
 
 STATE = State()

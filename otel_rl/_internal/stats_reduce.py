@@ -1,11 +1,18 @@
 """Turning recorded statistics into exported values, in one process or across ranks.
 
-A tracker keeps, per key, a handful of running numbers (sum, count, non-finite
-count, min, max) instead of the tensors themselves; this module turns them into
-AReaL's exported keys. Across a ``torch.distributed`` group every rank first
-learns the union of keys (so each rank issues the same collectives in the same
-order, whatever it recorded), then two ``all_reduce`` calls carry every key at
-once: one SUM over (sum, count, non-finite) and one MIN over (min, -max).
+A tracker keeps, per key, a handful of running numbers (sum, count, NaN
+count, min, max) instead of the tensors themselves; this module turns them
+into AReaL's exported keys with AReaL's values: NaN and inf propagate into
+sums and averages, a NaN makes min and max NaN, and an infinite min or max is
+left out.
+
+Across ``torch.distributed`` groups every rank first learns the union of keys
+of the group it reduces over (so each rank issues the same collectives in the
+same order, whatever it recorded), then two ``all_reduce`` calls per group
+carry every key at once: one SUM over (sum, count, non-finite, NaN) and one
+MIN over (min, -max). As in AReaL, keys recorded with a per-key
+``reduce_group`` are reduced over that group, or over ``key_sync_group`` when
+the export gives one; other keys over the export's ``reduce_group``.
 """
 
 from __future__ import annotations
@@ -28,23 +35,35 @@ INF = float("inf")
 SCALAR = "scalar"
 DENOMINATOR = "denominator"
 STAT = "stat"
+#: ``stat_compact()``: a stat whose mask came with the call instead of a denominator key.
+COMPACT = "compact"
+#: ``weighted_mean()``: a sum of value x weight over a sum of weights.
+WEIGHTED = "weighted"
 
 COUNT_SUFFIX = "__count"
+#: Older otel_rl exports counted NaN / inf values under this suffix; merge_worker_stats still adds them up.
 NONFINITE_SUFFIX = "__nonfinite"
 
 #: Fields of a :class:`Partial` that may still be tensors when taken from a tracker.
-FIELDS = ("total", "count", "nonfinite", "low", "high")
+FIELDS = ("total", "count", "nonfinite", "nan", "low", "high")
 
 
 @dataclasses.dataclass
 class Partial:
-    """One key's contribution: plain floats, identity values when nothing was recorded."""
+    """One key's contribution: plain floats, identity values when nothing was recorded.
+
+    ``total`` and ``count`` are the masked sum and number of elements (for
+    weighted keys: sum of value x weight and sum of weights); ``nonfinite``
+    and ``nan`` count NaN / inf and NaN elements among them; ``low`` and
+    ``high`` are the min and max of the elements that are not NaN.
+    """
 
     kind: str
     reduce: str  # a ReduceType name
     total: float = 0.0
     count: float = 0.0
     nonfinite: float = 0.0
+    nan: float = 0.0
     low: float = INF
     high: float = -INF
 
@@ -85,87 +104,201 @@ def _fill_from_tensors(pending: list[tuple[Partial, str, Any]]) -> None:
             setattr(partial, name, float(value))
 
 
-def results(key: str, partial: Partial) -> dict[str, float | int]:
-    """AReaL's exported keys for one key: ``key``, ``key/avg|min|max``, ``key__count``.
+def _extreme(value: float, nan: float) -> float | None:
+    # AReaL: a NaN among the elements makes the min / max NaN (torch.min
+    # propagates it); an infinite min / max (also: no element at all) is left out.
+    if nan:
+        return math.nan
+    return value if math.isfinite(value) else None
 
-    A value with nothing behind it (an average over an all-false mask, the
-    min of no element) is left out rather than reported as 0.
+
+def results(key: str, partial: Partial) -> dict[str, float | int]:
+    """AReaL's exported keys and values for one key: ``key``, ``key/avg|min|max``, ``key__count``.
+
+    As AReaL: an average over no element is left out, a sum over none is 0,
+    a scalar key with no value anywhere exports 0.0 and a count of 0.
     """
     out: dict[str, float | int] = {}
     if partial.kind == SCALAR:
-        if partial.count > 0:
-            out[key] = partial.total / partial.count
+        out[key] = partial.total / partial.count if partial.count > 0 else 0.0
         out[key + COUNT_SUFFIX] = int(partial.count)
     elif partial.kind == DENOMINATOR:
         out[key] = partial.total
+    elif partial.kind == WEIGHTED:
+        if partial.count != 0:
+            out[key] = partial.total / partial.count
     else:
         avg = partial.total / partial.count if partial.count > 0 else None
-        low = partial.low if partial.low != INF else None
-        high = partial.high if partial.high != -INF else None
+        low = _extreme(partial.low, partial.nan)
+        high = _extreme(partial.high, partial.nan)
         reduce = partial.reduce
         if reduce == "AVG_MIN_MAX":
             for suffix, value in (("avg", avg), ("min", low), ("max", high)):
                 if value is not None:
                     out[f"{key}/{suffix}"] = value
         else:
-            value = {"AVG": avg, "SUM": partial.total, "MIN": low, "MAX": high}[reduce]
+            value = {"AVG": avg, "SUM": partial.total, "MIN": low, "MAX": high}.get(reduce)
             if value is not None:
                 out[key] = value
-    if partial.nonfinite:
-        out[key + NONFINITE_SUFFIX] = int(partial.nonfinite)
     return out
 
 
 def report_nonfinite(tracker: str, partials: Mapping[str, Partial], warned: set[str]) -> None:
-    """Counts this rank's excluded NaN / inf values; warns once per key."""
+    """Counts this rank's NaN / inf values in diagnostics; warns once per key.
+
+    The values themselves are exported as AReaL exports them (a NaN average);
+    this only makes their origin findable without changing the export.
+    """
     for key, partial in partials.items():
         if not partial.nonfinite:
             continue
         guard.count("stats_nonfinite_values", int(partial.nonfinite))
         if key not in warned:
             warned.add(key)
-            logger.warning("otel_rl.stats: %d NaN/inf value(s) of `%s` (tracker %r) were left out of its "
-                           "statistics and exported as `%s%s`; later ones are counted in diagnostics()",
-                           int(partial.nonfinite), key, tracker, key, NONFINITE_SUFFIX)
+            logger.warning("otel_rl.stats: %d NaN/inf value(s) were recorded for `%s` (tracker %r); as in "
+                           "AReaL they propagate into its exported statistics; later ones are counted in "
+                           "diagnostics()", int(partial.nonfinite), key, tracker)
 
 
 # --------------------------------------------------------------------------- distributed
 
+Local = Mapping[str, Mapping[str, Partial]]
+Meta = list  # [kind, reduce, has per-key group]
 
-def reduce_across(group: Any, local: Mapping[str, Mapping[str, Partial]]) -> dict[str, dict[str, Partial]]:
-    """Reduces ``{tracker: {key: Partial}}`` over ``group``; every rank gets the same result.
 
-    Keys recorded with different kinds or reduce types on different ranks
-    cannot be combined: every rank leaves them out (and reports it), so the
-    collectives still line up.
+def reduce_stats(local: Local, groups: Mapping[tuple[str, str], Any] | None = None, *,
+                 reduce_group: Any = None, key_sync_group: Any = None,
+                 gather_group: Any = None) -> dict[str, dict[str, Partial]]:
+    """Reduces ``{tracker: {key: Partial}}`` as AReaL's ``export`` does; every rank of a group gets the same.
+
+    Args:
+        local: This rank's partials by tracker and key.
+        groups: Per-key reduce groups, ``{(tracker, key): group}``, for keys
+            recorded with ``reduce_group=``.
+        reduce_group: Group of the keys without a per-key group (``None``: not reduced).
+        key_sync_group: When given, keys with a per-key group (on any rank of
+            it) are exchanged and reduced over this group instead of their own.
+        gather_group: Group for the key exchange of ``reduce_group`` (AReaL's
+            older ``gloo_group``); the same ranks as ``reduce_group``.
+
+    Returns:
+        The reduced partials; trackers another rank has appear, maybe empty.
+        Keys recorded with different kinds or reduce types on different ranks
+        are left out on every rank and reported (AReaL raises instead).
     """
+    groups = groups or {}
+    if reduce_group is None and key_sync_group is None and not groups:
+        return {tracker: dict(keys) for tracker, keys in local.items()}
+    mine = {tracker: {key: [p.kind, p.reduce, (tracker, key) in groups] for key, p in keys.items()}
+            for tracker, keys in local.items()}
+    out: dict[str, dict[str, Partial]] = {tracker: {} for tracker in local}
+    per_key: dict[int, tuple[Any, list[tuple[str, str]]]] = {}
+
+    # Keys without a per-key group: exchanged and reduced over reduce_group.
+    if reduce_group is not None:
+        gathered = _all_gather_json(mine, gather_group or reduce_group)
+    else:
+        gathered = [mine]
+    union, conflicts = _merge(gathered)
+    default_order: list[tuple[str, str]] = []
+    for tracker in sorted(union):
+        out.setdefault(tracker, {})
+        for key in sorted(union[tracker]):
+            if (tracker, key) in conflicts:
+                continue
+            if not union[tracker][key][2]:
+                if reduce_group is not None:
+                    default_order.append((tracker, key))
+                else:
+                    out[tracker][key] = local[tracker][key]
+            elif key_sync_group is None:
+                group = groups.get((tracker, key))
+                on_every_rank = all(key in rank.get(tracker, {}) for rank in gathered)
+                if group is None or not on_every_rank:
+                    # AReaL raises here (RuntimeError); every rank of the group
+                    # sees the same exchange, so all leave the key out alike.
+                    guard.report("stats_key_sync_group_missing",
+                                 "stats key `%s` (tracker %r) has a per-key reduce_group on some ranks "
+                                 "only; pass key_sync_group= to export() / export_all() to reduce it; "
+                                 "it is left out", key, tracker)
+                    continue
+                per_key.setdefault(id(group), (group, []))[1].append((tracker, key))
+    _report_conflicts(conflicts)
+    _merge_into(out, _all_reduce(reduce_group, default_order, local, union))
+
+    # Keys with a per-key group: over key_sync_group, or over each one's own group.
+    if key_sync_group is not None:
+        overrides = {tracker: {key: meta for key, meta in keys.items() if meta[2]} for tracker, keys in mine.items()}
+        sync_union, sync_conflicts = _merge(_all_gather_json(overrides, key_sync_group))
+        _report_conflicts(sync_conflicts - conflicts)
+        order = [(tracker, key) for tracker in sorted(sync_union) for key in sorted(sync_union[tracker])
+                 if (tracker, key) not in sync_conflicts]
+        for tracker in sync_union:
+            out.setdefault(tracker, {})
+        _merge_into(out, _all_reduce(key_sync_group, order, local, sync_union))
+    for group, keys in per_key.values():
+        # Ranks of a per-key group may have recorded different keys of it: exchange them first.
+        theirs = {}
+        for tracker, key in keys:
+            theirs.setdefault(tracker, {})[key] = mine[tracker][key]
+        group_union, group_conflicts = _merge(_all_gather_json(theirs, group))
+        _report_conflicts(group_conflicts - conflicts)
+        order = [(tracker, key) for tracker in sorted(group_union) for key in sorted(group_union[tracker])
+                 if (tracker, key) not in group_conflicts]
+        for tracker in group_union:
+            out.setdefault(tracker, {})
+        _merge_into(out, _all_reduce(group, order, local, group_union))
+    return out
+
+
+def reduce_across(group: Any, local: Local) -> dict[str, dict[str, Partial]]:
+    """Reduces ``{tracker: {key: Partial}}`` over ``group`` (no per-key groups); every rank gets the same."""
+    return reduce_stats(local, reduce_group=group)
+
+
+def _merge(gathered: Iterable[Mapping[str, Mapping[str, Meta]]]) -> tuple[dict[str, dict[str, Meta]],
+                                                                          set[tuple[str, str]]]:
+    union: dict[str, dict[str, Meta]] = {}
+    conflicts: set[tuple[str, str]] = set()
+    for theirs in gathered:
+        for tracker, keys in theirs.items():
+            known = union.setdefault(tracker, {})
+            for key, meta in keys.items():
+                if list(known.setdefault(key, list(meta))) != list(meta):
+                    conflicts.add((tracker, key))
+    return union, conflicts
+
+
+def _report_conflicts(conflicts: set[tuple[str, str]]) -> None:
+    for tracker, key in sorted(conflicts):
+        guard.report("stats_inconsistent_key",
+                     "stats key `%s` (tracker %r) was recorded with different kinds, reduce types or "
+                     "per-key reduce groups on different ranks; it is left out of the export", key, tracker)
+
+
+def _merge_into(out: dict[str, dict[str, Partial]], reduced: Mapping[str, Mapping[str, Partial]]) -> None:
+    for tracker, keys in reduced.items():
+        out.setdefault(tracker, {}).update(keys)
+
+
+def _all_reduce(group: Any, order: list[tuple[str, str]], local: Local,
+                union: Mapping[str, Mapping[str, Meta]]) -> dict[str, dict[str, Partial]]:
+    """Two ``all_reduce`` calls over ``group`` for every key of ``order`` (the same list on every rank)."""
+    out: dict[str, dict[str, Partial]] = {}
+    if not order:
+        return out
     import torch
     import torch.distributed as dist
 
     device = _collective_device(group)
-    mine = {tracker: {key: [p.kind, p.reduce] for key, p in keys.items()} for tracker, keys in local.items()}
-    union: dict[str, dict[str, list[str]]] = {}
-    conflicts: set[tuple[str, str]] = set()
-    for theirs in _all_gather_json(mine, group, device):
-        for tracker, keys in theirs.items():
-            known = union.setdefault(tracker, {})
-            for key, meta in keys.items():
-                if known.setdefault(key, meta) != meta:
-                    conflicts.add((tracker, key))
-    for tracker, key in sorted(conflicts):
-        guard.report("stats_inconsistent_key",
-                     "stats key `%s` (tracker %r) was recorded with different kinds or reduce types on "
-                     "different ranks; it is left out of the export", key, tracker)
-    order = [(tracker, key) for tracker in sorted(union) for key in sorted(union[tracker])
-             if (tracker, key) not in conflicts]
-    out: dict[str, dict[str, Partial]] = {tracker: {} for tracker in union}
-    if not order:
-        return out
     sums: list[float] = []
     mins: list[float] = []
     for tracker, key in order:
-        partial = local.get(tracker, {}).get(key) or Partial(*union[tracker][key])
-        sums += (partial.total, partial.count, partial.nonfinite)
+        kind, reduce = union[tracker][key][:2]
+        partial = local.get(tracker, {}).get(key)
+        if partial is None or (partial.kind, partial.reduce) != (kind, reduce):
+            partial = Partial(kind, reduce)  # this rank contributes nothing to the key
+        sums += (partial.total, partial.count, partial.nonfinite, partial.nan)
         mins += (partial.low, -partial.high)
     summed = torch.tensor(sums, dtype=torch.float64, device=device)
     lowest = torch.tensor(mins, dtype=torch.float64, device=device)
@@ -173,9 +306,9 @@ def reduce_across(group: Any, local: Mapping[str, Mapping[str, Partial]]) -> dic
     dist.all_reduce(lowest, op=dist.ReduceOp.MIN, group=group)
     summed_list, lowest_list = summed.cpu().tolist(), lowest.cpu().tolist()
     for i, (tracker, key) in enumerate(order):
-        kind, reduce = union[tracker][key]
-        out[tracker][key] = Partial(kind, reduce, summed_list[3 * i], summed_list[3 * i + 1],
-                                    summed_list[3 * i + 2], lowest_list[2 * i], -lowest_list[2 * i + 1])
+        kind, reduce = union[tracker][key][:2]
+        out.setdefault(tracker, {})[key] = Partial(kind, reduce, *summed_list[4 * i: 4 * i + 4],
+                                                   lowest_list[2 * i], -lowest_list[2 * i + 1])
     return out
 
 
@@ -195,7 +328,7 @@ def _collective_device(group: Any) -> Any:
     return torch.device("cpu")
 
 
-def _all_gather_json(obj: Any, group: Any, device: Any) -> list[Any]:
+def _all_gather_json(obj: Any, group: Any) -> list[Any]:
     """``all_gather_object`` for JSON values, on plain byte tensors.
 
     Avoids pickle (another rank's bytes are never executed) and the numpy
@@ -204,6 +337,7 @@ def _all_gather_json(obj: Any, group: Any, device: Any) -> list[Any]:
     import torch
     import torch.distributed as dist
 
+    device = _collective_device(group)
     data = orjson.dumps(obj)
     world = dist.get_world_size(group)
     size = torch.tensor([len(data)], dtype=torch.int64, device=device)

@@ -181,6 +181,14 @@ class TorchProfiler:
             return False
         return self._start_here(f"step{step}", False, None, None)
 
+    def start_scope(self, run_id: str, options: dict[str, bool] | None = None) -> bool:
+        """A window around one scope (AReaL's ``enable_profiler``), stopped with
+        :meth:`stop_step` on the same thread. Skipped without a report while another
+        window runs: nested profiled scopes are normal, as in AReaL."""
+        if self._window is not None:
+            return False
+        return self._start_here(run_id, False, None, options)
+
     def stop_step(self) -> str | None:
         window = self._window
         if window is None or window.live or window.thread != threading.get_ident():

@@ -611,6 +611,10 @@ def _derive(data: RunData, loader: _Loader) -> None:
         _requests_from_span_events(data, loader)
 
 
+#: Chrome args an instant carries that are not request metadata.
+_NOT_METADATA = frozenset({"rank", "role", "trace_id", "span_id", "parent_span_id"})
+
+
 def _requests_from_span_events(data: RunData, loader: _Loader) -> None:
     """Request events recorded as span events (``rl.request.id``, ``rl.stage``), when no
     request-event file was read: what a collector's OTLP/JSON or a trace file alone holds."""
@@ -620,7 +624,10 @@ def _requests_from_span_events(data: RunData, loader: _Loader) -> None:
         if rid is None:
             continue
         stage = args.get(keys.STAGE)
-        metadata = {k[len(prefix):]: v for k, v in args.items() if k.startswith(prefix)}
+        # OTLP attributes carry the metadata as ``rl.args.<key>``; Chrome args under
+        # the key itself, beside otel_rl's own ``rl.*`` keys and the rank's labels.
+        metadata = {(k[len(prefix):] if k.startswith(prefix) else k): v for k, v in args.items()
+                    if k.startswith(prefix) or not (k.startswith("rl.") or k in _NOT_METADATA)}
         data.requests.setdefault(rid, []).append(
             (round(ts * 1e9), loader.intern(stage if isinstance(stage, str) else "unknown"),
              loader.intern(name), data.workers.get(worker, {}).get("pid"), metadata))

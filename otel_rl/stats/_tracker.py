@@ -1,16 +1,22 @@
 """Named statistics trackers with AReaL ``stats_tracker`` names and semantics.
 
-What differs from AReaL, on purpose:
+Exported values are AReaL's, NaN and inf included: a NaN recorded under a key
+makes its average (and min / max) NaN, as it does in AReaL, so a diverging
+run shows in its metrics. What differs from AReaL, on purpose:
 
 * Scopes live in a ``ContextVar`` per tracker, so concurrent asyncio tasks and
   threads each see their own scope stack (AReaL shares one list).
 * Each recorded tensor is reduced when it is recorded (masked sum, count,
-  min, max, kept on its device without synchronising), so memory does not
-  grow with the batches of a step and ``export()`` moves one small tensor per
-  device to the host.
-* Misuse raises ``ValueError`` naming the key at the call, before anything
-  of that call is recorded; NaN / inf values are left out of the statistics
-  and counted (``key__nonfinite``) instead of poisoning an average.
+  NaN count, min, max, kept on its device without synchronising), so memory
+  does not grow with the batches of a step and ``export()`` moves one small
+  tensor per device to the host.
+* Misuse raises at the call, naming the key, before anything of that call is
+  recorded, with the exception type AReaL raises (``ValueError``; a shape
+  that differs from its mask raises an error that is both ``ValueError`` and
+  AReaL's ``AssertionError``). Ranks that recorded a key differently leave it
+  out of the export instead of raising.
+* Unknown keyword arguments of ``export`` / ``export_all`` are ignored and
+  counted (``ignored_argument`` in ``otel_rl.diagnostics()``).
 """
 
 from __future__ import annotations
@@ -29,12 +35,14 @@ from typing import Any, Callable, TypeVar
 from .._internal import guard
 from .._internal import stats_logging as _logging
 from .._internal.stats_reduce import (
+    COMPACT,
     DENOMINATOR,
     SCALAR,
     STAT,
+    WEIGHTED,
     Partial,
     materialize,
-    reduce_across,
+    reduce_stats,
     report_nonfinite,
     results,
 )
@@ -52,7 +60,9 @@ class ReduceType(Enum):
     ``AVG_MIN_MAX`` (the default of :meth:`StatsTracker.stat`) exports
     ``key/avg``, ``key/min`` and ``key/max``; ``AVG``, ``SUM``, ``MIN`` and
     ``MAX`` export ``key``; ``SCALAR`` (:meth:`StatsTracker.scalar`) exports the
-    mean as ``key`` and the number of values as ``key__count``.
+    mean as ``key`` and the number of values as ``key__count``;
+    ``WEIGHTED_AVG`` (:meth:`StatsTracker.weighted_mean`) exports
+    sum(value x weight) / sum(weight) as ``key``.
     """
 
     AVG_MIN_MAX = auto()
@@ -61,28 +71,53 @@ class ReduceType(Enum):
     MIN = auto()
     MAX = auto()
     SCALAR = auto()
+    WEIGHTED_AVG = auto()
+
+
+class StatsShapeError(ValueError, AssertionError):
+    """A tensor whose shape differs from its mask.
+
+    AReaL checks shapes with ``assert`` (``AssertionError``); otel_rl's misuse
+    errors are ``ValueError``. This is both, so either ``except`` catches it.
+    """
+
+
+class StatsTypeError(TypeError, ValueError):
+    """A ``scalar()`` value ``float()`` rejects with ``TypeError`` (``None``, a list), as AReaL raises it."""
 
 
 _generations = itertools.count(1)
 
+#: What each kind of key is called in misuse messages.
+_KIND_NAMES = {
+    SCALAR: "scalar() values",
+    DENOMINATOR: "a denominator() mask",
+    STAT: "non-compact stats (stat())",
+    COMPACT: "compact stats (stat_compact())",
+    WEIGHTED: "weighted_mean() values",
+}
+
 
 class _Entry:
     """One key of one tracker. Numbers are Python floats (scalars) or 0-d
-    tensors on the recorded tensor's device (denominators, stats)."""
+    tensors on the recorded tensor's device (everything else)."""
 
-    __slots__ = ("kind", "reduce", "denominator", "total", "count", "nonfinite", "low", "high",
-                 "masks", "generation", "paired", "paired_generation")
+    __slots__ = ("kind", "reduce", "denominator", "group", "total", "count", "nonfinite", "nan", "low",
+                 "high", "masks", "generation", "paired", "paired_generation")
 
     def __init__(self, kind: str, reduce: ReduceType, denominator: str | None = None) -> None:
         self.kind = kind
         self.reduce = reduce
         self.denominator = denominator
+        # AReaL's per-key reduce_group: set by any call that gives one, kept until export.
+        self.group: Any = None
         # Scalars count in Python floats; tensor entries start empty so their
         # first reduction sets the dtype (an int64 count stays exact).
         zero = 0.0 if kind == SCALAR else None
         self.total: Any = zero
         self.count: Any = zero
         self.nonfinite: Any = zero
+        self.nan: Any = zero
         self.low: Any = None
         self.high: Any = None
         # Denominators keep their masks so the n-th stat() of a key pairs with
@@ -94,8 +129,8 @@ class _Entry:
         self.paired_generation = 0
 
     def snapshot(self) -> tuple[str, str, dict[str, Any]]:
-        return self.kind, self.reduce.name, {"total": self.total, "count": self.count,
-                                             "nonfinite": self.nonfinite, "low": self.low, "high": self.high}
+        return self.kind, self.reduce.name, {"total": self.total, "count": self.count, "nonfinite": self.nonfinite,
+                                             "nan": self.nan, "low": self.low, "high": self.high}
 
 
 def _torch(what: str, key: str) -> Any:
@@ -111,6 +146,46 @@ def _is_tensor(value: Any) -> bool:
     # Without torch loaded nothing can be a tensor, and checking must not load it.
     torch = sys.modules.get("torch")
     return torch is not None and isinstance(value, torch.Tensor)
+
+
+def _reduce_type(value: Any, where: str) -> ReduceType:
+    """``value`` as a tensor reduce type (None: AVG_MIN_MAX; a member name is accepted too)."""
+    if value is None:
+        return ReduceType.AVG_MIN_MAX
+    if isinstance(value, str) and value.upper() in ReduceType.__members__:
+        value = ReduceType[value.upper()]
+    if not isinstance(value, ReduceType):
+        raise ValueError(f"otel_rl.stats: {where}: reduce_type must be a ReduceType enum, got {value!r}")
+    if value is ReduceType.SCALAR:
+        raise ValueError(f"otel_rl.stats: {where}: cannot use the scalar reduce type for a tensor "
+                         "(ReduceType.SCALAR is for scalar())")
+    if value is ReduceType.WEIGHTED_AVG:
+        raise ValueError(f"otel_rl.stats: {where}: ReduceType.WEIGHTED_AVG needs a weight per value. "
+                         "Use weighted_mean(key, value, weight)")
+    return value
+
+
+def _check_values(torch: Any, what: str, values: dict[str, Any], fulls: dict[str, str]) -> None:
+    for key, value in values.items():
+        full = fulls[key]
+        if not isinstance(value, torch.Tensor):
+            raise ValueError(f"otel_rl.stats: `{full}`: {what}() takes a torch tensor, got "
+                             f"{type(value).__name__} (numbers go to scalar())")
+        if value.is_complex():
+            raise ValueError(f"otel_rl.stats: `{full}`: {what}() takes real values, got dtype {value.dtype}")
+        if value.numel() == 0:
+            raise ValueError(f"otel_rl.stats: `{full}`: {what}() value is empty")
+
+
+def _check_mask(torch: Any, what: str, full: str, mask: Any) -> None:
+    if not isinstance(mask, torch.Tensor):
+        raise ValueError(f"otel_rl.stats: `{full}`: {what}() takes a torch.bool mask tensor, "
+                         f"got {type(mask).__name__}")
+    if mask.dtype != torch.bool:
+        raise ValueError(f"otel_rl.stats: `{full}`: {what}() takes a torch.bool mask tensor, "
+                         f"got dtype {mask.dtype} (use mask.bool())")
+    if mask.numel() == 0:
+        raise ValueError(f"otel_rl.stats: `{full}`: {what}() mask is empty")
 
 
 class _Scope:
@@ -259,42 +334,47 @@ class StatsTracker:
     def record_timing(self, key: str) -> _Timing:
         """Context manager recording the block's wall time in seconds as scalar ``timeperf/{key}``.
 
-        As in AReaL the key ignores scopes and the tracker's name. When otel_rl
-        tracing is on, the block is also a span named ``timeperf/{key}``.
+        As in AReaL the key ignores scopes and the tracker's name, and the
+        time is recorded even when the block raises. When otel_rl tracing is
+        on, the block is also a span named ``timeperf/{key}``.
 
         Args:
             key: Name of the timed step (``"rollout"``, ``"train_step"``).
         """
         return _Timing(self, key)
 
-    def scalar(self, **values: Any) -> None:
+    def scalar(self, *, reduce_group: Any = None, **values: Any) -> None:
         """Records single numbers; each key exports its mean as ``key`` and count as ``key__count``.
 
-        Works without torch (a one-element tensor is accepted and read once).
+        A value is read with ``float()``, as AReaL does (a one-element tensor,
+        a numpy number, a bool or a numeric string); NaN and inf are kept and
+        propagate into the mean. Works without torch.
 
         Args:
-            **values: Key to number. NaN / inf values are left out and counted
-                (``key__nonfinite``).
+            reduce_group: A process group these keys are reduced over at
+                export, whatever the export's own ``reduce_group``.
+            **values: Key to number.
 
         Raises:
-            ValueError: A value is not a number, or the key holds a tensor stat
-                or denominator; the message names the key.
+            TypeError: ``float()`` rejects the value's type (``None``, a
+                list); the error is a ``ValueError`` too.
+            ValueError: ``float()`` rejects the value (text, a tensor of many
+                values), or the key holds something else; the message names the key.
         """
         scope = self._scopes.get()
         numbers: dict[str, float] = {}
         for key, value in values.items():
             full = "/".join(scope + (key,))
-            if isinstance(value, (str, bytes)) or value is None:
-                raise ValueError(f"otel_rl.stats: `{full}`: scalar() takes a number, got {type(value).__name__}")
             try:
                 numbers[full] = float(value)
-            except (TypeError, ValueError, RuntimeError) as exc:
+            except Exception as exc:  # noqa: BLE001 - re-raised with the key, as AReaL's type
                 hint = " (a tensor of many values belongs in stat())" if _is_tensor(value) else ""
-                raise ValueError(f"otel_rl.stats: `{full}`: scalar() takes a number, got "
-                                 f"{type(value).__name__}{hint}: {exc}") from None
-        self._record_scalars(numbers)
+                error = StatsTypeError if isinstance(exc, TypeError) else ValueError
+                raise error(f"otel_rl.stats: `{full}`: scalar() takes a number, got "
+                            f"{type(value).__name__}{hint}: {exc}") from None
+        self._record_scalars(numbers, reduce_group)
 
-    def _record_scalars(self, numbers: dict[str, float]) -> None:
+    def _record_scalars(self, numbers: dict[str, float], group: Any = None) -> None:
         with self._lock:
             for full in numbers:
                 self._check_kind(full, SCALAR)
@@ -302,13 +382,14 @@ class StatsTracker:
                 entry = self._entries.get(full)
                 if entry is None:
                     entry = self._entries[full] = _Entry(SCALAR, ReduceType.SCALAR)
-                if math.isfinite(number):
-                    entry.total += number
-                    entry.count += 1
-                else:
+                if group is not None:
+                    entry.group = group
+                entry.total += number
+                entry.count += 1
+                if not math.isfinite(number):
                     entry.nonfinite += 1
 
-    def denominator(self, **masks: Any) -> None:
+    def denominator(self, *, reduce_group: Any = None, **masks: Any) -> None:
         """Records boolean masks that :meth:`stat` values are averaged over.
 
         Each key exports the number of ``True`` elements as ``key``. Call it
@@ -316,6 +397,8 @@ class StatsTracker:
         ``stat()`` of a key pairs with the n-th mask of its denominator.
 
         Args:
+            reduce_group: A process group these keys are reduced over at
+                export, whatever the export's own ``reduce_group``.
             **masks: Key to a non-empty ``torch.bool`` tensor.
 
         Raises:
@@ -327,15 +410,7 @@ class StatsTracker:
         checked: dict[str, Any] = {}
         for key, mask in masks.items():
             full = "/".join(scope + (key,))
-            torch = _torch("denominator", full)
-            if not isinstance(mask, torch.Tensor):
-                raise ValueError(f"otel_rl.stats: `{full}`: denominator() takes a torch.bool tensor, "
-                                 f"got {type(mask).__name__}")
-            if mask.dtype != torch.bool:
-                raise ValueError(f"otel_rl.stats: `{full}`: denominator() takes a torch.bool tensor, "
-                                 f"got dtype {mask.dtype} (use mask.bool())")
-            if mask.numel() == 0:
-                raise ValueError(f"otel_rl.stats: `{full}`: denominator mask is empty")
+            _check_mask(_torch("denominator", full), "denominator", full, mask)
             checked[full] = mask
         with self._lock:
             for full in checked:
@@ -344,55 +419,54 @@ class StatsTracker:
                 entry = self._entries.get(full)
                 if entry is None:
                     entry = self._entries[full] = _Entry(DENOMINATOR, ReduceType.SUM)
+                if reduce_group is not None:
+                    entry.group = reduce_group
                 # A copy: the caller may reuse the mask's memory before stat() pairs with it.
                 mask = mask.detach().clone()
                 entry.masks.append(mask)
                 entry.total = _add(entry.total, mask.sum())
 
-    def stat(self, denominator: str, reduce_type: ReduceType | None = None, **values: Any) -> None:
+    def stat(self, denominator: str, reduce_type: ReduceType | None = None, *, reduce_group: Any = None,
+             **values: Any) -> None:
         """Records tensors, averaged (or summed, min'd, max'd) over a denominator's mask.
 
-        Elements where the mask is ``False`` are left out; so are NaN / inf
-        elements (counted, ``key__nonfinite``). Nothing here waits for the
-        device: the masked reductions stay on it until :func:`export`.
+        Elements where the mask is ``False`` are left out; NaN / inf elements
+        inside the mask are kept, as in AReaL (a NaN makes the average, min and
+        max NaN). Nothing here waits for the device: the masked reductions
+        stay on it until :func:`export`.
+
+        As AReaL pairs them, the n-th ``stat()`` of a key goes with the n-th
+        mask of its denominator; a ``stat()`` with no mask left to pair with is
+        dropped (AReaL leaves it out of the export) and counted as
+        ``stats_unpaired_value``. The last reduce type given for a key is the
+        one it exports with.
 
         Args:
             denominator: Name of a :meth:`denominator` key in the current scope.
             reduce_type: How to export (default ``ReduceType.AVG_MIN_MAX``).
+            reduce_group: A process group these keys are reduced over at
+                export, whatever the export's own ``reduce_group``.
             **values: Key to a tensor of the denominator mask's shape (float,
                 integer or bool; integer and bool values are averaged as numbers).
 
         Raises:
-            ValueError: Unknown denominator, more ``stat()`` calls than masks,
-                a shape that differs from the mask, a non-tensor or empty value,
-                ``ReduceType.SCALAR``, or a reduce type / denominator that
-                differs from the key's earlier calls; the message names the key.
+            AssertionError: A value's shape differs from its mask (AReaL's
+                type; the error is a ``ValueError`` too).
+            ValueError: Unknown denominator, a non-tensor or empty value,
+                ``ReduceType.SCALAR`` or ``WEIGHTED_AVG``, a key that holds
+                something else or was recorded over another denominator; the
+                message names the key.
             ImportError: torch is not installed.
         """
         if not values:
             return
-        reduce = ReduceType.AVG_MIN_MAX if reduce_type is None else reduce_type
         scope = self._scopes.get()
         denominator_key = "/".join(scope + (str(denominator).strip("/"),))
         fulls = {key: "/".join(scope + (key,)) for key in values}
-        where = ", ".join(f"`{k}`" for k in fulls.values()) or "stat()"
-        if isinstance(reduce, str) and reduce.upper() in ReduceType.__members__:
-            reduce = ReduceType[reduce.upper()]
-        if not isinstance(reduce, ReduceType):
-            raise ValueError(f"otel_rl.stats: {where}: reduce_type must be a ReduceType, got {reduce_type!r}")
-        if reduce is ReduceType.SCALAR:
-            raise ValueError(f"otel_rl.stats: {where}: ReduceType.SCALAR is for scalar(), not tensors")
-        torch = None
-        for key, value in values.items():
-            full = fulls[key]
-            torch = _torch("stat", full)
-            if not isinstance(value, torch.Tensor):
-                raise ValueError(f"otel_rl.stats: `{full}`: stat() takes a torch tensor, got "
-                                 f"{type(value).__name__} (numbers go to scalar())")
-            if value.is_complex():
-                raise ValueError(f"otel_rl.stats: `{full}`: stat() takes real values, got dtype {value.dtype}")
-            if value.numel() == 0:
-                raise ValueError(f"otel_rl.stats: `{full}`: stat() value is empty")
+        where = ", ".join(f"`{k}`" for k in fulls.values())
+        reduce = _reduce_type(reduce_type, where)
+        torch = _torch("stat", next(iter(fulls.values())))
+        _check_values(torch, "stat", values, fulls)
         with self._lock:
             denom = self._entries.get(denominator_key)
             if denom is None or denom.kind != DENOMINATOR:
@@ -400,47 +474,153 @@ class StatsTracker:
                                  f"(call denominator({denominator_key.rsplit('/', 1)[-1]}=mask) first, "
                                  "in the same scope)")
             paired: dict[str, tuple[Any, Any]] = {}
+            unpaired: list[str] = []
             for key, value in values.items():
                 full = fulls[key]
-                self._check_kind(full, STAT, reduce, denominator_key)
+                self._check_kind(full, STAT, denominator_key)
                 entry = self._entries.get(full)
                 index = entry.paired if entry is not None and entry.paired_generation == denom.generation else 0
                 if index >= len(denom.masks):
-                    raise ValueError(
-                        f"otel_rl.stats: `{full}`: this is stat() call {index + 1} since denominator "
-                        f"`{denominator_key}` was set, which has {len(denom.masks)} mask(s); call "
-                        "denominator() once per batch before its stat() calls")
+                    unpaired.append(full)
+                    continue
                 mask = denom.masks[index]
                 if tuple(value.shape) != tuple(mask.shape):
-                    raise ValueError(f"otel_rl.stats: `{full}`: shape {tuple(value.shape)} differs from "
-                                     f"denominator `{denominator_key}` mask {index + 1} of shape "
-                                     f"{tuple(mask.shape)}")
+                    raise StatsShapeError(f"otel_rl.stats: `{full}`: shape {tuple(value.shape)} differs from "
+                                          f"denominator `{denominator_key}` mask {index + 1} of shape "
+                                          f"{tuple(mask.shape)}")
                 paired[full] = (value, mask)
             for full, (value, mask) in paired.items():
                 entry = self._entries.get(full)
                 if entry is None:
                     entry = self._entries[full] = _Entry(STAT, reduce, denominator_key)
+                entry.reduce = reduce  # AReaL: the last reduce type given wins
+                if reduce_group is not None:
+                    entry.group = reduce_group
                 if entry.paired_generation != denom.generation:
                     entry.paired_generation, entry.paired = denom.generation, 0
                 entry.paired += 1
                 _accumulate(torch, entry, value, mask)
+        for full in unpaired:
+            guard.report("stats_unpaired_value",
+                         "stats: stat() of `%s` was called more often than denominator `%s` since the last "
+                         "export; the extra value is left out, as AReaL leaves it out (call denominator() "
+                         "once per batch before its stat() calls)", full, denominator_key)
 
-    def _check_kind(self, full: str, kind: str, reduce: ReduceType | None = None,
-                    denominator: str | None = None) -> None:
+    def stat_compact(self, mask: Any, reduce_type: ReduceType | None = None, *, reduce_group: Any = None,
+                     **values: Any) -> None:
+        """Records tensors reduced over a mask given with the call (AReaL's ``stat_compact``).
+
+        Exports as :meth:`stat` does, without a denominator key: masked-out
+        elements are left out (a NaN there too), one without any valid element
+        exports no average and a sum of 0. A key recorded here cannot also be
+        recorded with :meth:`stat` or :meth:`weighted_mean`.
+
+        Args:
+            mask: A non-empty ``torch.bool`` tensor of the values' shape.
+            reduce_type: How to export (default ``ReduceType.AVG_MIN_MAX``).
+            reduce_group: A process group these keys are reduced over at
+                export, whatever the export's own ``reduce_group``.
+            **values: Key to a tensor of the mask's shape.
+
+        Raises:
+            AssertionError: A value's shape differs from the mask (the error
+                is a ``ValueError`` too).
+            ValueError: A bad mask or value, ``ReduceType.SCALAR`` or
+                ``WEIGHTED_AVG``, or a key that holds something else; the
+                message names the key.
+            ImportError: torch is not installed.
+        """
+        if not values:
+            return
+        scope = self._scopes.get()
+        fulls = {key: "/".join(scope + (key,)) for key in values}
+        where = ", ".join(f"`{k}`" for k in fulls.values())
+        reduce = _reduce_type(reduce_type, where)
+        torch = _torch("stat_compact", next(iter(fulls.values())))
+        _check_mask(torch, "stat_compact", where.strip("`"), mask)
+        _check_values(torch, "stat_compact", values, fulls)
+        for key, value in values.items():
+            if tuple(value.shape) != tuple(mask.shape):
+                raise StatsShapeError(f"otel_rl.stats: `{fulls[key]}`: shape {tuple(value.shape)} differs "
+                                      f"from its stat_compact() mask of shape {tuple(mask.shape)}")
+        with self._lock:
+            for full in fulls.values():
+                self._check_kind(full, COMPACT)
+            for key, value in values.items():
+                full = fulls[key]
+                entry = self._entries.get(full)
+                if entry is None:
+                    entry = self._entries[full] = _Entry(COMPACT, reduce)
+                entry.reduce = reduce
+                if reduce_group is not None:
+                    entry.group = reduce_group
+                _accumulate(torch, entry, value, mask)
+
+    def weighted_mean(self, key: str, value: Any, weight: Any, *, reduce_group: Any = None,
+                      **kwargs: Any) -> None:
+        """Records one value with a weight; ``key`` exports sum(value x weight) / sum(weight).
+
+        AReaL's ``weighted_mean``: partial means of a partitioned batch,
+        weighted by their share, give the mean of the whole batch, within a
+        rank and across ranks. A value with weight 0 is ignored even when it
+        is NaN or inf; a key whose weights add up to 0 is left out. The inputs
+        are copied, so later in-place changes do not reach the statistics.
+
+        Args:
+            key: The key (in the current scope).
+            value: A real 0-d tensor.
+            weight: A real 0-d tensor (float or integer).
+            reduce_group: A process group this key is reduced over at export,
+                whatever the export's own ``reduce_group``.
+            **kwargs: Keyword arguments of later AReaL versions; ignored and
+                counted (``ignored_argument``).
+
+        Raises:
+            ValueError: ``value`` or ``weight`` is not a real 0-d tensor (the
+                message names which), or the key holds something else.
+            ImportError: torch is not installed.
+        """
+        guard.ignored_arguments("stats.weighted_mean", kwargs)
+        full = self._full_key(str(key))
+        torch = _torch("weighted_mean", full)
+        for name, tensor in (("value", value), ("weight", weight)):
+            if not isinstance(tensor, torch.Tensor) or tensor.dim() != 0 or tensor.is_complex():
+                got = (f"a {tensor.dim()}-d {tensor.dtype} tensor" if isinstance(tensor, torch.Tensor)
+                       else type(tensor).__name__)
+                raise ValueError(f"otel_rl.stats: `{full}`: weighted_mean() `{name}` must be a real 0-d "
+                                 f"tensor, got {got}")
+        with self._lock:
+            self._check_kind(full, WEIGHTED)
+            entry = self._entries.get(full)
+            if entry is None:
+                entry = self._entries[full] = _Entry(WEIGHTED, ReduceType.WEIGHTED_AVG)
+            if reduce_group is not None:
+                entry.group = reduce_group
+            value = value.detach()
+            weight = weight.detach().to(value.device, non_blocking=True)
+            acc = torch.float32 if value.device.type == "mps" else torch.float64
+            value, weight = value.to(acc), weight.to(acc)
+            counted = weight != 0
+            entry.total = _add(entry.total, torch.where(counted, value * weight, 0.0))
+            entry.count = _add(entry.count, weight)
+            entry.nonfinite = _add(entry.nonfinite, (counted & ~torch.isfinite(value)).to(acc))
+            entry.nan = _add(entry.nan, (counted & torch.isnan(value)).to(acc))
+
+    def _check_kind(self, full: str, kind: str, denominator: str | None = None) -> None:
         entry = self._entries.get(full)
         if entry is None:
             return
         if entry.kind != kind:
-            raise ValueError(f"otel_rl.stats: `{full}` holds a {entry.kind}; it cannot also be a {kind}")
-        if reduce is not None and entry.reduce is not reduce:
-            raise ValueError(f"otel_rl.stats: `{full}` was recorded with {entry.reduce.name}, not {reduce.name}")
+            raise ValueError(f"otel_rl.stats: `{full}` holds {_KIND_NAMES[entry.kind]}; it cannot also "
+                             f"hold {_KIND_NAMES[kind]}")
         if denominator is not None and entry.denominator != denominator:
             raise ValueError(f"otel_rl.stats: `{full}` was recorded over denominator `{entry.denominator}`, "
                              f"not `{denominator}`")
 
     # ----------------------------------------------------------------- export
 
-    def _take(self, full_key: str | None, reset: bool) -> dict[str, Partial]:
+    def _take(self, full_key: str | None, reset: bool) -> tuple[dict[str, Partial], dict[str, Any]]:
+        """This tracker's partials (all, or one key) and the per-key reduce groups among them."""
         with self._lock:
             if full_key is None:
                 chosen = self._entries
@@ -452,36 +632,78 @@ class StatsTracker:
                 if reset and entry is not None:
                     del self._entries[full_key]
             raw = {key: entry.snapshot() for key, entry in chosen.items()}
+            groups = {key: entry.group for key, entry in chosen.items() if entry.group is not None}
         partials = materialize(raw)
         report_nonfinite(self.name, partials, self._warned)
-        return partials
+        return partials, groups
 
-    def export(self, key: str | None = None, reduce_group: Any = None, reset: bool = True, *,
-               step: int | None = None, log: bool | None = None) -> dict[str, float]:
+    def export(self, key: str | None = None, reduce_group: Any = None, key_sync_group: Any = None,
+               reset: bool = True, gloo_group: Any = None, *, step: int | None = None,
+               log: bool | None = None, **kwargs: Any) -> dict[str, float]:
         """Returns this tracker's statistics and, as AReaL's ``StatsLogger``, logs them.
 
         With ``reduce_group`` every rank of the group must call it (the same
         way); each gets the same result, reduced over all ranks, including
-        keys that only some ranks recorded.
+        keys that only some ranks recorded. Keys recorded with a per-key
+        ``reduce_group=`` are reduced over that group, or, when
+        ``key_sync_group`` is given, exchanged and reduced over
+        ``key_sync_group`` (AReaL's rule for groups wider than
+        ``reduce_group``, such as data x context parallel).
+
+        Positional arguments follow current AReaL (``key, reduce_group,
+        key_sync_group, reset``); older AReaL's ``export(key, reduce_group,
+        reset, gloo_group)`` is recognised by its boolean third argument.
 
         Args:
             key: Only this key (in the current scope); an unknown key gives ``{}``.
+                It is reduced over its per-key group, else ``reduce_group``.
             reduce_group: A ``torch.distributed`` process group to reduce over.
+            key_sync_group: A group, wider than ``reduce_group``, that keys
+                with a per-key reduce group are exchanged and reduced over.
             reset: Forget what was exported.
+            gloo_group: Older AReaL: a group of the same ranks as
+                ``reduce_group`` to exchange key names over.
             step: Step of the logged record (default: otel_rl's current step).
             log: ``None``: rank 0 logs (the group's rank 0 with a group);
                 ``True``: log here; ``False``: only return.
+            **kwargs: Keyword arguments of other AReaL versions; ignored and
+                counted (``ignored_argument``).
 
         Returns:
             ``{key: value}`` with AReaL's names (``key/avg``, ``key__count``...).
         """
-        partials = self._take(None if key is None else self._full_key(key), reset)
-        by_tracker = {self.name: partials}
-        if reduce_group is not None:
-            by_tracker = reduce_across(reduce_group, by_tracker)
+        key_sync_group, reset, gloo_group = _positional_compat(key_sync_group, reset, gloo_group)
+        guard.ignored_arguments("stats.export", kwargs)
+        if key is not None:
+            full = self._full_key(key)
+            partials, groups = self._take(full, reset)
+            # AReaL reduces a single key over its own group, else the export's; no key exchange.
+            group = groups.get(full, reduce_group)
+            by_tracker = reduce_stats({self.name: partials}, reduce_group=group,
+                                      gather_group=gloo_group if group is reduce_group else None)
+        else:
+            partials, groups = self._take(None, reset)
+            by_tracker = reduce_stats({self.name: partials}, {(self.name, k): g for k, g in groups.items()},
+                                      reduce_group=reduce_group, key_sync_group=key_sync_group,
+                                      gather_group=gloo_group)
         out = _results_of(by_tracker.get(self.name, {}))
         _logging.deliver(self.name, out, step, reduce_group=reduce_group, log=log)
         return out
+
+
+def _positional_compat(key_sync_group: Any, reset: Any, gloo_group: Any) -> tuple[Any, bool, Any]:
+    """Maps older AReaL's positional ``(..., reset, gloo_group)`` onto ``(..., key_sync_group, reset)``.
+
+    A process group is never a bool, so a boolean where current AReaL has
+    ``key_sync_group`` is older AReaL's ``reset``, and what follows it is
+    older AReaL's ``gloo_group``.
+    """
+    if isinstance(key_sync_group, bool):
+        old_reset = key_sync_group
+        if not isinstance(reset, bool):
+            gloo_group = reset
+        return None, old_reset, gloo_group
+    return key_sync_group, bool(reset), gloo_group
 
 
 def _accumulate(torch: Any, entry: _Entry, value: Any, mask: Any) -> None:
@@ -492,15 +714,19 @@ def _accumulate(torch: Any, entry: _Entry, value: Any, mask: Any) -> None:
     acc = torch.float32 if value.device.type == "mps" else torch.float64
     if not value.is_floating_point():
         value = value.to(acc)
-    finite = torch.isfinite(value)
-    valid = mask & finite
-    total = torch.where(valid, value, 0).sum(dtype=acc)
-    count = valid.sum()
-    nonfinite = (mask & ~finite).sum()
-    low = torch.where(valid, value, float("inf")).min().to(acc)
-    high = torch.where(valid, value, float("-inf")).max().to(acc)
+    # As AReaL: NaN / inf inside the mask go into the sum (and so the average);
+    # NaN is counted apart so min / max can report it, as torch.min does.
+    total = torch.where(mask, value, 0).sum(dtype=acc)
+    count = mask.sum()
+    isnan = torch.isnan(value)
+    nan = (mask & isnan).sum()
+    nonfinite = (mask & ~torch.isfinite(value)).sum()
+    ordered = mask & ~isnan
+    low = torch.where(ordered, value, float("inf")).min().to(acc)
+    high = torch.where(ordered, value, float("-inf")).max().to(acc)
     entry.total = _add(entry.total, total)
     entry.count = _add(entry.count, count)
+    entry.nan = _add(entry.nan, nan)
     entry.nonfinite = _add(entry.nonfinite, nonfinite)
     entry.low = low if entry.low is None else torch.minimum(entry.low, low)
     entry.high = high if entry.high is None else torch.maximum(entry.high, high)
@@ -518,8 +744,10 @@ def _results_of(partials: dict[str, Partial]) -> dict[str, float]:
 
 
 DEFAULT_TRACKER = StatsTracker()
-_TRACKERS: dict[str, StatsTracker] = {"": DEFAULT_TRACKER}
-_TRACKERS_LOCK = threading.Lock()
+#: AReaL's ``TRACKERS``: every tracker by name; ``get`` adds to it.
+TRACKERS: dict[str, StatsTracker] = {"": DEFAULT_TRACKER}
+#: AReaL's ``LOCK``, guarding :data:`TRACKERS`.
+LOCK = threading.Lock()
 
 
 def get(name: str = "") -> StatsTracker:
@@ -529,36 +757,67 @@ def get(name: str = "") -> StatsTracker:
         name: ``rollout``, ``eval-rollout``...; its keys start with ``name/``.
     """
     name = name.strip("/")
-    with _TRACKERS_LOCK:
-        tracker = _TRACKERS.get(name)
+    if not name:
+        # The module-level functions record into DEFAULT_TRACKER, even after TRACKERS.clear().
+        with LOCK:
+            TRACKERS.setdefault("", DEFAULT_TRACKER)
+        return DEFAULT_TRACKER
+    with LOCK:
+        tracker = TRACKERS.get(name)
         if tracker is None:
-            tracker = _TRACKERS[name] = StatsTracker(name)
+            tracker = TRACKERS[name] = StatsTracker(name)
         return tracker
 
 
-def export_all(reduce_group: Any = None, reset: bool = True, *, step: int | None = None,
-               log: bool | None = None) -> dict[str, float]:
+def _all_trackers() -> list[StatsTracker]:
+    with LOCK:
+        trackers = list(TRACKERS.values())
+    if DEFAULT_TRACKER not in trackers:
+        trackers.insert(0, DEFAULT_TRACKER)
+    return trackers
+
+
+def export_all(reduce_group: Any = None, key_sync_group: Any = None, reset: bool = True,
+               gloo_group: Any = None, *, step: int | None = None, log: bool | None = None,
+               **kwargs: Any) -> dict[str, float]:
     """Exports every tracker at once (see :meth:`StatsTracker.export`).
 
-    With ``reduce_group`` all trackers and keys of all ranks are reduced
-    together: one key exchange and two ``all_reduce`` calls in all.
+    With groups, all trackers and keys of all ranks are reduced together:
+    one key exchange and two ``all_reduce`` calls per group in all. A tracker
+    that only another rank has is created here too, as in AReaL.
+
+    Positional arguments follow current AReaL (``reduce_group,
+    key_sync_group, reset``); older AReaL's ``export_all(reduce_group, reset,
+    gloo_group)`` is recognised by its boolean second argument.
 
     Args:
         reduce_group: A ``torch.distributed`` process group to reduce over.
+        key_sync_group: A group, wider than ``reduce_group``, that keys with a
+            per-key reduce group are exchanged and reduced over (the Megatron
+            engine passes its data x context parallel group).
         reset: Forget what was exported.
+        gloo_group: Older AReaL: a group of the same ranks as ``reduce_group``
+            to exchange key names over.
         step: Step of the logged records (default: otel_rl's current step).
         log: As for :meth:`StatsTracker.export`; one record per tracker.
+        **kwargs: Keyword arguments of other AReaL versions; ignored and
+            counted (``ignored_argument``).
 
     Returns:
         Every tracker's statistics in one dict.
     """
-    with _TRACKERS_LOCK:
-        trackers = list(_TRACKERS.values())
-    by_tracker = {tracker.name: tracker._take(None, reset) for tracker in trackers}
-    if reduce_group is not None:
-        by_tracker = reduce_across(reduce_group, by_tracker)
-        for name in by_tracker:
-            get(name)  # as AReaL: a tracker another rank has exists here too
+    key_sync_group, reset, gloo_group = _positional_compat(key_sync_group, reset, gloo_group)
+    guard.ignored_arguments("stats.export_all", kwargs)
+    by_tracker: dict[str, dict[str, Partial]] = {}
+    groups: dict[tuple[str, str], Any] = {}
+    for tracker in _all_trackers():
+        partials, tracker_groups = tracker._take(None, reset)
+        by_tracker[tracker.name] = partials
+        groups.update({(tracker.name, key): group for key, group in tracker_groups.items()})
+    by_tracker = reduce_stats(by_tracker, groups, reduce_group=reduce_group, key_sync_group=key_sync_group,
+                              gather_group=gloo_group)
+    for name in by_tracker:
+        get(name)  # as AReaL: a tracker another rank has exists here too
     merged: dict[str, float] = {}
     duplicates: set[str] = set()
     for name in sorted(by_tracker):
