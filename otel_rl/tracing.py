@@ -386,6 +386,9 @@ def _stop_scope_window() -> None:
 
 def _profiled_decorator(name: str, category: Any, args: Any, profiler_args: Any) -> Callable[[F], F]:
     def decorate(fn: F) -> F:
+        if inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn):
+            # A window cannot stay open across a generator's suspensions: timed, not profiled.
+            return trace_perf(name, category, args)(fn)
         if inspect.iscoroutinefunction(fn):
             @functools.wraps(fn)
             async def async_wrapper(*a: Any, **kw: Any) -> Any:

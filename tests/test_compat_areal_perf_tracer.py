@@ -397,3 +397,54 @@ def test_two_tracers_in_one_process_write_both_ranks_files(tmp_path):
     ranks = {rank: {(e["name"], e["args"]["rank"]) for e in _slices(_traces(config, rank))}
              for rank in (0, 1)}
     assert ranks == {0: {("rank0-mark", 0)}, 1: {("rank1-mark", 1)}}
+
+
+def test_the_workflow_executor_pattern_records_every_session(tmp_path):
+    """AReaL's rollout path: submit() registers the task, the async task sets it,
+    the workflow's sessions come from session_context(), phases from trace_session,
+    and the executor finalizes the whole task by id."""
+    config = _session_config(tmp_path)
+    perf_tracer.configure(config, rank=0, role="rollout")
+
+    class Workflow:
+        @perf_tracer.session_context()
+        async def one_sample(self, prompt: int) -> int:
+            return await self.generate(prompt) + await self.reward(prompt)
+
+        @perf_tracer.trace_session("generate")
+        async def generate(self, prompt: int) -> int:
+            await asyncio.sleep(0)
+            return prompt
+
+        @perf_tracer.trace_session("reward")
+        async def reward(self, prompt: int) -> int:
+            return 1
+
+        async def arun_episode(self, prompt: int) -> list[int]:
+            return list(await asyncio.gather(*(self.one_sample(prompt) for _ in range(4))))
+
+    @perf_tracer.trace_perf("workflow_executor.rollout_batch", category="scheduler")
+    def rollout_batch(prompts: list[int]) -> None:
+        async def execute(task_id: int, prompt: int) -> None:
+            perf_tracer.set_task_id(task_id)
+            await Workflow().arun_episode(prompt)
+            perf_tracer.trace_session_event("mark_finalized", task_id=task_id,
+                                            status="accepted" if prompt % 2 else "rejected",
+                                            reason=None if prompt % 2 else "rejected")
+
+        async def run_all() -> None:
+            await asyncio.gather(*(execute(i, p) for i, p in enumerate(prompts)))
+
+        for task_id in range(len(prompts)):
+            perf_tracer.register_task(task_id)
+        asyncio.run(run_all())
+
+    rollout_batch([1, 2, 3])
+    perf_tracer.get_session_tracer().flush(force=True)  # WorkflowExecutor.destroy()
+    path = _areal_dir(config) / "session_tracer" / "rollout" / "sessions-r0.jsonl"
+    records = _events(path)
+    by_task = {}
+    for record in records:
+        by_task.setdefault(record["task_id"], set()).add(record["status"])
+    assert (len(records), by_task) == (12, {0: {"accepted"}, 1: {"rejected"}, 2: {"accepted"}})
+    assert all(r["generate_s"] >= 0 and r["reward_s"] >= 0 for r in records)
