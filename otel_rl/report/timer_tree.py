@@ -17,10 +17,9 @@ from collections import defaultdict
 from typing import Any
 
 from .._internal import keys
+from .._internal.timer_stack import TIMER_FORMAT_VERSION
 from ._model import RunData, SpanRow
 
-#: ML-Agents' ``timer_format_version``.
-TIMER_FORMAT_VERSION = "0.1.0"
 _GAUGE_KEYS = (keys.GAUGE_VALUE, keys.ARGS_PREFIX + keys.GAUGE_VALUE)
 
 
