@@ -9,7 +9,6 @@ import importlib.util
 import json
 import os
 import shutil
-import statistics
 import sys
 import tempfile
 import time
@@ -18,6 +17,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import otel_rl
+from otel_rl.report import percentile
 from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 
 #: Flushes in the benchmark may take long (100k spans through OTLP); a generous
@@ -79,18 +79,15 @@ def file_exporter_available() -> bool:
 
 
 def stats(values: list[float]) -> dict[str, float | None]:
-    """Median, min, max, quartiles of ``values`` (quartiles need two or more)."""
-    clean = [v for v in values if v is not None]
+    """Median, min, max, quartiles of ``values``, by otel_rl's one percentile
+    definition (:func:`otel_rl.report.percentile`, linear interpolation)."""
+    clean = sorted(v for v in values if v is not None)
     if not clean:
         return {"median": None, "min": None, "max": None, "q1": None, "q3": None, "n": 0}
     out: dict[str, Any] = {
-        "median": statistics.median(clean), "min": min(clean), "max": max(clean), "n": len(clean),
+        "median": percentile(clean, 50), "min": clean[0], "max": clean[-1], "n": len(clean),
+        "q1": percentile(clean, 25), "q3": percentile(clean, 75),
     }
-    if len(clean) >= 2:
-        q1, _, q3 = statistics.quantiles(clean, n=4, method="inclusive")
-        out["q1"], out["q3"] = q1, q3
-    else:
-        out["q1"] = out["q3"] = clean[0]
     return out
 
 

@@ -40,7 +40,7 @@ from opentelemetry.trace import Link, SpanContext, SpanKind, TraceFlags
 from opentelemetry.trace.status import Status, StatusCode
 
 from ._internal.chrome_trace import BATCH_MARKER, BATCH_MARKER_PREFIX, ChromeTraceEncoder, kineto_shift_us
-from ._internal.keys import TRACE_JOIN_KEY
+from ._internal.keys import MERGED_TRACE_FILE, TRACE_JOIN_KEY
 
 __all__ = ["ConvertStats", "convert", "discover_inputs", "iter_chrome_json_events", "iter_lines", "main",
            "sniff_file", "spans_from_otlp_json"]
@@ -100,6 +100,9 @@ def _natural_key(path: str) -> list[Any]:
     return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", path)]
 
 
+_MERGED_NAMES = (MERGED_TRACE_FILE, MERGED_TRACE_FILE + ".gz")
+
+
 def _is_trace_name(name: str) -> bool:
     return name.endswith(_SUFFIXES)
 
@@ -130,7 +133,9 @@ def discover_inputs(inputs: Sequence[str], exclude: Sequence[str] = ()) -> tuple
         names = []
         for root, dirs, files in os.walk(directory):
             dirs.sort()
-            names.extend(os.path.join(root, n) for n in files if _is_trace_name(n))
+            # The demo's merged trace repeats every rank's events: read it only when named.
+            names.extend(os.path.join(root, n) for n in files
+                         if _is_trace_name(n) and n not in _MERGED_NAMES)
         for name in sorted(names, key=_natural_key):
             add(name)
 

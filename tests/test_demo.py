@@ -161,13 +161,46 @@ def test_convert_merges_the_three_processes_into_one_perfetto_file(run: Run, tmp
     assert len({e["pid"] for e in events if e.get("ph") == "X"}) == 3
 
 
-def test_summary_names_the_run_directory_and_how_to_open_it(run: Run) -> None:
+def test_summary_names_the_run_directory_and_what_it_left_there(run: Run) -> None:
     out = run.result.stdout
     assert f"run directory: {run.run_dir}" in out
-    assert f"otel-rl convert {run.run_dir} -o trace.json" in out
+    assert f"open in Perfetto: {run.run_dir / 'trace.json'}" in out
     assert "https://ui.perfetto.dev" in out
+    report = "report.html" if find_spec("plotly") else "report.txt"
+    assert f"{run.run_dir / report}" in out
     for heading in ("sessions by status", "phase durations", "training steps"):
         assert heading in out
+
+
+def test_the_run_directory_holds_the_merged_trace_of_every_process(run: Run) -> None:
+    events = json.loads((run.run_dir / "trace.json").read_text())["traceEvents"]
+    names = {e["args"]["name"] for e in events if e.get("ph") == "M" and e["name"] == "process_name"}
+    assert names == {"[trainer] Rank 0, Process", "[rollout] Rank 0, Process", "[rollout] Rank 1, Process"}
+
+
+def test_the_run_directory_holds_a_report_with_the_phase_breakdown(run: Run) -> None:
+    report = run.run_dir / ("report.html" if find_spec("plotly") else "report.txt")
+    assert "generate" in report.read_text(encoding="utf-8")
+
+
+def test_the_printed_commands_work_as_printed(run: Run, tmp_path: Path) -> None:
+    import shlex
+
+    line = next(line.strip() for line in run.result.stdout.splitlines()
+                if line.strip().endswith("-o trace.json") and " convert " in line)
+    words = shlex.split(line)  # run from the demo's working directory, only the output moved
+    result = subprocess.run(words[:-1] + [str(tmp_path / "trace.json")], env=_env(), capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    merged = json.loads((tmp_path / "trace.json").read_text())["traceEvents"]
+    original = json.loads((run.run_dir / "trace.json").read_text())["traceEvents"]
+    # The merged trace already in the directory is not read again: no event twice.
+    assert len([e for e in merged if e.get("ph") == "X"]) == len([e for e in original if e.get("ph") == "X"])
+
+
+def test_the_warm_up_stays_before_the_trace_window(run: Run) -> None:
+    names = {s["name"] for s in run.trainer_spans()}
+    assert "trainer.sft_warmup" not in names and "step" in names
 
 
 @needs_torch

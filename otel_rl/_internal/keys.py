@@ -122,6 +122,11 @@ CONTROL_ACK_PREFIX = "ack-"
 STATS_FILE = "stats-r{rank}.jsonl"
 #: The run summary of one process (``otel_rl.run_summary()``), written at shutdown.
 SUMMARY_FILE = "summary-r{rank}.json"
+#: What the demo leaves in a run directory: the merged trace, the report. Directory inputs
+#: of ``otel-rl convert`` / ``report`` skip the merged trace (it repeats every rank).
+MERGED_TRACE_FILE = "trace.json"
+REPORT_HTML_FILE = "report.html"
+REPORT_TEXT_FILE = "report.txt"
 #: The run summary of a process forked from a configured one (it shares its parent's rank).
 FORKED_SUMMARY_FILE = "summary-r{rank}-pid{pid}.json"
 #: A directory: TensorBoard event files of ``otel_rl.stats`` (when tensorboard is installed).

@@ -9,7 +9,9 @@ maybe call the calculator and generate the answer, get a rule-based reward.
 The trainer rejects stale, truncated and zero-advantage samples, takes a
 PPO-clipped policy-gradient step on the rest and sends the new weights to
 the workers. Every process writes its own trace and session files; at the end
-the run directory, a summary and how to open the trace in Perfetto are printed.
+the merged Perfetto trace (``trace.json``) and the report (``report.html``, or
+``report.txt`` without plotly) are written to the run directory, and a summary
+is printed.
 
 Needs torch (``pip install torch==2.13.0`` for the CPU build, or
 ``pip install 'otel_rl[demo]'``); ``import otel_rl`` never imports it.
@@ -119,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     from rich.console import Console
 
-    from .summary import otlp_endpoint, print_summary
+    from .summary import otlp_endpoint, print_summary, write_views
     from .trainer import DemoConfig, DemoError
 
     err = Console(stderr=True, highlight=False)
@@ -157,7 +159,10 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         otel_rl.shutdown()
     diagnostics = otel_rl.diagnostics()
-    print_summary(Console(highlight=False), run_dir, result, time.perf_counter() - started, diagnostics)
+    with err.status("merging the trace and writing the report"):
+        views = write_views(run_dir)
+    print_summary(Console(highlight=False), run_dir, result, time.perf_counter() - started, diagnostics,
+                  views)
     return 0
 
 

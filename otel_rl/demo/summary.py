@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import math
 import os
 import shlex
+import sys
 from collections import Counter, defaultdict
 from typing import Any
 
@@ -18,6 +18,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
+from ..report import percentile as _percentile
 from .trainer import RunResult
 
 #: Phases shown first, in a session's order; any other phase follows by name.
@@ -37,9 +38,9 @@ def read_sessions(run_dir: str) -> list[dict[str, Any]]:
 
 
 def percentile(values: list[float], q: float) -> float:
-    """Nearest-rank percentile (``q`` in 0..100) of a non-empty list."""
-    ordered = sorted(values)
-    return ordered[max(0, math.ceil(q / 100 * len(ordered)) - 1)]
+    """The report's percentile (linear interpolation) of a non-empty list, so the
+    summary and ``otel-rl report`` print the same numbers for the same run."""
+    return _percentile(sorted(values), q)  # type: ignore[return-value]
 
 
 def phase_durations(records: list[dict[str, Any]]) -> dict[str, list[float]]:
@@ -126,8 +127,9 @@ def otlp_endpoint(environ: Any = os.environ) -> str | None:
 
 
 def print_summary(console: Console, run_dir: str, result: RunResult, elapsed_s: float,
-                  trainer_diagnostics: dict[str, int]) -> None:
-    """Prints the closing report on ``console``."""
+                  trainer_diagnostics: dict[str, int], views: dict[str, Any] | None = None) -> None:
+    """Prints the closing report on ``console`` (``views``: what :func:`write_views` left)."""
+    views = views or {}
     def say(text: str) -> None:
         # Plain lines, never wrapped or cut: paths and commands must stay copyable.
         console.print(text, soft_wrap=True, markup=False, highlight=False)
@@ -158,12 +160,64 @@ def print_summary(console: Console, run_dir: str, result: RunResult, elapsed_s: 
         else:
             say(f"also exported over OTLP to {endpoint} from every process (service.name {service})")
     say(f"finished in {elapsed_s:.1f} s")
-    say("open in Perfetto:")
-    say(f"  otel-rl convert {shlex.quote(run_dir)} -o trace.json")
-    say("  then load trace.json at https://ui.perfetto.dev (Open trace file)")
-    say("analyse it (phases, engine stages, long tail, timer trees; table, json or html):")
+    here = command_prefix()
+    if views.get("trace"):
+        say(f"open in Perfetto: {views['trace']}")
+        say("  load it at https://ui.perfetto.dev (Open trace file)")
+    if views.get("report"):
+        say(f"report (phases, engine stages, long tail, timer trees): {views['report']}")
+    for problem in views.get("problems", ()):
+        say(f"  ({problem})")
+    say("make them again, or for other runs:")
+    say(f"  {here} convert {shlex.quote(run_dir)} -o trace.json")
     if importlib.util.find_spec("plotly") is not None:
-        say(f"  otel-rl report {shlex.quote(run_dir)} --format html --out report.html")
+        say(f"  {here} report {shlex.quote(run_dir)} --format html --out report.html")
     else:
-        say(f"  otel-rl report {shlex.quote(run_dir)}")
+        say(f"  {here} report {shlex.quote(run_dir)}")
         say("  (pip install 'otel_rl[report]' for the interactive HTML page: --format html)")
+
+
+def command_prefix() -> str:
+    """How to run otel_rl's CLI with the interpreter running now: works as printed,
+    with or without the virtual environment activated."""
+    exe = sys.executable or "python3"
+    try:
+        rel = os.path.relpath(exe)
+    except ValueError:  # another drive
+        rel = exe
+    return f"{shlex.quote(exe if rel.startswith('..') else rel)} -m otel_rl"
+
+
+def write_views(run_dir: str) -> dict[str, Any]:
+    """Leaves what a newcomer opens next in the run directory: the merged
+    Perfetto trace (:data:`~otel_rl._internal.keys.MERGED_TRACE_FILE`) and the
+    report (HTML with plotly installed, else the table report as text).
+
+    Returns:
+        ``{"trace": path or None, "report": path or None, "problems": [...]}``.
+    """
+    from .. import report
+    from .._internal import keys
+    from ..convert import convert
+
+    views: dict[str, Any] = {"trace": None, "report": None, "problems": []}
+    trace = os.path.join(run_dir, keys.MERGED_TRACE_FILE)
+    try:
+        convert([run_dir], trace)
+        views["trace"] = trace
+    except Exception as exc:  # noqa: BLE001 - the run's own files are there regardless
+        views["problems"].append(f"the merged trace was not written: {exc}")
+    try:
+        doc = report.build(report.load([run_dir]))
+        if importlib.util.find_spec("plotly") is not None:
+            path = os.path.join(run_dir, keys.REPORT_HTML_FILE)
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(report.render_html(doc))
+        else:
+            path = os.path.join(run_dir, keys.REPORT_TEXT_FILE)
+            with open(path, "w", encoding="utf-8") as f:
+                report.render_table(doc, Console(file=f, width=160, color_system=None))
+        views["report"] = path
+    except Exception as exc:  # noqa: BLE001
+        views["problems"].append(f"the report was not written: {exc}")
+    return views

@@ -165,10 +165,13 @@ class Trainer:
         Raises:
             DemoError: A worker failed, died or went silent (the others are stopped).
         """
-        # Workers start first: their start-up (mostly importing torch) overlaps the warm-up.
-        with otel_rl.trace_scope("trainer.start_workers", category="scheduler",
-                                 args={"workers": self.config.workers}):
-            self._start_workers()
+        # Workers start first: their start-up (mostly importing torch) overlaps the
+        # warm-up. Both are set-up, not RL: recording is paused (AReaL's
+        # set_enabled) until the first step, so the trace opens on the RL work
+        # instead of squeezing it beside a warm-up several times as long.
+        if otel_rl.is_configured():
+            otel_rl.get_tracer().set_enabled(False)
+        self._start_workers()
         try:
             result = self._train()
             self.close(graceful=True)
@@ -186,6 +189,8 @@ class Trainer:
         policy = pol.Policy()
         warmup_loss = pol.sft_warmup(policy, pol.Adam(policy.parameters(), lr=WARMUP_LR), rng,
                                      WARMUP_STEPS)
+        if otel_rl.is_configured():
+            otel_rl.get_tracer().set_enabled(True)
         optimizer = pol.Adam(policy.parameters(), lr=RL_LR)
         dataset = [make_task(rng, task_id) for task_id in range(cfg.steps * cfg.tasks)]
         self._broadcast(policy)

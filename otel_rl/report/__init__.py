@@ -26,6 +26,7 @@ from __future__ import annotations
 from ._build import VIEWS, build, summary
 from ._load import load
 from ._model import Diagnostics, RunData, SessionRow, SpanRow
+from ._stats import percentile
 from .breakdown import STAGE_INTERVALS, phase_breakdown, span_breakdown, stage_breakdown
 from .hops import hop_breakdown
 from .lifecycle import lifecycle
@@ -72,7 +73,8 @@ def main(argv: list[str] | None = None) -> int:
 
 __all__ = [
     "Diagnostics", "RunData", "STAGE_INTERVALS", "SessionRow", "SpanRow", "VIEWS", "build",
-    "hop_breakdown", "lifecycle", "load", "long_tail", "main", "phase_breakdown", "render_html",
+    "hop_breakdown", "lifecycle", "load", "long_tail", "main", "percentile", "phase_breakdown",
+    "render_html",
     "render_table", "span_breakdown", "stage_breakdown", "summary", "timeline", "timer_tree",
     "timer_trees",
 ]

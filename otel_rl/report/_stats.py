@@ -12,7 +12,8 @@ TAIL_PERCENTILES = (50.0, 80.0, 90.0, 95.0, 99.0, 99.9)
 
 
 def percentile(sorted_values: Sequence[float], q: float) -> float | None:
-    """Linear-interpolation percentile (NumPy's default, sglang-omni's ``_percentile``).
+    """Linear-interpolation percentile (NumPy's default, sglang-omni's ``_percentile``):
+    the one definition every view of a run uses (reports, the demo's summary, the bench).
 
     Args:
         sorted_values: Values in ascending order.
