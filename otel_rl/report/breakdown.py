@@ -236,7 +236,8 @@ def stage_intervals(data: RunData, pairs: tuple[tuple[str, str], ...] = STAGE_IN
     Returns:
         ``(closed, open)``: ``(request_id, stage, opener, closer, open_ns,
         close_ns)`` for every interval, and ``(request_id, stage, opener,
-        closer, open_ns)`` for openers never closed.
+        closer, open_ns)`` for openers never closed (a shared opener only in
+        pairs whose closing event its stage emits at all).
     """
     opens: dict[str, list[tuple[str, str]]] = defaultdict(list)
     closes: dict[str, list[tuple[str, str]]] = defaultdict(list)
@@ -245,9 +246,14 @@ def stage_intervals(data: RunData, pairs: tuple[tuple[str, str], ...] = STAGE_IN
         closes[closer].append((opener, closer))
     closed = []
     left = []
+    # An opener shared by several pairs (prefill start opens both time-to-first-emit
+    # and time-to-first-stream-chunk) is not left open in a pair whose closing event
+    # its stage never emits: an engine that does not stream never sends a first chunk.
+    emitted: set[tuple[str, str]] = set()
     for rid, events in data.requests.items():
         pending: dict[tuple[str, str, str], list[int]] = defaultdict(list)
         for ts, stage, name, _pid, _meta in events:
+            emitted.add((stage, name))
             for opener, closer in opens.get(name, ()):
                 pending[(stage, opener, closer)].append(ts)
             for opener, closer in closes.get(name, ()):
@@ -256,6 +262,7 @@ def stage_intervals(data: RunData, pairs: tuple[tuple[str, str], ...] = STAGE_IN
                     closed.append((rid, stage, opener, closer, queue.pop(0), ts))
         for (stage, opener, closer), queue in pending.items():
             left.extend((rid, stage, opener, closer, ts) for ts in queue)
+    left = [item for item in left if len(opens[item[2]]) == 1 or (item[1], item[3]) in emitted]
     return closed, left
 
 
