@@ -93,6 +93,10 @@ OTEL_RL_CONTROL_POLL_MS = "OTEL_RL_CONTROL_POLL_MS"
 OTEL_RL_CONTROL_ACK_WAIT_MS = "OTEL_RL_CONTROL_ACK_WAIT_MS"
 """How long a control request waits for the registered processes to acknowledge, in milliseconds."""
 
+OTEL_RL_CONTROL_EVENT_DIRS = "OTEL_RL_CONTROL_EVENT_DIRS"
+"""Directories (``os.pathsep``-separated) a control request's ``event_dir`` may name besides the
+run directory; ``*`` allows any. Unset: request events and profiler output stay in the run directory."""
+
 OTEL_RL_TORCH_PROFILE_STEPS = "OTEL_RL_TORCH_PROFILE_STEPS"
 """Comma-separated steps whose ``step_scope`` runs under the torch profiler."""
 
@@ -129,3 +133,13 @@ OTEL_RL_FILE_MODE = "OTEL_RL_FILE_MODE"
 
 OTEL_RL_BAGGAGE_ALLOW = "OTEL_RL_BAGGAGE_ALLOW"
 """Incoming baggage keys kept besides otel_rl's own (comma list; ``*`` keeps all)."""
+
+# --- standard OTLP endpoints, checked by configure() (read by the exporters)
+OTEL_EXPORTER_OTLP_ENDPOINT = "OTEL_EXPORTER_OTLP_ENDPOINT"
+"""Standard: the collector's endpoint for every signal."""
+
+OTEL_EXPORTER_OTLP_TRACES_ENDPOINT = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
+"""Standard: the collector's endpoint for spans (beats ``OTEL_EXPORTER_OTLP_ENDPOINT``)."""
+
+OTEL_EXPORTER_OTLP_METRICS_ENDPOINT = "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT"
+"""Standard: the collector's endpoint for metrics (beats ``OTEL_EXPORTER_OTLP_ENDPOINT``)."""

@@ -17,10 +17,10 @@ from time import time_ns
 from typing import Any, Callable, TypeVar
 
 from opentelemetry import context as context_api
-from opentelemetry.trace.status import StatusCode
 
 from ._internal import guard, keys
-from ._internal.spans import LeanSpan
+from ._internal.payload import own_values
+from ._internal.spans import LeanSpan, record_error
 from ._internal.state import STATE
 from ._internal.tracking import PhaseOptions, current_id
 
@@ -184,8 +184,7 @@ class trace_session_phase:  # noqa: N801 - AReaL's name; a class for speed
             if token is not None:
                 context_api.detach(token)
             if exc is not None and not span.end_ns:
-                span.record_exception(exc, escaped=True)
-                span.set_status(StatusCode.ERROR, f"{exc_type.__name__}: {exc}")
+                record_error(span, exc)
             STATE.registry.end_phase(self._state, span, self.end_payload)
         except Exception as err:  # noqa: BLE001
             guard.report("internal_error", "internal error ending a phase: %r", err)
@@ -251,14 +250,15 @@ def trace_session_event(method: str, session_id: Any = None, task_id: Any = None
             if state is not None:
                 phases = state.open_phases
                 if parsed[1]:  # tracking.marked_phase, inlined
-                    phases.append((parsed[0], time_ns(), get_ident(), payload or None))
+                    args = own_values(payload) if payload else None
+                    phases.append((parsed[0], time_ns(), get_ident(), args))
                     return
                 if phases and type(phases[-1]) is tuple and phases[-1][0] == parsed[0] and not payload:
                     # SessionState.end_marked, inlined.
                     name, start_ns, thread, args = phases.pop()
                     state.done.append((name, start_ns, time_ns(), thread, args, None))
                     return
-                registry.end_phase_by_name(state, parsed[0], payload or None)
+                registry.end_phase_by_name(state, parsed[0], own_values(payload) if payload else None)
                 return
         _session_event(registry, method, session_id, task_id, payload)
     except Exception as exc:  # noqa: BLE001 - inlined guard: this is a hot path
@@ -295,9 +295,9 @@ def _session_event(registry: Any, method: str, session_id: Any, task_id: Any,
         if state is None:
             return
         if start:
-            registry.mark_phase_start(state, phase, payload or None)
+            registry.mark_phase_start(state, phase, own_values(payload) if payload else None)
         else:
-            registry.end_phase_by_name(state, phase, payload or None)
+            registry.end_phase_by_name(state, phase, own_values(payload) if payload else None)
         return
     guard.report("unknown_session_method", "unknown trace_session_event method %r; ignored", method)
 

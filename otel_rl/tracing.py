@@ -14,11 +14,11 @@ from typing import Any, Callable, TypeVar
 from opentelemetry import context as context_api
 from opentelemetry.trace import SpanKind
 from opentelemetry.trace.propagation import _SPAN_KEY
-from opentelemetry.trace.status import StatusCode
 
 from ._internal import guard, keys
 from ._internal.category import Category, normalize_category
-from ._internal.spans import NULL_SCOPE, LeanSpan, attach, detach, get_current
+from ._internal.payload import own_values
+from ._internal.spans import NULL_SCOPE, LeanSpan, attach, detach, get_current, record_error
 from ._internal.state import STATE
 from ._internal.torch_profiler import PROFILER as _TORCH, CudaSyncedScope
 from ._internal.tracking import current_id, with_ids
@@ -198,8 +198,7 @@ class _Resumed:
 def _record(span: LeanSpan, exc: BaseException) -> None:
     if isinstance(exc, GeneratorExit):
         return
-    span.record_exception(exc, escaped=True)
-    span.set_status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}")
+    record_error(span, exc)
 
 
 @guard.guarded()
@@ -221,6 +220,7 @@ def instant(name: str, category: Category | str | None = None, args: dict[str, A
         attrs[keys.CATEGORY] = normalize_category(category)
     if args:
         attrs.update(args)
+        own_values(attrs)  # kept on the span until it ends: its values as they are now
     if current is not None and current.is_recording():
         current.add_event(name, attrs or None)
         return

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import getpass
+import json
 import os
+import subprocess
+import sys
+import threading
 import types
 
 import pytest
@@ -11,7 +15,7 @@ import pytest
 import otel_rl
 from otel_rl import ConfigError
 from otel_rl._internal import keys
-from otel_rl._internal.config import PARAMS, resolve
+from otel_rl._internal.config import MAX_TIMEOUT_MS, PARAMS, resolve
 
 README = os.path.join(os.path.dirname(__file__), "..", "README.md")
 
@@ -138,3 +142,72 @@ def test_every_setting_and_key_is_documented_in_the_readme():
         value = getattr(keys, name)
         if isinstance(value, str) and value.startswith(("rl.", "gen_ai.")) and not value.endswith("."):
             assert value in readme, value
+
+
+# --- values that would fail later, or far from the setting that caused them (issue 16, item 18)
+@pytest.mark.parametrize("variable", ["OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+                                      "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT"])
+@pytest.mark.parametrize("endpoint", ["http://h:99999", "http://[::1", "http://h:port", "http://",
+                                      "collector:70000"])
+def test_an_unusable_otlp_endpoint_is_rejected_naming_the_variable(variable, endpoint):
+    with pytest.raises(ConfigError, match=variable):
+        resolve(None, None, {variable: endpoint})
+
+
+@pytest.mark.parametrize("endpoint", ["http://collector:4318", "https://[::1]:4317", "localhost:4317",
+                                      "unix:///run/otel.sock", "http://collector"])
+def test_a_usable_otlp_endpoint_is_accepted(endpoint):
+    assert resolve(None, None, {"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint}).enabled
+
+
+def test_a_bad_endpoint_fails_import_under_otel_rl_enabled_with_a_config_error(tmp_path):
+    env = dict(os.environ, OTEL_RL_ENABLED="1", OTEL_RL_DIR=str(tmp_path),
+               OTEL_EXPORTER_OTLP_ENDPOINT="http://h:99999")
+    result = subprocess.run([sys.executable, "-c", "import otel_rl"], env=env, capture_output=True,
+                            text=True, timeout=60)
+    assert result.returncode != 0
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("otel_rl._internal.config.ConfigError:") and "OTEL_EXPORTER_OTLP_ENDPOINT" in last
+
+
+@pytest.mark.parametrize("name", ["shutdown_timeout_ms", "export_interval_ms", "control_poll_ms",
+                                  "control_ack_wait_ms"])
+def test_a_timeout_past_what_waits_accept_is_rejected_naming_the_setting(name):
+    param = next(p for p in PARAMS if p.name == name)
+    for too_long in (str(int(threading.TIMEOUT_MAX * 1000) + 1), str(MAX_TIMEOUT_MS + 1)):
+        with pytest.raises(ConfigError, match=param.env):
+            resolve(None, None, {param.env: too_long})
+    with pytest.raises(ConfigError, match=name):
+        otel_rl.configure(**{name: too_long})
+    assert not otel_rl.is_configured()
+
+
+def test_the_longest_accepted_shutdown_timeout_still_saves_and_shuts_down(tmp_path):
+    limit = next(p for p in PARAMS if p.name == "shutdown_timeout_ms").parse
+    with pytest.raises(ValueError, match="at most"):
+        limit(str(2**63))
+    longest = MAX_TIMEOUT_MS
+    env = dict(os.environ, OTEL_RL_DIR=str(tmp_path), OTEL_RL_SHUTDOWN_TIMEOUT_MS=str(longest),
+               OTEL_RL_EXPORT_INTERVAL_MS=str(longest), OTEL_RL_CONTROL_POLL_MS=str(longest))
+    env.pop("OTEL_EXPORTER_OTLP_ENDPOINT", None)
+    code = ("import otel_rl, json\n"
+            "otel_rl.configure()\n"
+            "with otel_rl.trace_scope('work'):\n"
+            "    pass\n"
+            "otel_rl.save(0)\n"
+            "otel_rl.save(force=True)\n"
+            "otel_rl.shutdown()\n"
+            "s = otel_rl.run_summary()\n"
+            "print(json.dumps({'complete': s['complete'], 'file': s['spans']['exported_file'],"
+            " 'problems': s['problems']}))\n")
+    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 0, result.stderr
+    summary = json.loads(result.stdout.strip().splitlines()[-1])
+    assert summary == {"complete": True, "file": 1, "problems": {}}, result.stderr
+
+
+def test_a_rejected_endpoint_keeps_its_credentials_out_of_the_message():
+    with pytest.raises(ConfigError, match="OTEL_EXPORTER_OTLP_ENDPOINT") as info:
+        resolve(None, None, {"OTEL_EXPORTER_OTLP_ENDPOINT": "https://bot:hunter2@collector:99999"})
+    assert "hunter2" not in str(info.value) and "collector:99999" in str(info.value)

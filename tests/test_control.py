@@ -79,10 +79,11 @@ def test_request_profile_starts_and_stops_over_http(server, tmp_path):
 
 
 def test_a_run_id_is_generated_when_omitted_and_event_dir_is_honoured(server, tmp_path):
-    status, body = call(server.url, "/start_request_profile", {"event_dir": str(tmp_path / "ev")})
+    event_dir = os.path.join(otel_rl.settings().run_dir, "ev")
+    status, body = call(server.url, "/start_request_profile", {"event_dir": event_dir})
     assert status == 200 and body["run_id"]
     assert events.active_run_id() == body["run_id"]
-    assert body["events"]["event_dir"] == str(tmp_path / "ev")
+    assert body["events"]["event_dir"] == event_dir
 
 
 def test_profile_status_reports_this_process_and_the_desired_state(server):
@@ -119,9 +120,12 @@ def test_unknown_paths_are_404_and_wrong_methods_405(server):
 
 
 def test_an_unwritable_event_dir_is_a_clear_error_not_a_later_crash(server, tmp_path):
-    (tmp_path / "file").write_text("")
+    run_dir = otel_rl.settings().run_dir
+    os.makedirs(run_dir, exist_ok=True)
+    with open(os.path.join(run_dir, "file"), "w"):
+        pass
     status, body = call(server.url, "/start_request_profile",
-                        {"event_dir": str(tmp_path / "file" / "events")})
+                        {"event_dir": os.path.join(run_dir, "file", "events")})
     assert status == 400 and "not writable" in body["error"]
     assert not events.is_active()
 
@@ -142,7 +146,8 @@ def test_starting_while_another_run_is_active_is_a_conflict(server):
     assert call(server.url, "/start_request_profile", {"run_id": "a"})[0] == 200  # same run: joins
 
 
-def test_a_token_is_required_when_set(tmp_path):
+def test_a_token_is_required_when_set(tmp_path, monkeypatch):
+    monkeypatch.setenv("OTEL_RL_CONTROL_EVENT_DIRS", str(tmp_path))
     server = otel_rl.serve_control(port=0, token="s3cret")
     try:
         assert call(server.url, "/profile_status", method="GET")[0] == 401
@@ -165,7 +170,8 @@ def test_the_control_file_holds_the_desired_state_with_a_sequence_number(server)
     assert state["origin"]["pid"] == os.getpid()
 
 
-def test_without_configuration_a_server_controls_this_process_only(tmp_path):
+def test_without_configuration_a_server_controls_this_process_only(tmp_path, monkeypatch):
+    monkeypatch.setenv("OTEL_RL_CONTROL_EVENT_DIRS", str(tmp_path))
     server = otel_rl.serve_control(port=0)
     try:
         status, body = call(server.url, "/start_request_profile", {"run_id": "solo"})
@@ -204,7 +210,8 @@ def asgi_call(app, method: str, path: str, body: bytes = b"", *, root_path: str 
             {k.decode(): v.decode() for k, v in start["headers"]})
 
 
-def test_the_asgi_app_serves_the_endpoints_below_its_mount_point(tmp_path):
+def test_the_asgi_app_serves_the_endpoints_below_its_mount_point(tmp_path, monkeypatch):
+    monkeypatch.setenv("OTEL_RL_CONTROL_EVENT_DIRS", str(tmp_path))
     app = otel_rl.control_app()
     status, body, headers = asgi_call(app, "POST", "/start_request_profile",
                                       json.dumps({"run_id": "asgi", "event_dir": str(tmp_path)}).encode(),
@@ -226,8 +233,9 @@ def test_the_asgi_app_requires_the_token_when_set(tmp_path):
     assert status == 200
 
 
-def test_the_asgi_app_under_a_real_asgi_server(tmp_path):
+def test_the_asgi_app_under_a_real_asgi_server(tmp_path, monkeypatch):
     uvicorn = pytest.importorskip("uvicorn")  # a test dependency only
+    monkeypatch.setenv("OTEL_RL_CONTROL_EVENT_DIRS", str(tmp_path))
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
@@ -346,3 +354,139 @@ def test_a_state_left_active_by_a_job_that_died_does_not_block_a_new_start(tmp_p
 
     body = otel_rl.start_request_profile(run_id="fresh")
     assert body["seq"] == 10 and events.active_run_id() == "fresh"
+
+
+# --- where a request may write, and how much of the server a client may hold ---------------------
+def _run_dir():
+    return otel_rl.settings().run_dir
+
+
+@pytest.mark.parametrize("where", ["absolute", "dotdot", "symlink"])
+def test_an_event_dir_outside_the_run_directory_is_refused_and_nothing_is_created(server, tmp_path, where):
+    outside = tmp_path / "elsewhere" / "events"
+    if where == "absolute":
+        event_dir = str(outside)
+    elif where == "dotdot":
+        event_dir = os.path.join(_run_dir(), "..", "..", "elsewhere", "events")
+    else:
+        os.makedirs(tmp_path / "elsewhere")
+        os.makedirs(_run_dir(), exist_ok=True)
+        os.symlink(tmp_path / "elsewhere", os.path.join(_run_dir(), "link"))
+        event_dir = os.path.join(_run_dir(), "link", "events")
+    status, body = call(server.url, "/start_request_profile", {"event_dir": event_dir})
+    assert status == 403 and "outside" in body["error"] and "OTEL_RL_CONTROL_EVENT_DIRS" in body["error"]
+    assert not events.is_active() and not outside.exists()
+    status, body = call(server.url, "/start_profile", {"event_dir": event_dir})
+    assert status == 403 and not outside.exists()
+
+
+def test_a_relative_event_dir_is_inside_the_run_directory(server):
+    status, body = call(server.url, "/start_request_profile", {"run_id": "rel", "event_dir": "ev/a"})
+    assert status == 200
+    assert body["events"]["event_dir"] == os.path.join(os.path.abspath(_run_dir()), "ev", "a")
+    events.emit("admit", request_id="r", stage="s")
+    call(server.url, "/stop_request_profile", {})
+    assert [e["request_id"] for e in event_lines(os.path.join(_run_dir(), "ev", "a"))] == ["r"]
+
+
+def test_the_operator_can_allow_more_event_directories(tmp_path):
+    allowed = tmp_path / "profiles"
+    otel_rl.configure(fileroot=str(tmp_path / "runs"), export_process=False,
+                      control_event_dirs=str(allowed))
+    body = otel_rl.start_request_profile(run_id="a", event_dir=str(allowed / "one"))
+    assert body["events"]["event_dir"] == str(allowed / "one")
+    otel_rl.stop_request_profile()
+    with pytest.raises(events.ProfilingError, match="outside"):
+        otel_rl.start_request_profile(run_id="b", event_dir=str(tmp_path / "other"))
+    otel_rl.configure(fileroot=str(tmp_path / "runs"), export_process=False, control_event_dirs="*")
+    assert otel_rl.start_request_profile(run_id="c", event_dir=str(tmp_path / "other"))["ok"]
+
+
+def _wait_for_ack(seq, timeout_s=30.0):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for ack in otel_rl.profile_status()["processes"]:
+            if ack["pid"] == os.getpid() and ack["seq"] >= seq:
+                return ack
+        time.sleep(0.02)
+    raise AssertionError(f"no acknowledgement of seq {seq} within {timeout_s}s")
+
+
+def test_a_planted_control_state_cannot_send_events_outside_the_run_directory(tmp_path):
+    otel_rl.configure(fileroot=str(tmp_path), experiment_name="exp", trial_name="t1",
+                      export_process=False, control_poll_ms=20)
+    outside = tmp_path / "stolen"
+    state = {"seq": 5, "command": "start_request_profile",
+             "events": {"active": True, "run_id": "planted", "event_dir": str(outside)},
+             "torch": {"active": False, "run_id": None, "config": None}}
+    path = os.path.join(_run_dir(), "control", "state.json")
+    with open(path + ".tmp", "w") as f:
+        json.dump(state, f)
+    os.replace(path + ".tmp", path)
+    ack = _wait_for_ack(5)
+    assert "outside" in ack["error"]
+    assert not events.is_active() and not outside.exists()
+    assert otel_rl.diagnostics()["control_apply_error"] == 1
+
+
+def _raw_request(port, data, *, shut_write=True, timeout_s=30.0):
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout_s) as sock:
+        sock.sendall(data)
+        if shut_write:
+            sock.shutdown(socket.SHUT_WR)
+        received = b""
+        while True:
+            chunk = sock.recv(65536)
+            if not chunk:
+                return received
+            received += chunk
+
+
+def test_a_truncated_body_is_rejected(server):
+    body = json.dumps({"run_id": "cut"}).encode()
+    reply = _raw_request(server.port, b"POST /start_request_profile HTTP/1.1\r\nHost: x\r\n"
+                         b"Content-Length: %d\r\n\r\n" % (len(body) + 50) + body)
+    assert reply.startswith(b"HTTP/1.0 400") and b"truncated" in reply
+    assert not events.is_active()
+
+
+def test_a_client_that_stalls_is_cut_off_after_the_io_timeout():
+    from otel_rl._internal.control import ControlServer
+
+    server = ControlServer("127.0.0.1", 0, None, io_timeout_s=0.3)
+    try:
+        started = time.monotonic()
+        # Headers promising a body that never comes, the connection left open.
+        reply = _raw_request(server.port, b"POST /start_request_profile HTTP/1.1\r\nHost: x\r\n"
+                             b"Content-Length: 10\r\n\r\n{", shut_write=False)
+        assert time.monotonic() - started < 20
+        assert reply == b"" or reply.startswith(b"HTTP/1.0 408")
+        assert not events.is_active()
+    finally:
+        server.close()
+
+
+def test_connections_beyond_the_bound_are_refused_and_counted():
+    from otel_rl._internal.control import ControlServer
+
+    server = ControlServer("127.0.0.1", 0, None, max_connections=2, io_timeout_s=30)
+    idle = [socket.create_connection(("127.0.0.1", server.port), timeout=30) for _ in range(2)]
+    try:
+        # The idle clients hold both slots (wait until the server has taken them).
+        deadline = time.monotonic() + 30
+        while server.active_connections() < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert server.active_connections() == 2
+        reply = _raw_request(server.port, b"GET /profile_status HTTP/1.0\r\n\r\n")
+        assert reply.startswith(b"HTTP/1.0 503")
+        assert otel_rl.diagnostics()["control_connections_refused"] == 1
+        for sock in idle:
+            sock.close()
+        deadline = time.monotonic() + 30
+        while server.active_connections() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert call(server.url, "/profile_status", method="GET")[0] == 200
+    finally:
+        for sock in idle:
+            sock.close()
+        server.close()

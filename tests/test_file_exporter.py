@@ -192,6 +192,23 @@ def test_each_batch_is_closed_by_a_marker_with_its_checksum(tmp_path):
         start = index + 1
 
 
+def test_a_lone_surrogate_costs_no_line_of_its_batch(tmp_path):
+    odd = b"run-\xff".decode("utf-8", "surrogateescape")  # an undecodable file name
+    path = tmp_path / "traces.jsonl"
+    exporter = ChromeTraceFileExporter(str(path))
+    spans = [make_span(f"s{i}", i, i + 1) for i in range(50)]
+    spans.insert(25, make_span(odd, 60, 61, attrs={"rl.args.file": odd, odd: 1}))
+    assert exporter.export(spans) is SpanExportResult.SUCCESS
+
+    events = read_events(path)  # strict UTF-8 throughout
+    assert len(names(events)) == 51
+    (written,) = [e for e in events if e["name"] == "run-\\udcff"]
+    assert written["args"]["file"] == "run-\\udcff" and written["args"]["run-\\udcff"] == 1
+    marker = events[-1]["args"]
+    assert marker["lines"] == len(events) - 1
+    assert "trace_file_error" not in guard.diagnostics()
+
+
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 def test_a_forked_child_does_not_write_the_parents_spans_again(tmp_path):
     path = tmp_path / "traces.jsonl"

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 
+import pytest
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
@@ -15,6 +17,7 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import Link, SpanContext, SpanKind, TraceFlags, TraceState
 from opentelemetry.trace.status import Status, StatusCode
 
+from otel_rl._internal import guard
 from otel_rl._internal.otlp_encoder import OtlpTraceEncoder
 
 RESOURCE = Resource({"service.name": "trainer", "rl.rank": 3})
@@ -35,6 +38,14 @@ values = st.one_of(
     st.dictionaries(st.text(max_size=5), scalars, max_size=3),
 )
 attributes = st.dictionaries(st.text(min_size=1, max_size=20), values, max_size=8)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_counters():
+    # Encoding problems are reported to the process-wide diagnostics on purpose here;
+    # later test modules must not see them.
+    yield
+    guard.clear()
 
 
 def _span(name="scope", *, trace_id=0x0AF7651916CD43DD8448EB211C80319C, span_id=0x00F067AA0BA902B7,
@@ -121,3 +132,21 @@ def test_repeated_values_come_from_the_cache_unchanged():
     first, second = encoder.encode(spans), encoder.encode(spans)
     assert first == second
     assert ExportTraceServiceRequest.FromString(first) == encode_spans(spans)
+
+
+def test_text_with_a_lone_surrogate_is_escaped_in_that_value_and_the_span_kept():
+    odd = b"caf\xff".decode("utf-8", "surrogateescape")  # undecodable bytes, as from os.listdir
+    spans = [_span(odd, attrs={"path": odd, odd: 1, "paths": (odd, "ok"), "ok": "fine"},
+                   events=(Event(odd, {"file": odd}, 1),),
+                   status=Status(StatusCode.ERROR, odd)),
+             _span("next", span_id=2)]
+    encoded = _mine(spans).resource_spans[0].scope_spans[0].spans
+    assert [s.name for s in encoded] == ["caf\\udcff", "next"]
+    attrs = {kv.key: kv.value for kv in encoded[0].attributes}
+    assert attrs["path"].string_value == "caf\\udcff"
+    assert attrs["caf\\udcff"].int_value == 1
+    assert [v.string_value for v in attrs["paths"].array_value.values] == ["caf\\udcff", "ok"]
+    assert attrs["ok"].string_value == "fine"
+    assert encoded[0].events[0].name == "caf\\udcff"
+    assert encoded[0].events[0].attributes[0].value.string_value == "caf\\udcff"
+    assert encoded[0].status.message == "caf\\udcff"

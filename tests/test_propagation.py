@@ -212,6 +212,15 @@ def test_asgi_middleware_serves_a_request_with_malformed_trace_headers(asgi_serv
     assert one(_spans_once_present(traced, "POST /generate"), "POST /generate")["parent_span_id"] is None
 
 
+def test_asgi_middleware_serves_ids_in_baggage_that_int_rejects(asgi_server, traced):
+    # "²" is a digit to str.isdigit() and not to int(): untrusted baggage, kept as text.
+    response = requests.post(f"{asgi_server}/generate",
+                             headers={"baggage": "rl.session.id=%C2%B2,rl.task.id=%C2%B2"})
+    assert (response.status_code, response.json()) == (200, ["\u00b2", "\u00b2"])
+    server = one(_spans_once_present(traced, "POST /generate"), "POST /generate")
+    assert server["attributes"]["rl.session.id"] == "\u00b2"
+
+
 # --- processes ------------------------------------------------------------------------------
 def _worker_env(tmp_path):
     return {"OTEL_RL_ENABLED": "1", "OTEL_RL_DIR": str(tmp_path), "OTEL_RL_EXPERIMENT": "exp",

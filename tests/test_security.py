@@ -62,6 +62,15 @@ def _trace_events(root, name):
     return found
 
 
+def _session_records(root):
+    """Every session record in every sessions file under ``root``."""
+    records = []
+    for path in glob.glob(os.path.join(str(root), "**", "sessions-*.jsonl"), recursive=True):
+        with open(path) as f:
+            records += [json.loads(line) for line in f]
+    return records
+
+
 def _record_scope(tmp_path, args, **settings):
     otel_rl.configure(fileroot=str(tmp_path), **settings)
     with otel_rl.trace_scope("gen", args=args):
@@ -110,8 +119,9 @@ def test_phase_payloads_are_redacted_on_the_phase_span(tmp_path, monkeypatch):
     sid = otel_rl.register_session(task)
     otel_rl.trace_session_event("mark_generate_start", sid, prompt=SECRET_PROMPT)
     otel_rl.trace_session_event("mark_generate_end", sid, completion="the answer", output_tokens=2)
-    otel_rl.trace_session_event("finalize_session", sid)
+    otel_rl.trace_session_event("mark_finalized", sid)
     otel_rl.shutdown()
+    assert [r["status"] for r in _session_records(tmp_path)] == ["accepted"]
     (phase,) = _trace_events(tmp_path, "generate")
     assert phase["args"]["prompt"] == f"<redacted: {len(SECRET_PROMPT)} chars>"
     assert phase["args"]["completion"] == "<redacted: 10 chars>"
@@ -157,6 +167,95 @@ def test_content_reaches_the_otlp_receiver_redacted(tmp_path, monkeypatch, grpc_
     _record_scope(tmp_path, {"prompt": SECRET_PROMPT})
     (span,) = [s for s in grpc_receiver.wait_for_spans(1) if s["name"] == "gen"]
     assert span["attributes"]["rl.args.prompt"] == f"<redacted: {len(SECRET_PROMPT)} chars>"
+
+
+# --- redaction by shape: chat messages and content fields wherever they are ----------------------
+CHAT = [{"role": "system", "content": "you are terse"}, {"role": "user", "content": SECRET_PROMPT}]
+
+
+def _all_run_text(root):
+    text = ""
+    for path in glob.glob(os.path.join(str(root), "**", "*.jsonl"), recursive=True):
+        with open(path) as f:
+            text += f.read()
+    return text
+
+
+@pytest.mark.parametrize("key", ["conversation", "chat", "history", "turns"])
+def test_a_message_list_under_any_key_is_redacted_in_the_trace_file(tmp_path, monkeypatch, key):
+    _clean_env(monkeypatch)
+    args = _record_scope(tmp_path, {key: CHAT, "n": 3})
+    assert SECRET_PROMPT not in _all_run_text(tmp_path)
+    assert "you are terse" not in _all_run_text(tmp_path)
+    assert "<redacted: " in args[key] and "'role': 'user'" in args[key], args[key]
+    assert args["n"] == 3
+
+
+@pytest.mark.parametrize("payload", [
+    {"a": {"b": {"c": {"d": {"e": {"content": SECRET_PROMPT}}}}}},
+    {"items": [{"id": 1, "text": SECRET_PROMPT}]},
+    {"batch": [[{"role": "user", "parts": [{"text": SECRET_PROMPT}]}]]},
+    {"sample": {"turns": ({"role": "assistant", "tool_calls": [{"arguments": SECRET_PROMPT}]},)}},
+])
+def test_content_fields_at_any_depth_are_redacted(tmp_path, monkeypatch, payload):
+    _clean_env(monkeypatch)
+    _record_scope(tmp_path, payload)
+    text = _all_run_text(tmp_path)
+    assert "<redacted: " in text
+    assert SECRET_PROMPT not in text
+
+
+def test_shape_redaction_keeps_numbers_and_leaves_the_callers_payload_alone(tmp_path, monkeypatch):
+    _clean_env(monkeypatch)
+    chat = [dict(m) for m in CHAT]
+    args = _record_scope(tmp_path, {"scores": [{"reward": 1.5, "label": "ok"}], "chat": chat})
+    assert args["scores"] == str([{"reward": 1.5, "label": "ok"}])
+    assert chat == CHAT  # redacted copies; the user's objects are untouched
+
+
+def test_a_message_list_in_request_event_metadata_is_redacted_in_the_events_file(tmp_path, monkeypatch):
+    _clean_env(monkeypatch)
+    otel_rl.configure(fileroot=str(tmp_path))
+    events.start(event_dir=str(tmp_path / "ev"))
+    with otel_rl.trace_scope("request"):
+        events.emit("scheduler_admit", request_id="r1", stage="s", conversation=CHAT, batch_size=4)
+    events.stop()
+    otel_rl.shutdown()
+    (path,) = glob.glob(str(tmp_path / "ev" / "*.jsonl"))
+    with open(path) as f:
+        (line,) = [json.loads(x) for x in f]
+    assert line["metadata"]["batch_size"] == 4
+    assert [m["role"] for m in line["metadata"]["conversation"]] == ["system", "user"]
+    assert SECRET_PROMPT not in _all_run_text(tmp_path)
+
+
+def test_a_message_list_in_a_phase_payload_is_redacted(tmp_path, monkeypatch):
+    _clean_env(monkeypatch)
+    otel_rl.configure(fileroot=str(tmp_path))
+    sid = otel_rl.register_session(otel_rl.register_task())
+    otel_rl.trace_session_event("mark_generate_start", sid, history=CHAT)
+    otel_rl.trace_session_event("mark_generate_end", sid)
+    otel_rl.trace_session_event("mark_finalized", sid)
+    otel_rl.shutdown()
+    (phase,) = _trace_events(tmp_path, "generate")
+    assert "<redacted: " in phase["args"]["history"]
+    assert SECRET_PROMPT not in _all_run_text(tmp_path)
+
+
+def test_a_message_list_reaches_the_otlp_receiver_redacted(tmp_path, monkeypatch, grpc_receiver):
+    _clean_env(monkeypatch)
+    _export_to(monkeypatch, grpc_receiver)
+    _record_scope(tmp_path, {"conversation": CHAT})
+    (span,) = [s for s in grpc_receiver.wait_for_spans(1) if s["name"] == "gen"]
+    assert SECRET_PROMPT not in json.dumps(span)
+    assert "<redacted: " in span["attributes"]["rl.args.conversation"]
+
+
+def test_capture_content_on_keeps_message_lists(tmp_path, monkeypatch):
+    _clean_env(monkeypatch)
+    monkeypatch.setenv("OTEL_RL_CAPTURE_CONTENT", "true")
+    args = _record_scope(tmp_path, {"conversation": CHAT})
+    assert args["conversation"] == str(CHAT)
 
 
 # --- attribute value length limit ----------------------------------------------------------------
@@ -302,7 +401,7 @@ def _run_everything(tmp_path):
     otel_rl.configure(fileroot=str(tmp_path), experiment_name="e", trial_name="t")
     task = otel_rl.register_task()
     sid = otel_rl.register_session(task)
-    otel_rl.trace_session_event("finalize_session", sid)
+    otel_rl.trace_session_event("mark_finalized", sid)
     with otel_rl.trace_scope("x"):
         pass
     events.start()
@@ -311,6 +410,7 @@ def _run_everything(tmp_path):
     otel_rl.stats.scalar(loss=1.0)
     otel_rl.stats.export(step=1)
     otel_rl.shutdown()
+    assert [r["status"] for r in _session_records(tmp_path)] == ["accepted"]
     return tmp_path / "e" / "t"
 
 

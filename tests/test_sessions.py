@@ -16,7 +16,7 @@ from spans_util import by_name, one
 import otel_rl
 
 RECORD_FIELDS = {
-    "task_id", "session_id", "rank", "role", "status", "reason", "submit_ts", "finalized_ts",
+    "task_id", "session_id", "rank", "role", "step", "status", "reason", "submit_ts", "finalized_ts",
     "total_s", "generate_s", "reward_s", "toolcall_s", "phase_counts", "phases", "counters",
     "trace_id", "span_id",
 }
@@ -338,3 +338,22 @@ def test_session_metrics_are_recorded_by_status(tmp_path):
               for p in metrics["rl.sessions"]["data"]["data_points"]}
     assert counts == {"accepted": 2, "rejected": 1}
     assert metrics["rl.session.duration"]["unit"] == "s"
+
+
+def test_a_session_belongs_to_the_step_that_finalizes_it(traced):
+    with otel_rl.step_scope(3):  # submitted while step 3 runs, one step ahead
+        task_id, session_id = start_session()
+    with otel_rl.step_scope(4):  # the trainer's verdict comes with the step that consumes it
+        otel_rl.trace_session_event("mark_finalized", session_id=session_id, status="accepted")
+    (record,) = records(traced)
+    session = one(traced.spans(), "session")
+    assert (record["step"], record["submit_step"]) == (4, 3)
+    assert (session["attributes"]["rl.step"], session["attributes"]["rl.session.submit_step"]) == (4, 3)
+
+
+def test_a_session_finalized_outside_any_step_keeps_its_tasks_step(traced):
+    with otel_rl.step_scope(2):
+        _, session_id = start_session()
+    otel_rl.trace_session_event("mark_finalized", session_id=session_id, status="accepted")
+    (record,) = records(traced)
+    assert record["step"] == 2 and "submit_step" not in record

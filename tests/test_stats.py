@@ -539,3 +539,70 @@ def test_tensorboard_can_be_turned_off(tmp_path):
     stats.scalar(loss=2.0)
     stats.export(step=1)
     assert "tensorboard-r0" not in os.listdir(settings.run_dir)
+
+
+# --------------------------------------------------------------------------- inputs export could not read
+
+
+def _meta(*shape, dtype=torch.float32):
+    return torch.ones(shape, dtype=dtype, device="meta")
+
+
+def _sparse(*shape, dtype=torch.float32):
+    return torch.ones(shape, dtype=dtype).to_sparse()
+
+
+@pytest.mark.parametrize("call, key, words", [
+    (lambda: stats.denominator(n=_meta(3, dtype=torch.bool)), "n", "meta"),
+    (lambda: (stats.denominator(n=_mask(3)), stats.stat(x=_meta(3), denominator="n")), "x", "meta"),
+    (lambda: stats.stat_compact(_mask(3), x=_meta(3)), "x", "meta"),
+    (lambda: stats.stat_compact(_meta(3, dtype=torch.bool), x=torch.ones(3)), "x", "meta"),
+    (lambda: stats.weighted_mean("w", _meta(), torch.tensor(1.0)), "w", "meta"),
+    (lambda: stats.weighted_mean("w", torch.tensor(1.0), _meta()), "w", "meta"),
+    (lambda: stats.denominator(n=_sparse(3, dtype=torch.bool)), "n", "sparse"),
+    (lambda: (stats.denominator(n=_mask(3)), stats.stat(x=_sparse(3), denominator="n")), "x", "sparse"),
+    (lambda: stats.stat_compact(_mask(3), x=_sparse(3)), "x", "sparse"),
+    (lambda: stats.weighted_mean("w", _sparse(), torch.tensor(1.0)), "w", "sparse"),
+    (lambda: stats.scalar(x=10**400), "x", "number"),
+])
+def test_a_value_export_could_not_read_is_rejected_at_the_call_with_value_error(call, key, words):
+    stats.scalar(kept=1.0)
+    with pytest.raises(ValueError) as info:
+        call()
+    assert f"`{key}`" in str(info.value) and words in str(info.value), str(info.value)
+    # Nothing of the failed call was recorded, and the tracker still exports.
+    exported = stats.export_all(log=False)
+    assert exported["kept"] == 1.0 and not any(k.startswith(("x", "w")) for k in exported), exported
+
+
+@pytest.mark.parametrize("name", [None, 3, b"bytes", ["a"]])
+def test_a_scope_name_that_is_not_a_string_raises_a_documented_error(name):
+    for make in (stats.scope, stats.scope_func_wrapper):
+        with pytest.raises(TypeError, match="scope") as info:
+            make(name)
+        assert isinstance(info.value, ValueError)  # the documented misuse type, too
+
+
+class _Untransferable(torch.Tensor):
+    """A tensor subclass whose values cannot be gathered to the host (a sharded or
+    remote tensor whose backend failed): every operation works until export."""
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        if func in (torch.stack, torch.Tensor.cpu, torch.Tensor.tolist):
+            raise RuntimeError("the device holding this tensor is gone")
+        return super().__torch_function__(func, types, args, kwargs or {})
+
+
+def test_export_never_fails_on_recorded_data_and_counts_what_it_leaves_out():
+    other = stats.get("other_tracker")
+    other.scalar(reward=2.0)
+    stats.denominator(n=_mask(3))
+    stats.stat(good=torch.tensor([1.0, 2.0, 3.0]), denominator="n")
+    stats.stat_compact(_mask(2), bad=torch.tensor([1.0, 5.0]).as_subclass(_Untransferable))
+    before = otel_rl.diagnostics().get("stats_export_error", 0)
+    exported = stats.export_all(log=False)
+    assert exported["other_tracker/reward"] == 2.0 and exported["good/avg"] == 2.0
+    assert not any(k.startswith("bad") for k in exported), exported
+    assert otel_rl.diagnostics()["stats_export_error"] == before + 1
+    assert stats.export_all(log=False) == {}  # exported (or counted as lost) once

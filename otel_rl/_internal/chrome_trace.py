@@ -33,6 +33,7 @@ from opentelemetry.trace import SpanKind
 from opentelemetry.trace.status import StatusCode
 
 from . import guard, keys
+from .payload import safe_str, utf8_text
 
 #: Category and name of every flow event: Perfetto keys v1 flows on (id, cat, name).
 FLOW_CATEGORY = "rl.flow"
@@ -66,21 +67,24 @@ _MAX_ANCESTRY = 64
 
 
 def json_safe_value(value: Any) -> Any:
-    """An attribute value orjson can write: sequences become lists, bytes hex text."""
+    """An attribute value orjson can write: sequences become lists, bytes hex text,
+    text valid UTF-8 (a lone surrogate escaped)."""
     kind = type(value)
-    if kind is str or kind is bool or kind is float or value is None:
+    if kind is str:
+        return utf8_text(value)
+    if kind is bool or kind is float or value is None:
         return value
     if kind is int:
         return value if _INT_MIN <= value <= _INT_MAX else str(value)
     if isinstance(value, (bytes, bytearray, memoryview)):
         return bytes(value).hex()
     if isinstance(value, Mapping):
-        return {str(k): json_safe_value(v) for k, v in value.items()}
+        return {utf8_text(safe_str(k)): json_safe_value(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [json_safe_value(v) for v in value]
     if isinstance(value, int):  # bool subclasses and int enums
-        return int(value)
-    return str(value)
+        return json_safe_value(int(value))
+    return utf8_text(safe_str(value))
 
 
 _ARGS_PREFIX = keys.ARGS_PREFIX

@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import sys
+import threading
 from collections.abc import Callable, Mapping
 from typing import Any
+from urllib.parse import urlsplit
 
 from .. import environment_variables as ev
 from . import keys
@@ -38,13 +41,37 @@ def _non_negative_int(text: str) -> int:
     value = int(str(text).strip())
     if value < 0:
         raise ValueError(f"must be >= 0, got {value}")
+    if value > sys.maxsize:
+        raise ValueError(f"must be at most {sys.maxsize}, got {value}")
     return value
 
 
 def _positive_int(text: str) -> int:
-    value = int(str(text).strip())
+    value = _non_negative_int(text)
     if value <= 0:
         raise ValueError(f"must be > 0, got {value}")
+    return value
+
+
+#: The longest timeout a ``*_MS`` setting may give (about 24.8 days): the largest
+#: that every wait it reaches accepts (``poll`` takes a C ``int`` of milliseconds,
+#: the exporter process's frames an unsigned 32-bit budget, ``threading`` waits at
+#: most ``threading.TIMEOUT_MAX``). A longer one would be accepted here and then
+#: fail inside ``save()`` and ``shutdown()``.
+MAX_TIMEOUT_MS = min(2**31 - 1, int(threading.TIMEOUT_MAX * 1000))
+
+
+def _timeout_ms(text: str) -> int:
+    value = _positive_int(text)
+    if value > MAX_TIMEOUT_MS:
+        raise ValueError(f"must be at most {MAX_TIMEOUT_MS} ms (about 24.8 days), got {value}")
+    return value
+
+
+def _wait_ms(text: str) -> int:
+    value = _non_negative_int(text)
+    if value > MAX_TIMEOUT_MS:
+        raise ValueError(f"must be at most {MAX_TIMEOUT_MS} ms (about 24.8 days), got {value}")
     return value
 
 
@@ -90,6 +117,19 @@ def _layout(text: str) -> str:
 
 def _str(text: str) -> str:
     return str(text)
+
+
+def _event_dirs(text: str) -> str:
+    """``os.pathsep``-separated absolute directories, or ``*``; kept as given."""
+    text = str(text).strip()
+    if text == "*":
+        return text
+    for part in text.split(os.pathsep):
+        part = part.strip()
+        if part and not os.path.isabs(os.path.expanduser(part)):
+            raise ValueError(f"expected absolute directories separated by {os.pathsep!r}, or *, "
+                             f"got {part!r}")
+    return text
 
 
 def _file_mode(text: str) -> int:
@@ -175,9 +215,9 @@ PARAMS: tuple[Param, ...] = (
           "encode and export in a child process (when otel_rl owns the tracer provider)"),
     Param("max_queue_size", ev.OTEL_RL_MAX_QUEUE_SIZE, 262_144, _positive_int, "spans",
           "finished spans buffered before drops (counted)"),
-    Param("export_interval_ms", ev.OTEL_RL_EXPORT_INTERVAL_MS, 200, _positive_int, "ms",
+    Param("export_interval_ms", ev.OTEL_RL_EXPORT_INTERVAL_MS, 200, _timeout_ms, "ms",
           "background drain interval"),
-    Param("shutdown_timeout_ms", ev.OTEL_RL_SHUTDOWN_TIMEOUT_MS, 5_000, _positive_int, "ms",
+    Param("shutdown_timeout_ms", ev.OTEL_RL_SHUTDOWN_TIMEOUT_MS, 5_000, _timeout_ms, "ms",
           "upper bound on shutdown and exit"),
     Param("handle_sigterm", ev.OTEL_RL_HANDLE_SIGTERM, True, parse_bool, "bool",
           "on SIGTERM (when nothing else handles it) flush and close, bounded, then exit as killed"),
@@ -192,10 +232,13 @@ PARAMS: tuple[Param, ...] = (
           "interface the HTTP control surface binds to"),
     Param("control_token", ev.OTEL_RL_CONTROL_TOKEN, "", _str, "secret",
           "bearer token the HTTP control surface requires when set"),
-    Param("control_poll_ms", ev.OTEL_RL_CONTROL_POLL_MS, 200, _positive_int, "ms",
+    Param("control_poll_ms", ev.OTEL_RL_CONTROL_POLL_MS, 200, _timeout_ms, "ms",
           "how often each process checks the control file"),
-    Param("control_ack_wait_ms", ev.OTEL_RL_CONTROL_ACK_WAIT_MS, 2_000, _non_negative_int, "ms",
+    Param("control_ack_wait_ms", ev.OTEL_RL_CONTROL_ACK_WAIT_MS, 2_000, _wait_ms, "ms",
           "how long a control request waits for registered processes to acknowledge"),
+    Param("control_event_dirs", ev.OTEL_RL_CONTROL_EVENT_DIRS, "", _event_dirs, "paths",
+          "directories (os.pathsep list) a control request's event_dir may name besides the run "
+          "directory; * allows any"),
     Param("torch_profile_steps", ev.OTEL_RL_TORCH_PROFILE_STEPS, None, _steps, "steps",
           "steps whose step_scope runs under the torch profiler"),
     Param("torch_record_shapes", ev.OTEL_RL_TORCH_RECORD_SHAPES, False, parse_bool, "bool",
@@ -264,6 +307,7 @@ class Settings:
     control_token: str = dataclasses.field(repr=False)
     control_poll_ms: int
     control_ack_wait_ms: int
+    control_event_dirs: str
     torch_profile_steps: tuple[int, ...] | None
     torch_record_shapes: bool
     torch_profile_memory: bool
@@ -340,10 +384,13 @@ def _coerce(param: Param, value: Any, source: str) -> Any:
             return value
         if param.parse is _steps and isinstance(value, (list, tuple)):
             return tuple(_non_negative_int(v) for v in value) or None
+        if param.parse is _event_dirs and isinstance(value, (list, tuple)):
+            value = os.pathsep.join(os.fspath(v) for v in value)
         if param.parse is _file_mode and type(value) is int:
             # An int (``file_mode=0o640``) already holds the bits.
             return _file_mode(oct(value))
-        if param.parse in (_positive_int, _non_negative_int) and isinstance(value, bool):
+        if param.parse in (_positive_int, _non_negative_int, _timeout_ms, _wait_ms) \
+                and isinstance(value, bool):
             raise ValueError("expected an integer, got a bool")
         return param.parse(value if isinstance(value, str) else str(value)) \
             if param.parse is not _str else str(value)
@@ -398,7 +445,71 @@ def resolve(
         values["rank"] = 0
     if values["ranks"] is not None and values["rank"] not in values["ranks"]:
         values["enabled"] = False  # AREAL_PERF_TRACER_RANKS: this rank does not record
-    return Settings(**values)
+    settings = Settings(**values)
+    if settings.enabled:
+        # Read by the exporters only once spans flow; checked here so that a typo
+        # fails configure() naming its variable, not an export deep in the run.
+        _check_otlp_endpoints(environ)
+        _check_run_dir(settings)
+    return settings
+
+
+def _check_run_dir(settings: Settings) -> None:
+    """Refuses a run directory that already exists and belongs to someone else.
+
+    On a shared file root another user could have made it (or a symbolic link
+    in its place) to receive this job's files or plant links in it; the files
+    themselves are opened safely, but nothing would reach them.
+    """
+    from . import files
+
+    problem = files.dir_problem(settings.run_dir, settings.file_mode)
+    if problem is not None:
+        raise ConfigError(
+            f"refusing the run directory: {problem}; run files are only written in a directory of "
+            f"your own: choose another {ev.OTEL_RL_DIR} (fileroot), {ev.OTEL_RL_EXPERIMENT} "
+            f"(experiment_name) or {ev.OTEL_RL_TRIAL} (trial_name)")
+
+
+#: Standard endpoint variables otel_rl's exporters read (the specific one first).
+OTLP_ENDPOINT_VARIABLES = (ev.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, ev.OTEL_EXPORTER_OTLP_METRICS_ENDPOINT,
+                           ev.OTEL_EXPORTER_OTLP_ENDPOINT)
+
+
+def check_otlp_endpoint(value: str) -> None:
+    """Raises ``ValueError`` when ``value`` is no endpoint an OTLP exporter can use.
+
+    Catches what would otherwise fail far from the variable: a port outside
+    0-65535 or not a number, an unclosed IPv6 bracket (``urllib`` raises a bare
+    ``ValueError`` on these when the exporter starts), and an ``http(s)://`` URL
+    without a host. gRPC's forms without a scheme (``host:port``,
+    ``unix:///path``) are accepted.
+    """
+    text = value.strip()
+    try:
+        if "://" in text:
+            parts = urlsplit(text)
+            if parts.scheme.lower() in ("http", "https") and not parts.hostname:
+                raise ValueError("the URL has no host")
+        else:
+            # gRPC's ``host:port``: read as the network location of a URL.
+            parts = urlsplit("//" + text)
+        parts.port  # noqa: B018 - raises on a port out of range or not a number
+    except ValueError as exc:
+        # Credentials in the URL (user:password@) stay out of the message.
+        shown = re.sub(r"^(\w[\w+.-]*://)?[^/@]*@", lambda m: (m.group(1) or "") + "***@", text)
+        raise ValueError(f"{shown!r} is not a usable OTLP endpoint ({exc}); expected a URL such as "
+                         "http://collector:4318 or, for gRPC, host:4317") from None
+
+
+def _check_otlp_endpoints(environ: Mapping[str, str]) -> None:
+    for name in OTLP_ENDPOINT_VARIABLES:
+        value = environ.get(name)
+        if value:
+            try:
+                check_otlp_endpoint(value)
+            except ValueError as exc:
+                raise ConfigError(f"invalid value for environment variable {name}: {exc}") from None
 
 
 def _launcher_rank(param: Param, environ: Mapping[str, str]) -> int | None:

@@ -56,6 +56,10 @@ from .torch_profiler import PROFILER
 logger = logging.getLogger("otel_rl")
 
 _MAX_BODY = 1 << 20
+#: Seconds a client of the standalone server may take for each read and write.
+_IO_TIMEOUT_S = 10.0
+#: Connections the standalone server serves at once; more are answered 503 and closed.
+_MAX_CONNECTIONS = 16
 _HEARTBEAT_S = 5.0
 _STALE_S = 4 * _HEARTBEAT_S
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
@@ -106,8 +110,7 @@ def _ack_path(control_dir: str, pid: int | None = None) -> str:
 
 def _read_json(path: str) -> Any:
     try:
-        with open(path, "rb") as f:
-            return orjson.loads(f.read())
+        return orjson.loads(files.read_own(path, _MAX_BODY))
     except (OSError, orjson.JSONDecodeError):
         return None
 
@@ -257,9 +260,11 @@ def _apply_state(state: dict[str, Any]) -> str | None:
     try:
         current = events.active_run_id()
         if wanted.get("active"):
+            # The state file is input like a request: this process's own limits apply.
+            event_dir = _check_event_dir(wanted.get("event_dir"))
             if current is not None and current != wanted.get("run_id"):
                 events.stop()
-            events.start(wanted.get("run_id"), wanted.get("event_dir"))
+            events.start(wanted.get("run_id"), event_dir)
         elif current is not None and wanted.get("run_id") in (None, current):
             events.stop()
     except ProfilingError as exc:
@@ -296,9 +301,14 @@ class _Watcher:
         self.thread.start()
 
     def _read(self) -> bytes | None:
+        path = _state_path(self.control_dir)
         try:
-            with open(_state_path(self.control_dir), "rb") as f:
-                return f.read()
+            # Only a regular file of this user: another user able to write the
+            # control directory must not be able to start profiling.
+            return files.read_own(path, _MAX_BODY)
+        except files.UnsafePathError as exc:
+            guard.report("control_state_refused", "control state not followed: %s", exc)
+            return None
         except OSError:
             return None
 
@@ -354,11 +364,36 @@ def _check_run_id(run_id: Any) -> str | None:
 
 
 def _check_event_dir(event_dir: Any) -> str | None:
+    """``event_dir`` as an absolute path inside the directories requests may write to.
+
+    A relative path is taken from the run directory. The path is resolved
+    (``..``, symbolic links) before it is compared, so neither leads out.
+
+    Raises:
+        ProfilingError: Not a non-empty string (400), or outside the run
+            directory and ``OTEL_RL_CONTROL_EVENT_DIRS`` (403).
+    """
     if event_dir is None:
         return None
-    if not isinstance(event_dir, str) or not event_dir.strip():
+    if not isinstance(event_dir, str) or not event_dir.strip() or "\0" in event_dir:
         raise ProfilingError(f"event_dir must be a non-empty string, got {event_dir!r}")
-    return os.path.abspath(event_dir)
+    settings = _settings()
+    run_dir = os.path.abspath(settings.run_dir)
+    path = os.path.abspath(os.path.join(run_dir, event_dir))
+    allowed = settings.control_event_dirs.strip()
+    if allowed == "*":
+        return path
+    roots = [run_dir] + [os.path.abspath(os.path.expanduser(part.strip()))
+                         for part in allowed.split(os.pathsep) if part.strip()]
+    real = os.path.realpath(path)
+    for root in roots:
+        real_root = os.path.realpath(root)
+        if real == real_root or real.startswith(real_root.rstrip(os.sep) + os.sep):
+            return path
+    raise ProfilingError(
+        f"event_dir {path!r} is outside the run directory {run_dir}: control requests write request "
+        f"events and profiler traces only there, unless the operator allows more directories with "
+        f"OTEL_RL_CONTROL_EVENT_DIRS", 403)
 
 
 def _check_config(config: Any) -> dict[str, bool] | None:
@@ -651,6 +686,12 @@ class _Handler(BaseHTTPRequestHandler):
     server_version = "otel_rl-control"
     server: _Server
 
+    def setup(self) -> None:
+        # Every read and write of the connection is bounded: a client that stalls
+        # (or trickles) holds a slot for at most this long per operation.
+        self.timeout = self.server.io_timeout_s
+        super().setup()
+
     def _serve(self) -> None:
         try:
             length = int(self.headers.get("Content-Length") or 0)
@@ -658,14 +699,28 @@ class _Handler(BaseHTTPRequestHandler):
             length = -1
         if length < 0:
             status, payload, extra = _error(400, "invalid Content-Length")
+            self.close_connection = True
         elif length > _MAX_BODY:
             status, payload, extra = _error(413, f"body larger than {_MAX_BODY} bytes")
             self.close_connection = True
         else:
-            body = self.rfile.read(length) if length else b""
-            headers = {k.lower(): v for k, v in self.headers.items()}
-            status, payload, extra = handle_request(self.command, self.path, body, headers,
-                                                    self.server.token)
+            try:
+                body = self.rfile.read(length) if length else b""
+            except TimeoutError:
+                body = None
+            if body is None:
+                status, payload, extra = _error(408, f"the body did not arrive within "
+                                                     f"{self.server.io_timeout_s:g}s")
+                self.close_connection = True
+            elif len(body) < length:
+                # The client closed early: acting on part of a request is never right.
+                status, payload, extra = _error(400, f"truncated body: {len(body)} of the {length} "
+                                                     "bytes of Content-Length arrived")
+                self.close_connection = True
+            else:
+                headers = {k.lower(): v for k, v in self.headers.items()}
+                status, payload, extra = handle_request(self.command, self.path, body, headers,
+                                                        self.server.token)
         data = _encode(payload)
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
@@ -681,9 +736,63 @@ class _Handler(BaseHTTPRequestHandler):
         logger.debug("otel_rl control: " + format, *args)
 
 
+_BUSY = _encode({"ok": False, "error": "too many connections to the control server; try again"})
+_BUSY_RESPONSE = (b"HTTP/1.0 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+                  b"Content-Length: %d\r\nRetry-After: 1\r\nConnection: close\r\n\r\n" % len(_BUSY)
+                  + _BUSY)
+
+
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     token: str | None = None
+    io_timeout_s = _IO_TIMEOUT_S
+
+    def __init__(self, address: Any, handler: Any, max_connections: int) -> None:
+        super().__init__(address, handler)
+        self._slots = threading.BoundedSemaphore(max_connections)
+        self._max_connections = max_connections
+        self._active = 0
+        self._active_lock = threading.Lock()
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        # One thread per connection, but only so many: beyond them a client is
+        # told to come back, without a thread and without reading its request.
+        if not self._slots.acquire(blocking=False):
+            guard.count("control_connections_refused")
+            try:
+                request.settimeout(0)
+                request.sendall(_BUSY_RESPONSE)
+            except OSError:
+                pass
+            self.shutdown_request(request)
+            return
+        with self._active_lock:
+            self._active += 1
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._release()
+
+    def _release(self) -> None:
+        with self._active_lock:
+            self._active -= 1
+        self._slots.release()
+
+    def active_connections(self) -> int:
+        with self._active_lock:
+            return self._active
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A client that resets or times out is not otel_rl's error: no traceback on stderr.
+        logger.debug("otel_rl control: connection from %s ended with an error", client_address,
+                     exc_info=True)
 
 
 class ControlServer:
@@ -695,11 +804,13 @@ class ControlServer:
         url: ``http://host:port``.
     """
 
-    def __init__(self, host: str, port: int, token: str | None) -> None:
+    def __init__(self, host: str, port: int, token: str | None, *, io_timeout_s: float = _IO_TIMEOUT_S,
+                 max_connections: int = _MAX_CONNECTIONS) -> None:
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         server_class = type("_BoundServer", (_Server,), {"address_family": family})
-        self._server = server_class((host, port), _Handler)
+        self._server = server_class((host, port), _Handler, max_connections)
         self._server.token = token or None
+        self._server.io_timeout_s = io_timeout_s
         self.host = host
         self.port = self._server.server_address[1]
         shown = f"[{host}]" if ":" in host else host
@@ -707,6 +818,10 @@ class ControlServer:
         self._thread = threading.Thread(target=self._server.serve_forever, name="otel_rl-control-http",
                                         kwargs={"poll_interval": 0.2}, daemon=True)
         self._thread.start()
+
+    def active_connections(self) -> int:
+        """Connections being served now."""
+        return self._server.active_connections()
 
     def close(self) -> None:
         """Stops serving and releases the port."""

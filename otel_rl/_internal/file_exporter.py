@@ -42,13 +42,21 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-def _dumps(event: dict[str, Any]) -> bytes:
+def _dumps(event: dict[str, Any]) -> bytes | None:
+    """One event's line; ``None`` (counted) for the rare event nothing can write."""
     try:
         return orjson.dumps(event)
     except (TypeError, orjson.JSONEncodeError):
-        # The encoder already made args JSON-safe; this only catches what slipped
-        # through (a subclass orjson refuses), at the cost of a second pass.
+        pass
+    # The encoder already made args JSON-safe; this only catches what slipped
+    # through (a subclass orjson refuses, text with a lone surrogate from
+    # surrogateescape), at the cost of a second pass over this event alone.
+    try:
         return orjson.dumps({k: json_safe_value(v) for k, v in event.items()})
+    except Exception as exc:  # noqa: BLE001 - one event never costs its batch
+        guard.count("trace_file_events_lost")
+        guard.report("trace_file_error", "a trace event could not be written: %r", exc)
+        return None
 
 
 def _batch(events: list[dict[str, Any]]) -> bytearray:
@@ -57,15 +65,20 @@ def _batch(events: list[dict[str, Any]]) -> bytearray:
     # markedly faster than keeping a list of lines alive until a join.
     body = bytearray()
     pids = set()
+    lines = 0
     for event in events:
-        body += _dumps(event)
+        line = _dumps(event)
+        if line is None:
+            continue
+        body += line
         body += b"\n"
+        lines += 1
         pid = event.get("pid")
         if type(pid) is int:
             pids.add(pid)
     ordered = sorted(pids)
     marker = orjson.dumps({"ph": "M", "name": BATCH_MARKER, "pid": ordered[0] if ordered else 0,
-                           "tid": 0, "args": {"lines": len(events), "bytes": len(body),
+                           "tid": 0, "args": {"lines": lines, "bytes": len(body),
                                               "crc32": zlib.crc32(body), "pids": ordered}})
     # orjson keeps the key order above, so the line starts with BATCH_MARKER_PREFIX,
     # which is how the converter finds it.

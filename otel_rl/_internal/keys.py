@@ -27,6 +27,9 @@ PHASE_INTERRUPTED = "rl.phase.interrupted"
 SESSION_STATUS = "rl.session.status"
 SESSION_REASON = "rl.session.reason"
 SESSION_TOTAL_S = "rl.session.total_s"
+#: The step in force where a session's task was registered, when the step that
+#: consumed it (``rl.step`` on the session, the step in force at ``mark_finalized``) differs.
+SESSION_SUBMIT_STEP = "rl.session.submit_step"
 #: ``rl.session.<phase>_s`` and ``rl.session.<phase>_count`` are derived per phase.
 SESSION_PREFIX = "rl.session."
 #: ``rl.session.counter.<name>`` carries ``increment_counter`` values.

@@ -21,6 +21,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanKind, StatusCode
 
 from . import guard
+from .payload import utf8_text
 
 _FIXED64 = struct.Struct("<Q").pack
 _DOUBLE = struct.Struct("<d").pack
@@ -57,6 +58,15 @@ def _varint(value: int) -> bytes:
 _SMALL = [bytes((i,)) for i in range(0x80)]
 
 
+def _utf8(text: str) -> bytes:
+    """``text`` as UTF-8; a lone surrogate (``surrogateescape`` text) is written
+    as its escape, so that one value, not the span, pays for it."""
+    try:
+        return text.encode()
+    except UnicodeEncodeError:
+        return utf8_text(text).encode()
+
+
 def _field(tag: bytes, payload: bytes) -> bytes:
     """A length-delimited field: its tag byte(s), the length, the payload."""
     n = len(payload)
@@ -70,7 +80,7 @@ def _any_value(value: Any) -> bytes:
     if isinstance(value, bool):
         return b"\x10\x01" if value else b"\x10\x00"
     if isinstance(value, str):
-        return _field(b"\x0a", value.encode())
+        return _field(b"\x0a", _utf8(value))
     if isinstance(value, int):
         if not _INT64_MIN <= value <= _INT64_MAX:
             raise ValueError(f"integer {value} does not fit in int64")
@@ -87,7 +97,7 @@ def _any_value(value: Any) -> bytes:
 
 
 def _key_value(key: str, value: Any) -> bytes:
-    return _field(b"\x0a", key.encode()) + _field(b"\x12", _any_value(value))
+    return _field(b"\x0a", _utf8(key)) + _field(b"\x12", _any_value(value))
 
 
 class OtlpTraceEncoder:
@@ -133,10 +143,10 @@ class OtlpTraceEncoder:
                 body.extend(encoded_spans)
                 schema_url = scope.schema_url if scope is not None else None
                 if schema_url:
-                    body.append(_field(b"\x1a", schema_url.encode()))
+                    body.append(_field(b"\x1a", _utf8(schema_url)))
                 parts.append(_field(b"\x12", b"".join(body)))
             if resource.schema_url:
-                parts.append(_field(b"\x1a", resource.schema_url.encode()))
+                parts.append(_field(b"\x1a", _utf8(resource.schema_url)))
             out.append(_field(b"\x0a", b"".join(parts)))
         return b"".join(out)
 
@@ -161,11 +171,14 @@ class OtlpTraceEncoder:
             key_field = key_fields.get(key)
             try:
                 if key_field is None:
-                    key_field = key_fields[key] = _field(b"\x0a", key.encode())
+                    key_field = key_fields[key] = _field(b"\x0a", _utf8(key))
                     if len(key_fields) > _ATTRIBUTE_CACHE_SIZE:
                         key_fields.clear()
                 if kind is str:
-                    value_field = _field(b"\x0a", value.encode())
+                    try:
+                        value_field = _field(b"\x0a", value.encode())
+                    except UnicodeEncodeError:
+                        value_field = _field(b"\x0a", _utf8(value))
                 elif kind is int and _INT64_MIN <= value <= _INT64_MAX:
                     value_field = b"\x18" + _varint(value & _INT64_MASK)
                 elif kind is float:
@@ -197,9 +210,9 @@ class OtlpTraceEncoder:
             if scope is not None:
                 parts = []
                 if scope.name:
-                    parts.append(_field(b"\x0a", scope.name.encode()))
+                    parts.append(_field(b"\x0a", _utf8(scope.name)))
                 if scope.version:
-                    parts.append(_field(b"\x12", scope.version.encode()))
+                    parts.append(_field(b"\x12", _utf8(scope.version)))
                 parts.extend(self._attribute_list(b"\x1a", scope.attributes))
                 body = b"".join(parts)
             encoded = self._scopes[scope] = _field(b"\x0a", body)
@@ -211,11 +224,11 @@ class OtlpTraceEncoder:
         parts = [b"\x0a\x10", ctx.trace_id.to_bytes(16, "big"), b"\x12\x08", ctx.span_id.to_bytes(8, "big")]
         state = ctx.trace_state
         if state:
-            parts.append(_field(b"\x1a", ",".join(f"{k}={v}" for k, v in state.items()).encode()))
+            parts.append(_field(b"\x1a", _utf8(",".join(f"{k}={v}" for k, v in state.items()))))
         if parent is not None:
             parts.append(b"\x22\x08")
             parts.append(parent.span_id.to_bytes(8, "big"))
-        parts.append(_field(b"\x2a", span.name.encode()))
+        parts.append(_field(b"\x2a", _utf8(span.name)))
         parts.append(_KIND_FIELDS[span.kind])
         parts.append(b"\x39" + _FIXED64(span.start_time or 0))
         parts.append(b"\x41" + _FIXED64(span.end_time or 0))
@@ -225,7 +238,7 @@ class OtlpTraceEncoder:
         for event in span.events:
             body = [b"\x09" + _FIXED64(event.timestamp)]
             if event.name:
-                body.append(_field(b"\x12", event.name.encode()))
+                body.append(_field(b"\x12", _utf8(event.name)))
             body.extend(self._attribute_list(b"\x1a", event.attributes))
             if event.dropped_attributes:
                 body.append(b"\x20" + _varint(event.dropped_attributes))
@@ -246,7 +259,7 @@ class OtlpTraceEncoder:
         status = span.status
         code_field = _CODE_FIELDS[status.status_code]
         if status.description:
-            parts.append(_field(b"\x7a", _field(b"\x12", status.description.encode()) + code_field))
+            parts.append(_field(b"\x7a", _field(b"\x12", _utf8(status.description)) + code_field))
         else:
             parts.append(_field(b"\x7a", code_field))
         parts.append(_FLAGS_REMOTE if parent is not None and parent.is_remote else _FLAGS_LOCAL)

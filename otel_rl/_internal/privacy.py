@@ -7,7 +7,10 @@ exporter process), never on the caller's path:
 * **content capture** (``OTEL_RL_CAPTURE_CONTENT``, off by default): a string or
   sequence under a content key (:data:`~.keys.CONTENT_KEYS`, the GenAI content
   prefixes) becomes ``"<redacted: N chars>"`` / ``"<redacted: N items>"``;
-  numbers and booleans stay.
+  numbers and booleans stay. Content is also found by its shape, under any key
+  and at any depth (:func:`scrub_shapes`): a chat message (a mapping with a
+  ``role``) keeps only its ``role`` and ``type``, and a content key inside a
+  nested mapping or list is redacted like one at the top.
 * **the redaction hook** (:func:`set_redactor`): ``fn(key, value) -> value`` on
   every user payload value (``rl.args.*``), before content capture; ``None``
   drops the value; an exception drops it and is counted (``redactor_error``).
@@ -31,6 +34,17 @@ _redactor: Redactor | None = None
 _CONTENT: dict[str, bool] = {}
 _MAX_CACHED = 65_536
 _DROP = object()
+
+
+#: Fields of a chat message kept when capture is off; everything else in it is content.
+_MESSAGE_KEEP = frozenset({"role", "type"})
+#: Nesting walked before a container is redacted whole (what cannot be inspected is not kept).
+_MAX_DEPTH = 32
+#: Items looked at per container; json_safe keeps no more of any container.
+_MAX_ITEMS = 128
+#: Containers visited per value before the rest is redacted whole (bounds the work).
+_MAX_NODES = 10_000
+_SCALARS = frozenset({str, int, float, bool, type(None)})
 
 
 def configure(settings: Any) -> None:
@@ -157,7 +171,8 @@ def metadata(values: dict[str, Any]) -> dict[str, Any]:
         return values
     out: dict[str, Any] = {}
     for key, value in values.items():
-        out[key] = redacted(value) if is_content_key(keys.ARGS_PREFIX + str(key)) else value
+        out[key] = (redacted(value) if is_content_key(keys.ARGS_PREFIX + str(key))
+                    else scrub_shapes(value))
     return out
 
 
@@ -202,3 +217,90 @@ def _redact_record(rec: tuple, fn: Redactor) -> tuple:
         fields[BUNDLE] = (session_id, [(n, s, e, t, redact_payload(keys.ARGS_PREFIX, a, fn) if a else a, i)
                                        for n, s, e, t, a, i in phases])
     return tuple(fields)
+
+
+# --- content found by shape -------------------------------------------------------------------
+def scrub_shapes(value: Any) -> Any:
+    """``value`` with content found by its shape redacted, when capture is off.
+
+    Content keys name content at the top of a payload; a chat message list
+    under ``conversation`` or a ``text`` field three lists deep is content too.
+    Walking mappings, lists and tuples: a mapping with a string ``role`` (a
+    chat message) keeps its ``role`` and ``type`` and has every other field
+    redacted; a field whose key is a content key (``content``, ``text``,
+    ``prompt``...) is redacted wherever it is. Containers nested deeper than
+    can be walked are redacted whole. Numbers and booleans always stay.
+
+    Returns ``value`` itself when nothing changed, otherwise a copy (the
+    caller's objects are never modified). Never raises: a value that cannot be
+    walked is redacted whole.
+    """
+    if _capture_content or type(value) in _SCALARS:
+        return value
+    try:
+        return _scrub(value, 0, [_MAX_NODES])
+    except Exception:  # noqa: BLE001 - a mapping or sequence whose iteration raises
+        guard.count("content_redacted_unreadable")
+        return keys.REDACTED_ITEMS.format(n="?")
+
+
+def _shape_hook(value: Any, name: str = "") -> Any:
+    """The hook :mod:`.payload` calls on structured values before they become
+    attributes or text; a value under a content key is left to :func:`scrub_attributes`,
+    which redacts it whole."""
+    if _capture_content or type(value) in _SCALARS or (name and is_content_key(name)):
+        return value
+    return scrub_shapes(value)
+
+
+def _is_message(value: Mapping[Any, Any]) -> bool:
+    role = value.get("role")
+    return type(role) is str and len(value) > 1
+
+
+def _scrub(value: Any, depth: int, budget: list[int]) -> Any:
+    if type(value) in _SCALARS:
+        return value
+    is_mapping = isinstance(value, Mapping)
+    if not is_mapping and not isinstance(value, (list, tuple)):
+        return value  # tensors, arrays and other objects are summarised, not walked
+    budget[0] -= 1
+    if depth >= _MAX_DEPTH or budget[0] < 0:
+        return redacted(value)
+    if is_mapping:
+        message = _is_message(value)
+        out: dict[Any, Any] = {}
+        changed = False
+        for index, (key, item) in enumerate(value.items()):
+            if index >= _MAX_ITEMS:
+                changed = True
+                break
+            name = key if type(key) is str else str(key)
+            if message and name not in _MESSAGE_KEEP:
+                new = redacted(item)
+            elif name.lower() in keys.CONTENT_KEYS:
+                new = redacted(item)
+            else:
+                new = _scrub(item, depth + 1, budget)
+            changed = changed or new is not item
+            out[key] = new
+        return out if changed else value
+    items = value[:_MAX_ITEMS]
+    changed: list[Any] | None = None
+    scalars = _SCALARS
+    for index, item in enumerate(items):
+        if type(item) in scalars:  # token ids, rewards: nothing to walk
+            continue
+        new = _scrub(item, depth + 1, budget)
+        if new is not item:
+            if changed is None:
+                changed = list(items)
+            changed[index] = new
+    if changed is None:
+        if len(items) == len(value):
+            return value
+        changed = list(items)
+    return tuple(changed) if isinstance(value, tuple) else changed
+
+
+payload.set_shape_scrub(_shape_hook)

@@ -20,7 +20,7 @@ from opentelemetry.trace import Link, SpanContext, SpanKind, TraceFlags, TraceSt
 from opentelemetry.trace.status import Status, StatusCode
 
 from . import keys
-from .payload import flatten_attributes, json_safe
+from .payload import INT64_MAX, INT64_MIN, flatten_attributes, json_safe
 from .privacy import scrub_attributes
 from .spans import link_records, new_span_id
 
@@ -90,9 +90,16 @@ def expand(records: list[tuple]) -> list[tuple]:
 
 def id_value(value: Any) -> Any:
     """Baggage values that crossed a process boundary are strings; ids that
-    were integers become integers again so attribute types stay stable."""
-    if isinstance(value, str) and value.isdigit():
-        return int(value)
+    were integers become integers again so attribute types stay stable.
+
+    Only ASCII digits count (``"²"`` is a digit to ``str.isdigit`` but not to
+    ``int``), and text too long for ``int`` stays text: baggage is untrusted.
+    """
+    if isinstance(value, str) and value.isdigit() and value.isascii():
+        try:
+            return int(value)
+        except ValueError:  # past sys.get_int_max_str_digits()
+            return value
     return value
 
 
@@ -150,7 +157,15 @@ class ReadableBuilder:
             for key in keys.BAGGAGE_KEYS:
                 value = bag.get(key)
                 if value is not None:
-                    attrs[key] = id_value(value)
+                    value = id_value(value)
+                    kind = type(value)
+                    if kind is str or kind is float or kind is bool or (
+                            kind is int and INT64_MIN <= value <= INT64_MAX):
+                        attrs[key] = value
+                    else:
+                        # An id of another type, or an integer past int64 (a
+                        # uuid.int): the attribute form every exporter can take.
+                        flatten_attributes("", {key: value}, attrs)
         thread = rec[THREAD]
         if thread is not None:
             attrs[keys.THREAD_ID] = thread

@@ -23,6 +23,7 @@ from opentelemetry.trace.status import StatusCode
 
 from . import guard, keys
 from .jsonl import JsonlAppender
+from .payload import INT64_MAX, INT64_MIN, utf8_text
 
 #: Phases every record carries, even at zero (AReaL's fields).
 BUILTIN_PHASES = ("generate", "reward", "toolcall")
@@ -90,15 +91,20 @@ class SessionSpanProcessor(SpanProcessor):
     def on_end(self, span: ReadableSpan) -> None:
         attrs = span.attributes or {}
         kind = attrs.get(keys.SPAN_KIND)
-        if kind == keys.KIND_PHASE:
-            self._on_phase(span, attrs)
-        elif kind == keys.KIND_SESSION:
-            span = self._on_session(span, attrs)
+        try:
+            if kind == keys.KIND_PHASE:
+                self._on_phase(span, attrs)
+            elif kind == keys.KIND_SESSION:
+                span = self._on_session(span, attrs)
+        except Exception as exc:  # noqa: BLE001 - what was derived is lost, never the span
+            if kind == keys.KIND_SESSION:
+                guard.count("session_records_lines_lost")
+            guard.report("export_error", "a session's durations could not be derived: %r", exc)
         self._next.on_end(span)
 
     def _on_phase(self, span: ReadableSpan, attrs: Any) -> None:
         session_id = attrs.get(keys.SESSION_ID)
-        phase = attrs.get(keys.PHASE, span.name)
+        phase = _plain(attrs.get(keys.PHASE, span.name))
         interrupted = bool(attrs.get(keys.PHASE_INTERRUPTED))
         phases = self._phases.get(session_id)
         if phases is None:
@@ -130,16 +136,20 @@ class SessionSpanProcessor(SpanProcessor):
         if total_s is not None:
             derived[keys.SESSION_TOTAL_S] = total_s
         record: dict[str, Any] = {
-            "task_id": attrs.get(keys.TASK_ID),
-            "session_id": session_id,
+            "task_id": _plain(attrs.get(keys.TASK_ID)),
+            "session_id": _plain(session_id),
             "rank": self._rank,
             "role": self._role,
-            "status": status,
-            "reason": reason,
+            "step": _plain(attrs.get(keys.STEP)),
+            "status": _plain(status),
+            "reason": _plain(reason),
             "submit_ts": submit_ts,
             "finalized_ts": finalized_ts,
             "total_s": total_s,
         }
+        submitted = attrs.get(keys.SESSION_SUBMIT_STEP)
+        if submitted is not None:
+            record["submit_step"] = _plain(submitted)
         names = list(BUILTIN_PHASES) + [p for p in phases if p not in BUILTIN_PHASES]
         phase_counts = {}
         for name in names:
@@ -160,16 +170,24 @@ class SessionSpanProcessor(SpanProcessor):
         }
         plen = len(keys.SESSION_COUNTER_PREFIX)
         record["counters"] = {
-            k[plen:]: v for k, v in attrs.items() if k.startswith(keys.SESSION_COUNTER_PREFIX)
+            utf8_text(k[plen:]): _plain(v)
+            for k, v in attrs.items() if k.startswith(keys.SESSION_COUNTER_PREFIX)
         }
         record["trace_id"] = f"{span.context.trace_id:032x}"
         record["span_id"] = f"{span.context.span_id:016x}"
         if self._records is not None:
-            self._records.add(record)
+            try:
+                self._records.add(record)
+            except Exception as exc:  # noqa: BLE001 - the span goes on without its record
+                guard.count("session_records_lines_lost")
+                guard.report("session_records_write_error", "a session record could not be written: %r", exc)
         if self._metrics is not None and not pending:
-            labels = {keys.SESSION_STATUS: status}
-            self._metrics.session_duration.record(total_s, labels, context=_exemplar_context(span))
-            self._metrics.sessions.add(1, labels)
+            labels = {keys.SESSION_STATUS: record["status"]}
+            try:
+                self._metrics.session_duration.record(total_s, labels, context=_exemplar_context(span))
+                self._metrics.sessions.add(1, labels)
+            except Exception as exc:  # noqa: BLE001
+                guard.report("metrics_error", "session metrics could not be recorded: %r", exc)
         return _with_attributes(span, derived)
 
     def flush(self) -> None:
@@ -183,6 +201,17 @@ class SessionSpanProcessor(SpanProcessor):
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         self.flush()
         return True
+
+
+def _plain(value: Any) -> Any:
+    """A record field as JSON writes it: text as valid UTF-8 (a lone surrogate
+    escaped), integers within int64 (larger ones as their text)."""
+    kind = type(value)
+    if kind is str:
+        return utf8_text(value)
+    if kind is int and not INT64_MIN <= value <= INT64_MAX:
+        return str(value)
+    return value
 
 
 def _with_attributes(span: ReadableSpan, extra: dict[str, Any]) -> ReadableSpan:

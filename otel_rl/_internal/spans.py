@@ -29,6 +29,7 @@ from opentelemetry.trace.status import Status, StatusCode
 from opentelemetry.util import types
 
 from .category import normalize_category
+from .payload import safe_str, snapshot
 
 if TYPE_CHECKING:
     from .pipeline import Pipeline
@@ -102,7 +103,9 @@ class LeanSpan(trace_api.Span):
         self.ctx = ctx
         self.kind = kind
         self.attributes = attributes
-        self.args = args
+        # Exported later, on another thread: what the caller's dict holds now,
+        # not what it holds then (a reused dict, a tensor freed meanwhile).
+        self.args = args if args is None else snapshot(args)
         # Records hold built-in types only (a Category member is a str subclass).
         self.category = category if category is None else normalize_category(category)
         self.events = None
@@ -207,7 +210,7 @@ class LeanSpan(trace_api.Span):
     ) -> None:
         attrs = {
             "exception.type": type(exception).__qualname__,
-            "exception.message": str(exception),
+            "exception.message": safe_str(exception),
             "exception.escaped": escaped,
         }
         if attributes:
@@ -253,8 +256,7 @@ class LeanSpan(trace_api.Span):
             except Exception:  # noqa: BLE001 - a token from another context; never raise
                 pass
         if exc is not None and not self.end_ns:
-            self.record_exception(exc, escaped=True)
-            self.set_status(StatusCode.ERROR, f"{exc_type.__name__}: {exc}")
+            record_error(self, exc)
         if not self.end_ns:
             self.end_ns = _time_ns()
             # Pipeline.enqueue, inlined: this runs once for every scope.
@@ -277,6 +279,18 @@ class LeanSpan(trace_api.Span):
 
     def __repr__(self) -> str:
         return f"LeanSpan({self.name!r}, trace_id={self.trace_id:032x}, span_id={self.span_id:016x})"
+
+
+def record_error(span: LeanSpan, exc: BaseException) -> None:
+    """Records ``exc`` escaping ``span`` (an event and ERROR status); never raises,
+    so the caller's own exception is what propagates, whatever its ``__str__`` does."""
+    try:
+        message = safe_str(exc)
+        span.add_event("exception", {"exception.type": type(exc).__qualname__,
+                                     "exception.message": message, "exception.escaped": True})
+        span.set_status(StatusCode.ERROR, f"{type(exc).__name__}: {message}")
+    except Exception:  # noqa: BLE001 - recording must never replace the user's exception
+        pass
 
 
 def link_records(links: Any) -> list[tuple]:

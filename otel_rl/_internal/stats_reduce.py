@@ -73,6 +73,9 @@ def materialize(raw: Mapping[str, tuple[str, str, dict[str, Any]]]) -> dict[str,
 
     Tensors are moved to the host with one transfer per device, so exporting
     costs one synchronisation per device rather than one per key and field.
+    Never raises on recorded data: a key whose tensors cannot be read (a device
+    that failed, a tensor subclass that refuses the copy) is left out and
+    counted as ``stats_export_error``; the other keys export.
     """
     partials: dict[str, Partial] = {}
     pending: list[tuple[Partial, str, Any]] = []
@@ -86,22 +89,47 @@ def materialize(raw: Mapping[str, tuple[str, str, dict[str, Any]]]) -> dict[str,
             else:
                 pending.append((partial, name, value))
     if pending:
-        _fill_from_tensors(pending)
+        failed = _fill_from_tensors(pending)
+        for key in [k for k, p in partials.items() if id(p) in failed]:
+            guard.report("stats_export_error", "stats key `%s` could not be read at export (%s); it is "
+                         "left out", key, failed[id(partials[key])])
+            del partials[key]
     return partials
 
 
-def _fill_from_tensors(pending: list[tuple[Partial, str, Any]]) -> None:
+def _fill_from_tensors(pending: list[tuple[Partial, str, Any]]) -> dict[int, str]:
+    """Sets the pending fields from their tensors; ``{id(partial): error}`` of those that failed."""
     import torch
 
     by_device: dict[Any, list[tuple[Partial, str, Any]]] = {}
     for item in pending:
-        by_device.setdefault(item[2].device, []).append(item)
+        try:
+            device = item[2].device
+        except Exception:  # noqa: BLE001 - read one by one below, and fail there
+            device = None
+        by_device.setdefault(device, []).append(item)
+    failed: dict[int, str] = {}
     for device, items in by_device.items():
-        # MPS has no float64; its sums were kept in float32 already.
-        dtype = torch.float32 if device.type == "mps" else torch.float64
-        values = torch.stack([t.detach().reshape(()).to(dtype) for _, _, t in items]).cpu().tolist()
+        try:
+            values = _to_host(torch, device, items)
+        except Exception:  # noqa: BLE001 - find the ones that cannot be read, keep the rest
+            values = []
+            for item in items:
+                try:
+                    values.append(_to_host(torch, device, [item])[0])
+                except Exception as exc:  # noqa: BLE001
+                    failed[id(item[0])] = f"{type(exc).__name__}: {exc}"[:200]
+                    values.append(None)
         for (partial, name, _), value in zip(items, values):
-            setattr(partial, name, float(value))
+            if value is not None:
+                setattr(partial, name, float(value))
+    return failed
+
+
+def _to_host(torch: Any, device: Any, items: list[tuple[Partial, str, Any]]) -> list[float]:
+    # MPS has no float64; its sums were kept in float32 already.
+    dtype = torch.float32 if device is not None and device.type == "mps" else torch.float64
+    return torch.stack([t.detach().reshape(()).to(dtype) for _, _, t in items]).cpu().tolist()
 
 
 def _extreme(value: float, nan: float) -> float | None:

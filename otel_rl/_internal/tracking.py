@@ -22,6 +22,7 @@ from opentelemetry.trace.propagation import _SPAN_KEY
 from opentelemetry.trace.status import StatusCode
 
 from . import guard, keys
+from .payload import safe_repr, safe_str, snapshot
 from .records import id_value
 from .spans import LeanSpan, new_span_id
 
@@ -340,6 +341,7 @@ class Registry:
 
     def end_phase(self, state: SessionState | None, span: LeanSpan, payload: Any = None) -> None:
         if payload:
+            payload = snapshot(payload)
             span.args = {**span.args, **payload} if span.args else payload
         if state is not None:
             try:
@@ -410,18 +412,35 @@ class Registry:
     def _finalize_all(self, states: list[SessionState], status: str, reason: Any) -> None:
         """Ends sessions already taken out of ``sessions``: their records, then
         the bookkeeping of their tasks under one lock."""
+        if type(status) is not str:
+            # A str enum member as its value, anything else (a float('nan'), an
+            # object) as its text: as a metric label or in a record it would
+            # otherwise cost the whole metrics interval or the session's record.
+            status = str.__str__(status) if isinstance(status, str) else safe_str(status)
         if status not in keys.FINAL_STATUSES and status != keys.STATUS_PENDING:
-            guard.report("unknown_status", "unknown session status %r; recorded as given", status)
+            guard.report("unknown_status", "unknown session status %s; recorded as given",
+                         safe_repr(status))
         failed = status == keys.STATUS_FAILED
         code = StatusCode.ERROR.value if failed else 0
-        description = str(reason or "failed") if failed else None
-        reason = None if reason is None else str(reason)
+        # Never reason's own __bool__ / __str__ unguarded: a session is not lost to them.
+        reason = None if reason is None else safe_str(reason)
+        description = (reason or "failed") if failed else None
         enqueue = self._pipeline.enqueue
         end_ns = time_ns()
+        # A session's step is the step that consumed it: the one in force where it is
+        # finalized (the trainer's verdict travels with its step), else its task's.
+        step = current_id(keys.STEP)
         for state in states:
             if state.open_phases:
                 self._interrupt_phases(state, status, end_ns)
             attrs = state.attributes()
+            if step is not None:
+                bag = state.task.bag
+                submitted = bag.get(keys.STEP) if bag else None
+                if submitted != step:
+                    attrs[keys.STEP] = step
+                    if submitted is not None:
+                        attrs[keys.SESSION_SUBMIT_STEP] = submitted
             attrs[keys.SESSION_STATUS] = status
             if reason is not None:
                 attrs[keys.SESSION_REASON] = reason

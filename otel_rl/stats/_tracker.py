@@ -83,7 +83,16 @@ class StatsShapeError(ValueError, AssertionError):
 
 
 class StatsTypeError(TypeError, ValueError):
-    """A ``scalar()`` value ``float()`` rejects with ``TypeError`` (``None``, a list), as AReaL raises it."""
+    """An argument of the wrong type: a ``scalar()`` value ``float()`` rejects with
+    ``TypeError`` (``None``, a list), as AReaL raises it, or a scope name that is
+    not a string. Also a ``ValueError``, otel_rl's type for every misuse."""
+
+
+def _scope_name(name: Any, where: str) -> str:
+    if not isinstance(name, str):
+        raise StatsTypeError(f"otel_rl.stats: {where}() takes a string name, got {type(name).__name__} "
+                             f"{name!r}")
+    return name.strip("/")
 
 
 _generations = itertools.count(1)
@@ -165,12 +174,38 @@ def _reduce_type(value: Any, where: str) -> ReduceType:
     return value
 
 
+def _readable_problem(torch: Any, tensor: Any) -> str | None:
+    """Why export could not read ``tensor``'s values, or ``None`` when it can.
+
+    Checked when a value is recorded: export reduces and copies every key of a
+    tracker at once, so a tensor it cannot read would otherwise fail the whole
+    export, long after the call that recorded it.
+    """
+    if tensor.layout != torch.strided:
+        return f"a {tensor.layout} tensor (convert it with .to_dense())"
+    if tensor.is_meta:
+        return "a tensor on the meta device, which holds no values"
+    if getattr(tensor, "is_nested", False):
+        return "a nested tensor (record its parts one by one)"
+    if tensor.is_quantized:
+        return "a quantized tensor (convert it with .dequantize())"
+    return None
+
+
+def _check_readable(torch: Any, what: str, full: str, tensor: Any, role: str = "value") -> None:
+    problem = _readable_problem(torch, tensor)
+    if problem is not None:
+        raise ValueError(f"otel_rl.stats: `{full}`: {what}() {role} must be a dense tensor holding "
+                         f"values, got {problem}")
+
+
 def _check_values(torch: Any, what: str, values: dict[str, Any], fulls: dict[str, str]) -> None:
     for key, value in values.items():
         full = fulls[key]
         if not isinstance(value, torch.Tensor):
             raise ValueError(f"otel_rl.stats: `{full}`: {what}() takes a torch tensor, got "
                              f"{type(value).__name__} (numbers go to scalar())")
+        _check_readable(torch, what, full, value)
         if value.is_complex():
             raise ValueError(f"otel_rl.stats: `{full}`: {what}() takes real values, got dtype {value.dtype}")
         if value.numel() == 0:
@@ -181,6 +216,7 @@ def _check_mask(torch: Any, what: str, full: str, mask: Any) -> None:
     if not isinstance(mask, torch.Tensor):
         raise ValueError(f"otel_rl.stats: `{full}`: {what}() takes a torch.bool mask tensor, "
                          f"got {type(mask).__name__}")
+    _check_readable(torch, what, full, mask, "mask")
     if mask.dtype != torch.bool:
         raise ValueError(f"otel_rl.stats: `{full}`: {what}() takes a torch.bool mask tensor, "
                          f"got dtype {mask.dtype} (use mask.bool())")
@@ -294,15 +330,23 @@ class StatsTracker:
 
         Args:
             name: One or more levels (``"a/b"``); surrounding ``/`` are ignored.
+
+        Raises:
+            TypeError: ``name`` is not a string (the error is a ``ValueError`` too).
         """
-        return _Scope(self._scopes, name.strip("/"))
+        return _Scope(self._scopes, _scope_name(name, "scope"))
 
     def scope_func_wrapper(self, name: str) -> Callable[[F], F]:
         """Decorator running every call of a function (or ``async def``) inside :meth:`scope`.
 
         Args:
             name: The scope's name.
+
+        Raises:
+            TypeError: ``name`` is not a string (the error is a ``ValueError`` too),
+                when the decorator is made, not at the first call.
         """
+        _scope_name(name, "scope_func_wrapper")
 
         def decorate(fn: F) -> F:
             if inspect.iscoroutinefunction(fn):
@@ -402,7 +446,8 @@ class StatsTracker:
             **masks: Key to a non-empty ``torch.bool`` tensor.
 
         Raises:
-            ValueError: A mask is not a non-empty bool tensor, or the key holds
+            ValueError: A mask is not a non-empty, dense bool tensor holding
+                values (not sparse, not on the meta device), or the key holds
                 something else; the message names the key.
             ImportError: torch is not installed.
         """
@@ -452,7 +497,8 @@ class StatsTracker:
         Raises:
             AssertionError: A value's shape differs from its mask (AReaL's
                 type; the error is a ``ValueError`` too).
-            ValueError: Unknown denominator, a non-tensor or empty value,
+            ValueError: Unknown denominator, a non-tensor or empty value, a
+                tensor export could not read (sparse, meta, nested, quantized),
                 ``ReduceType.SCALAR`` or ``WEIGHTED_AVG``, a key that holds
                 something else or was recorded over another denominator; the
                 message names the key.
@@ -525,7 +571,7 @@ class StatsTracker:
         Raises:
             AssertionError: A value's shape differs from the mask (the error
                 is a ``ValueError`` too).
-            ValueError: A bad mask or value, ``ReduceType.SCALAR`` or
+            ValueError: A bad mask or value (as for :meth:`stat`), ``ReduceType.SCALAR`` or
                 ``WEIGHTED_AVG``, or a key that holds something else; the
                 message names the key.
             ImportError: torch is not installed.
@@ -576,8 +622,9 @@ class StatsTracker:
                 counted (``ignored_argument``).
 
         Raises:
-            ValueError: ``value`` or ``weight`` is not a real 0-d tensor (the
-                message names which), or the key holds something else.
+            ValueError: ``value`` or ``weight`` is not a real, dense 0-d tensor
+                holding a value (the message names which), or the key holds
+                something else.
             ImportError: torch is not installed.
         """
         guard.ignored_arguments("stats.weighted_mean", kwargs)
@@ -589,6 +636,7 @@ class StatsTracker:
                        else type(tensor).__name__)
                 raise ValueError(f"otel_rl.stats: `{full}`: weighted_mean() `{name}` must be a real 0-d "
                                  f"tensor, got {got}")
+            _check_readable(torch, "weighted_mean", full, tensor, f"`{name}`")
         with self._lock:
             self._check_kind(full, WEIGHTED)
             entry = self._entries.get(full)
