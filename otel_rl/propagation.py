@@ -30,8 +30,10 @@ from typing import Any, TypeVar
 
 from opentelemetry import context as context_api
 from opentelemetry import propagate
+from opentelemetry.trace.propagation import _SPAN_KEY
 
-from ._internal import guard, incoming
+from ._internal import guard, incoming, keys
+from ._internal.spans import LeanSpan, get_current
 from ._internal.asgi import ASGIMiddleware
 from ._internal.http_clients import aiohttp_trace_config, instrument_httpx, instrument_requests
 
@@ -61,6 +63,10 @@ def inject(carrier: MutableMapping[str, str] | None = None) -> dict[str, str] | 
     carrier = {} if carrier is None else carrier
     try:
         propagate.inject(carrier)
+        span = get_current().get(_SPAN_KEY)
+        if type(span) is LeanSpan:
+            # Its children in other processes get arrows from it in Perfetto.
+            span.set_attribute(keys.CONTEXT_SENT, True)
     except Exception as exc:  # noqa: BLE001
         guard.report("propagation_error", "inject failed: %r", exc)
     return carrier

@@ -15,7 +15,8 @@ from opentelemetry.trace import SpanContext, SpanKind, TraceFlags
 from opentelemetry.trace.status import Status, StatusCode
 
 from otel_rl._internal import keys
-from otel_rl._internal.chrome_trace import FLOW_CATEGORY, ChromeTraceEncoder
+from otel_rl._internal.chrome_trace import FLOW_CATEGORY, FLOW_SOURCE, ChromeTraceEncoder
+from otel_rl._internal.flows import FlowJoiner
 
 # Span times are whole microseconds after a realistic epoch start, so ts and
 # ts + dur are exact floats and the nesting checks below can compare exactly.
@@ -404,23 +405,35 @@ def test_children_on_the_parent_track_need_no_flow():
     assert flows(events) == {}
 
 
-def test_cross_process_client_and_server_share_a_flow_id():
+def test_cross_process_children_get_one_flow_each_from_their_parent_when_joined():
     f = SpanFactory()
     server_res = Resource({keys.SERVICE_NAME: "inference-server", keys.PROCESS_PID: 900})
-    client = f.span("POST /generate", 0, 100, kind=SpanKind.CLIENT)
-    server = f.span("generate", 10, 90, kind=SpanKind.SERVER, resource=server_res,
-                    remote_parent=SpanContext(client.context.trace_id, client.context.span_id,
-                                              True, TraceFlags(1)))
-    # Each process encodes its own spans, as each writes its own file.
-    client_events = encode_all([client])
-    server_events = encode_all([server])
+    other_res = Resource({keys.SERVICE_NAME: "inference-server", keys.PROCESS_PID: 901})
+    # An INTERNAL parent whose context was sent to two processes (a broadcast).
+    parent = f.span("trainer.update_weights", 0, 100, attrs={keys.CONTEXT_SENT: True})
+    remote = SpanContext(parent.context.trace_id, parent.context.span_id, True, TraceFlags(1))
+    children = [f.span("rollout.update_weights", 10, 90, kind=SpanKind.SERVER, resource=res,
+                       remote_parent=remote) for res in (server_res, other_res)]
+    # Each process encodes its own spans, as each writes its own file; the merge joins them.
+    joiner = FlowJoiner()
+    events = encode_all([parent]) + [e for child in children for e in encode_all([child])]
+    for event in events:
+        joiner.add(event)
+    starts = joiner.starts()
+    ends = [e for e in events if e["ph"] == "f"]
+    assert len(ends) == 2 and sorted(e["id"] for e in starts) == sorted(e["id"] for e in ends)
+    assert len({e["id"] for e in ends}) == 2  # one flow per child, never one start for two ends
+    parent_slice = one(events, "trainer.update_weights")
+    assert all((s["pid"], s["tid"], s["ts"]) == (parent_slice["pid"], parent_slice["tid"], parent_slice["ts"])
+               for s in starts)
+    assert {e["pid"] for e in ends} == {900, 901} and all(e["bp"] == "e" for e in ends)
 
-    (start,) = [e for e in client_events if e["ph"] == "s"]
-    (finish,) = [e for e in server_events if e["ph"] == "f"]
-    assert start["id"] == finish["id"]
-    assert (start["cat"], start["name"]) == (finish["cat"], finish["name"])
-    assert start["pid"] == 4242 and finish["pid"] == 900
-    assert finish["bp"] == "e" and finish["ts"] == one(server_events, "generate")["ts"]
+
+def test_a_client_span_is_a_flow_source_without_being_marked():
+    f = SpanFactory()
+    client = f.span("POST /generate", 0, 100, kind=SpanKind.CLIENT)
+    (source,) = [e for e in encode_all([client]) if e.get("name") == FLOW_SOURCE]
+    assert source["args"]["span_id"] == f"{client.context.span_id:016x}"
 
 
 def test_flow_ids_are_unique_per_link():

@@ -249,3 +249,32 @@ def test_a_bad_otel_rl_variable_is_reported_naming_it_without_a_traceback(tmp_pa
     assert result.returncode == 2
     assert "OTEL_RL_FLUSH_THRESHOLD" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_every_flow_in_the_merged_trace_pairs_and_the_trainer_points_at_each_worker(run: Run) -> None:
+    events = json.loads((run.run_dir / "trace.json").read_text())["traceEvents"]
+    starts = Counter(e["id"] for e in events if e.get("ph") == "s")
+    ends = Counter(e["id"] for e in events if e.get("ph") == "f")
+    assert ends and starts == ends and set(starts.values()) == {1}
+    names = {e["pid"]: e["args"]["name"] for e in events if e.get("ph") == "M" and e["name"] == "process_name"}
+    start_pid = {e["id"]: e["pid"] for e in events if e.get("ph") == "s"}
+    arrows = {(names[start_pid[e["id"]]], names[e["pid"]]) for e in events if e.get("ph") == "f"}
+    assert {("[trainer] Rank 0, Process", f"[rollout] Rank {r}, Process") for r in range(WORKERS)} <= arrows
+
+
+def test_the_report_counts_the_demos_steps_and_sessions_per_step(run: Run) -> None:
+    from otel_rl import report
+
+    data = report.load([str(run.run_dir)])
+    per_step = Counter(s.step for s in data.sessions)
+    assert per_step == {step: TASKS * SAMPLES for step in range(STEPS)}
+    assert Counter(r["step"] for r in run.sessions()) == per_step
+
+
+def test_the_summary_and_the_report_print_the_same_phase_percentiles(run: Run) -> None:
+    from otel_rl import report
+
+    rows = {r["phase"]: r for r in report.phase_breakdown(report.load([str(run.run_dir)]))["overall"]["rows"]}
+    line = next(line.split() for line in run.result.stdout.splitlines() if line.split()[:1] == ["generate"])
+    p50_ms, p95_ms = float(line[2]), float(line[3])
+    assert (p50_ms, p95_ms) == (round(rows["generate"]["p50_s"] * 1000, 1), round(rows["generate"]["p95_s"] * 1000, 1))

@@ -272,3 +272,13 @@ def test_inject_env_outside_any_context_clears_inherited_carrier_variables(trace
     env = otel_rl.inject_env({"TRACEPARENT": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
                               "PATH": "/bin"})
     assert env == {"PATH": "/bin"}
+
+
+def test_a_span_whose_context_is_sent_away_is_marked_as_a_flow_source(traced):
+    with otel_rl.trace_scope("trainer.update_weights"):
+        otel_rl.inject({})
+    with otel_rl.trace_scope("trainer.local_only"):
+        pass
+    spans = traced.spans()
+    assert one(spans, "trainer.update_weights")["attributes"].get("rl.context.sent") is True
+    assert "rl.context.sent" not in one(spans, "trainer.local_only")["attributes"]

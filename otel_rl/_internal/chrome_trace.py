@@ -38,6 +38,10 @@ from .payload import safe_str, utf8_text
 #: Category and name of every flow event: Perfetto keys v1 flows on (id, cat, name).
 FLOW_CATEGORY = "rl.flow"
 FLOW_NAME = "flow"
+#: Name of the metadata line marking a span whose children may be in other processes
+#: (``args.span_id``; its ``pid``, ``tid`` and ``ts`` are the span's slice). The converter
+#: starts the flows of those children there; viewers ignore metadata they do not know.
+FLOW_SOURCE = "otel_rl.flow_source"
 #: Name of the metadata line that closes each batch in a trace file. Its args
 #: give the batch's line count, byte length, CRC-32 and pids, so a reader can
 #: trust (and copy) the whole batch without parsing every line. Viewers ignore
@@ -57,6 +61,8 @@ _encoder_numbers = itertools.count(1)
 # Local parent->child links use the child's span id mixed with this constant, so
 # they never take the id a client span uses for its cross-process link.
 _LOCAL_FLOW_MIX = 0x9E3779B97F4A7C15
+# A remote child's flow id: its own span id mixed with this, unique per edge.
+_REMOTE_FLOW_MIX = 0xC2B2AE3D27D4EB4F
 
 _MAX_GROUPS = 1024  # source threads remembered per process
 _MAX_WAITING_CHILDREN = 4096  # children of one unplaced parent remembered for its flows
@@ -691,10 +697,13 @@ class ChromeTraceEncoder:
         self._placed.set(span_id, record)
         if parent is not None:
             if parent.is_remote:
-                # The other side of a process boundary: its client span starts the
-                # flow under the same id, in another file, and the merge joins them.
+                # The other side of a process boundary. Its parent is in another file:
+                # the converter adds the flow's start on the parent's slice (a
+                # FLOW_SOURCE line names it). One id per child, so a parent with
+                # several remote children (a broadcast) gets an arrow to each.
                 out.append({"ph": "f", "bp": "e", "name": FLOW_NAME, "cat": FLOW_CATEGORY,
-                            "id": _flow_id(parent.span_id), "ts": ts, "pid": pid, "tid": tid})
+                            "id": _flow_id(span_id ^ _REMOTE_FLOW_MIX), "ts": ts, "pid": pid,
+                            "tid": tid, "args": {"parent_span_id": f"{parent.span_id:016x}"}})
             elif parent_rec is not None:
                 self._link(parent_rec, record, span_id, out)
             else:
@@ -708,9 +717,10 @@ class ChromeTraceEncoder:
         if children:
             for child in children:
                 self._link(record, child, child[5], out)
-        if kind is SpanKind.CLIENT or kind is SpanKind.PRODUCER:
-            out.append({"ph": "s", "name": FLOW_NAME, "cat": FLOW_CATEGORY,
-                        "id": _flow_id(span_id), "ts": ts, "pid": pid, "tid": tid})
+        if kind is SpanKind.CLIENT or kind is SpanKind.PRODUCER or attrs.get(keys.CONTEXT_SENT):
+            # A span whose context left the process: where remote children's flows start.
+            out.append({"ph": "M", "name": FLOW_SOURCE, "pid": pid, "tid": tid, "ts": ts,
+                        "args": {"span_id": f"{span_id:016x}"}})
         return group, chosen.index
 
     @staticmethod

@@ -27,6 +27,9 @@ PHASE_INTERRUPTED = "rl.phase.interrupted"
 SESSION_STATUS = "rl.session.status"
 SESSION_REASON = "rl.session.reason"
 SESSION_TOTAL_S = "rl.session.total_s"
+#: True on a span whose context was sent to another process (inject, carry, context_kwargs,
+#: inject_env): its remote children get flow arrows from it in the merged Perfetto trace.
+CONTEXT_SENT = "rl.context.sent"
 #: The step in force where a session's task was registered, when the step that
 #: consumed it (``rl.step`` on the session, the step in force at ``mark_finalized``) differs.
 SESSION_SUBMIT_STEP = "rl.session.submit_step"
