@@ -205,7 +205,7 @@ def test_metadata_names_process_and_thread_once():
 
     (process,) = metadata(first, "process_name")
     assert process["pid"] == 4242 and process["args"]["name"] == "[rollout] Rank 0, Process"
-    assert metadata(first, "process_sort_index")[0]["args"]["sort_index"] == 0
+    assert metadata(first, "process_sort_index")[0]["args"]["sort_index"] == 1 << 20  # a rollout worker: after the training side
     (thread,) = metadata(first, "thread_name")
     assert thread["args"]["name"] == "MainThread"
     assert thread["tid"] == one(first, "a")["tid"]
@@ -446,3 +446,16 @@ def test_flow_ids_are_unique_per_link():
     events = encode_all(by_end(spans))
     links = flows(events)  # asserts each id starts and finishes once
     assert links and all(set(pair) == {"s", "f"} for pair in links.values())
+
+
+def test_the_training_side_sorts_before_rollout_workers_each_by_rank():
+    f = SpanFactory()
+    procs = [("rollout", 0, 11), ("trainer", 0, 12), ("rollout", 1, 13), ("trainer", 1, 14), (None, 2, 15)]
+    spans = []
+    for role, rank, pid in procs:
+        attrs = {keys.RANK: rank, keys.PROCESS_PID: pid, **({keys.ROLE: role} if role else {})}
+        spans.append(f.span(f"s{pid}", 0, 10, resource=Resource(attrs)))
+    events = encode_all(spans)
+    order = {e["pid"]: e["args"]["sort_index"] for e in events if e.get("name") == "process_sort_index"}
+    assert sorted(order, key=order.get) == [12, 14, 15, 11, 13]
+    assert order[15] == 2  # no role: AReaL's sort index, the rank

@@ -311,6 +311,19 @@ def _flow_id(value: int) -> str:
     return f"0x{value & 0xFFFFFFFFFFFFFFFF:016x}"
 
 
+#: Roles of the training side: their processes come first in Perfetto, the rest
+#: (rollout workers, inference servers) after them, each by rank.
+TRAINING_ROLES = frozenset({"trainer", "actor", "critic", "learner", "master", "ref", "train"})
+_OTHER_ROLES_FROM = 1 << 20
+
+
+def _sort_index(rank: int, role: Any) -> int:
+    """AReaL's sort index (the rank), with processes of other roles after the training side."""
+    if not role or str(role).lower() in TRAINING_ROLES:
+        return rank
+    return _OTHER_ROLES_FROM + rank
+
+
 def _process_name(attributes: Mapping[str, Any], pid: int) -> str:
     """AReaL's process names (``[trainer] Rank 0, Process``), so the tracks read
     the same as in a trace AReaL's tracer wrote."""
@@ -544,7 +557,7 @@ class ChromeTraceEncoder:
         rank = attrs.get(keys.RANK)
         if type(rank) is int:
             out.append({"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0,
-                        "args": {"sort_index": rank}})
+                        "args": {"sort_index": _sort_index(rank, attrs.get(keys.ROLE))}})
         labels = [str(attrs[k]) for k in (keys.EXPERIMENT, keys.TRIAL) if attrs.get(k)]
         if labels:
             out.append({"ph": "M", "name": "process_labels", "pid": pid, "tid": 0,
