@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import sys
 
 
@@ -13,8 +14,17 @@ def main(argv: list[str] | None = None) -> int:
         "report": "timelines, phase / stage / hop breakdowns, timer trees, long tail (table, json, html)",
         "demo": "run a small traced asynchronous GRPO training (trainer + rollout workers) and leave its files on disk",
     }
+    if argv and argv[0] in ("-V", "--version"):
+        from . import __version__
+
+        sys.stdout.write(f"otel-rl {__version__}\n")
+        return 0
     if not argv or argv[0] in ("-h", "--help") or argv[0] not in commands:
-        sys.stderr.write("usage: otel-rl {" + ",".join(commands) + "} ...\n\n")
+        if argv and argv[0] not in ("-h", "--help"):
+            close = difflib.get_close_matches(argv[0], commands, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            sys.stderr.write(f"otel-rl: unknown command {argv[0]!r}{hint}\n")
+        sys.stderr.write("usage: otel-rl [--version] {" + ",".join(commands) + "} ...\n\n")
         for name, text in commands.items():
             sys.stderr.write(f"  {name:<8} {text}\n")
         return 0 if argv and argv[0] in ("-h", "--help") else 2
