@@ -15,9 +15,11 @@ from .lifecycle import DEFAULT_GANTT_LIMIT, lifecycle
 from .longtail import DEFAULT_OUTLIERS, DEFAULT_THRESHOLD, DEFAULT_TURN_PHASE, long_tail
 from .timeline import DEFAULT_LIMIT, timeline
 from .timer_tree import timer_trees
+from .training import training
 
 #: View names, in report order (``--view`` picks among them).
-VIEWS = ("summary", "phases", "spans", "stages", "hops", "timers", "longtail", "lifecycle", "timeline")
+VIEWS = ("summary", "training", "phases", "spans", "stages", "hops", "timers", "longtail", "lifecycle",
+         "timeline")
 
 
 def summary(data: RunData) -> dict[str, Any]:
@@ -92,6 +94,7 @@ def build(data: RunData, views: Iterable[str] | None = None, *, threshold: float
     out: dict[str, Any] = {"generator": "otel_rl report", "generated_at": time.time()}
     makers = {
         "summary": lambda: summary(data),
+        "training": lambda: training(data),
         "phases": lambda: phase_breakdown(data),
         "spans": lambda: span_breakdown(data),
         "stages": lambda: stage_breakdown(data),

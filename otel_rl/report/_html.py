@@ -12,7 +12,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from ._table import count_nodes, fmt_ms, fmt_pct, fmt_s, fmt_x, tree_rows
+from ._table import count_nodes, fmt_ms, fmt_num, fmt_pct, fmt_s, fmt_x, tree_rows
 from .timeline import describe_event
 
 #: Steps drawn as separate CDF curves (the slowest ones when there are more).
@@ -140,6 +140,24 @@ def _summary(page: _Page, s: dict[str, Any]) -> None:
     page.add(_table(["worker", "rank", "role", "pid", "process"],
                     [[w["worker"], w.get("rank"), w.get("role"), w.get("pid"), w.get("name")]
                      for w in s["workers"]], left=1))
+
+
+def _training(page: _Page, view: dict[str, Any]) -> None:
+    rows = view["rows"]
+    if not rows:
+        return
+    go = page.go
+    page.section("training", "Training per step")
+    page.note("What otel_rl.stats exported at each step (every tracker, mean over ranks), beside the "
+              "timing views of the same steps.")
+    steps = [str(r["step"]) for r in rows]
+    fig = go.Figure()
+    for key in view["headline"]:
+        fig.add_scatter(name=key, x=steps, y=[r["values"].get(key) for r in rows], mode="lines+markers")
+    fig.update_layout(title="Headline statistics per step", xaxis_title="step")
+    page.figure(fig)
+    page.add(_table(["step", *view["keys"]],
+                    [[r["step"], *(fmt_num(r["values"].get(k)) for k in view["keys"])] for r in rows]))
 
 
 def _phases(page: _Page, view: dict[str, Any]) -> None:
@@ -572,6 +590,8 @@ def render_html(doc: dict[str, Any]) -> str:
     page = _Page()
     if "summary" in doc:
         _summary(page, doc["summary"])
+    if "training" in doc:
+        _training(page, doc["training"])
     if "phases" in doc:
         _phases(page, doc["phases"])
     if "spans" in doc:

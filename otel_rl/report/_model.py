@@ -180,6 +180,8 @@ class RunData:
         inputs: What was asked for.
         steps: The ``--step`` filter (``None``: all steps).
         ranks: The ``--rank`` filter (``None``: all ranks).
+        stats: ``otel_rl.stats`` exports (``stats-r{rank}.jsonl`` lines:
+            ``{"time", "step", "tracker", "rank", "values"}``).
         diagnostics: What could not be read, and why.
     """
 
@@ -191,6 +193,7 @@ class RunData:
     inputs: list[str] = field(default_factory=list)
     steps: frozenset | None = None
     ranks: tuple | None = None
+    stats: list[dict[str, Any]] = field(default_factory=list)
     diagnostics: Diagnostics = field(default_factory=Diagnostics)
 
     @property

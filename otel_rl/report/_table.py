@@ -90,6 +90,23 @@ def _summary(console: Console, s: dict[str, Any]) -> None:
     console.print(table)
 
 
+def _training(console: Console, view: dict[str, Any]) -> None:
+    keys = view["headline"]
+    if not view["rows"] or not keys:
+        return
+    table = _table("Training per step (otel_rl.stats)", "step", *keys, right=tuple(range(1, len(keys) + 1)))
+    for row in view["rows"][:MAX_ROWS]:
+        values = row["values"]
+        table.add_row(str(row["step"]), *(fmt_num(values.get(k)) for k in keys))
+    console.print(table)
+    _more(console, min(len(view["rows"]), MAX_ROWS), len(view["rows"]), "steps")
+
+
+def fmt_num(value: Any) -> str:
+    """A statistic: 4 significant digits, ``-`` when missing."""
+    return "-" if value is None else f"{value:.4g}"
+
+
 def _phases(console: Console, view: dict[str, Any]) -> None:
     group = view["overall"]
     if not group["rows"]:
@@ -356,7 +373,7 @@ def _timeline(console: Console, view: dict[str, Any]) -> None:
 def render_table(doc: dict[str, Any], console: Console | None = None) -> None:
     """Prints every view of a built report that has data."""
     console = console or Console()
-    sections = (("summary", _summary), ("phases", _phases), ("spans", _spans), ("stages", _stages),
+    sections = (("summary", _summary), ("training", _training), ("phases", _phases), ("spans", _spans), ("stages", _stages),
                 ("hops", _hops), ("timers", _timers), ("longtail", _longtail),
                 ("lifecycle", _lifecycle), ("timeline", _timeline))
     for key, render in sections:
