@@ -145,7 +145,8 @@ def test_every_worker_records_engine_request_events_for_its_sessions(run: Run) -
     assert {tuple(e) for e in events} == {
         ("request_id", "stage", "event_name", "timestamp_ns", "run_id", "pid", "metadata")}
     sessions = {r["session_id"] for r in run.sessions()}
-    assert {e["request_id"] for e in events} <= sessions
+    admitted = [e for e in events if e["event_name"] == "stage_input_received"]
+    assert {e["metadata"]["session_id"] for e in admitted} <= sessions  # each request names its session
     assert {e["event_name"] for e in events} >= {"stage_input_received", "scheduler_prefill_start",
                                                   "scheduler_first_emit", "stage_complete"}
 
@@ -278,3 +279,26 @@ def test_the_summary_and_the_report_print_the_same_phase_percentiles(run: Run) -
     line = next(line.split() for line in run.result.stdout.splitlines() if line.split()[:1] == ["generate"])
     p50_ms, p95_ms = float(line[2]), float(line[3])
     assert (p50_ms, p95_ms) == (round(rows["generate"]["p50_s"] * 1000, 1), round(rows["generate"]["p95_s"] * 1000, 1))
+
+
+def test_the_report_counts_each_engine_request_once_though_workers_reuse_ids(run: Run) -> None:
+    from otel_rl import report
+
+    data = report.load([str(run.run_dir)])
+    generates = sum(len(r["phases"].get("generate", ())) for r in run.sessions())
+    assert len(data.requests) == generates  # one engine request per generate turn
+    ids = [rid for rid in data.requests if isinstance(rid, str) and "@" in rid]
+    assert ids and {rid.split("@")[1] for rid in ids} == {f"rollout-r{r}" for r in range(WORKERS)}
+
+
+def test_a_session_timeline_shows_only_its_own_workers_engine_events(run: Run) -> None:
+    from otel_rl import report
+
+    data = report.load([str(run.run_dir)])
+    pid_of = {w: info["pid"] for w, info in data.workers.items()}
+    view = report.timeline(data, limit=10_000)
+    with_requests = [s for s in view["sessions"] if any("stage" in e for e in s["events"])]
+    assert with_requests
+    for session in with_requests:
+        pids = {e.get("pid") for e in session["events"] if "stage" in e}
+        assert pids == {pid_of[session["worker"]]}, session["worker"]

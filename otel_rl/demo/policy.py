@@ -6,6 +6,7 @@ Imported only once the demo has checked that torch is installed.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import random
 from collections import deque
 from dataclasses import dataclass, field
@@ -215,6 +216,10 @@ class InferenceEngine:
         self._running: list[_Request] = []
         self._wake = asyncio.Event()
         self._closed = False
+        # Request ids are this engine's own, counted from 0 as an inference server
+        # numbers its requests (so two workers use the same ids); the session a
+        # request serves is in its metadata.
+        self._request_ids = itertools.count()
 
     def update_weights(self, weights: dict[str, np.ndarray], version: int) -> None:
         """Loads a new policy version; requests in flight continue with it."""
@@ -227,10 +232,11 @@ class InferenceEngine:
     async def agenerate(self, prompt: list[int], max_new: int) -> Generation:
         """Samples up to ``max_new`` tokens after ``prompt``, stopping at ``<eos>`` or ``<calc>``."""
         future = asyncio.get_running_loop().create_future()
-        request = _Request(prompt, max_new, future, otel_rl.get_session_id())
+        request = _Request(prompt, max_new, future, next(self._request_ids))
         # Request events with sglang-omni's names, so `otel-rl report` shows the
         # engine's stages (queueing, prefill to first token, the whole request).
-        events.emit("stage_input_received", request.request_id, ENGINE_STAGE, prompt_tokens=len(prompt))
+        events.emit("stage_input_received", request.request_id, ENGINE_STAGE, prompt_tokens=len(prompt),
+                    session_id=otel_rl.get_session_id())
         events.emit("scheduler_queue_enter", request.request_id, ENGINE_STAGE)
         self._waiting.append(request)
         self._wake.set()

@@ -8,6 +8,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from .._internal import keys
+from ._requests import requests_by_session, session_requests
 from ._model import RunData, SessionRow
 
 #: Timelines listed when none are asked for by id: every one up to this many, else the slowest.
@@ -131,9 +132,10 @@ def timeline(data: RunData, sessions: Iterable[Any] | None = None,
             ev = data.requests[rid]
             return ev[-1][0] - ev[0][0]
         req_chosen = sorted(req_ids, key=span_ns, reverse=True)[:limit]
+    by_session = requests_by_session(data)
     return {
         "sessions": [_session_timeline(r, sorted(spans_by_session.get(id(r), []), key=lambda s: s.start),
-                                       data.requests.get(r.session_id, data.requests.get(str(r.session_id))))
+                                       session_requests(data, r.session_id, r.worker, by_session))
                      for r in chosen],
         "requests": [_request_timeline(rid, data.requests[rid]) for rid in req_chosen],
         "sessions_total": len(rows),
