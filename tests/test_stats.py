@@ -263,21 +263,21 @@ def test_nan_and_inf_propagate_as_in_areal_and_are_counted_and_reported(caplog):
     stats.denominator(n=mask, four=torch.ones(4, dtype=torch.bool))
     with caplog.at_level(logging.WARNING, logger="otel_rl"):
         stats.stat(nan_loss=values, denominator="n")
-        stats.stat(ratio=finite, denominator="four")
+        stats.stat(inf_ratio=finite, denominator="four")
         stats.scalar(nan_reward=1.0)
         stats.scalar(nan_reward=float("nan"))
         stats.scalar(nan_reward=3.0)
         out = stats.export()
     nan = float("nan")
-    assert set(out) == {"n", "four", "nan_loss/avg", "nan_loss/min", "nan_loss/max", "ratio/avg", "ratio/min",
+    assert set(out) == {"n", "four", "nan_loss/avg", "nan_loss/min", "nan_loss/max", "inf_ratio/avg", "inf_ratio/min",
                         "nan_reward", "nan_reward__count"}
     assert [out["nan_loss/avg"], out["nan_loss/min"], out["nan_loss/max"]] == pytest.approx([nan] * 3, nan_ok=True)
     # An infinite max is left out (AReaL's isinf check); the average is inf.
-    assert (out["ratio/avg"], out["ratio/min"]) == (float("inf"), -2.0)
+    assert (out["inf_ratio/avg"], out["inf_ratio/min"]) == (float("inf"), -2.0)
     assert out["nan_reward"] != out["nan_reward"] and out["nan_reward__count"] == 3
     assert out["n"] == 5
     assert otel_rl.diagnostics()["stats_nonfinite_values"] - before == 4
-    assert "`nan_loss`" in caplog.text and "`nan_reward`" in caplog.text and "`ratio`" in caplog.text
+    assert "`nan_loss`" in caplog.text and "`nan_reward`" in caplog.text and "`inf_ratio`" in caplog.text
 
 
 def test_scalars_work_without_torch_and_tensor_stats_say_what_is_missing(tmp_path):
