@@ -122,7 +122,11 @@ def save(step: int | None = None, force: bool = False) -> None:
     interval, ``(step + 1) % save_interval == 0`` (steps 2, 5, 8... for 3),
     unless ``force`` is set. With ``save_interval`` 1 (the default) the trace
     file is also written continuously in the background; above 1 it waits for
-    these saves, as AReaL's does. The network is never waited for.
+    these saves, as AReaL's does. ``save(step)`` with ``save_interval`` 1 hands
+    the work to the export thread and returns at once; ``save(force=True)``,
+    ``save()`` and the saving steps of a larger ``save_interval`` return once
+    the files are written, within ``shutdown_timeout_ms``. The network is
+    never waited for.
 
     Args:
         step: The training step just finished.

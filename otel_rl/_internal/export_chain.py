@@ -9,14 +9,19 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import threading
 import time
-from collections.abc import Sequence
+import weakref
+from collections.abc import Callable, Sequence
 from typing import Any
 from urllib.parse import urlparse
 
 from opentelemetry.sdk.environment_variables import (
+    OTEL_BSP_EXPORT_TIMEOUT,
+    OTEL_BSP_MAX_EXPORT_BATCH_SIZE,
     OTEL_BSP_MAX_QUEUE_SIZE,
+    OTEL_BSP_SCHEDULE_DELAY,
     OTEL_EXPORTER_OTLP_COMPRESSION,
     OTEL_EXPORTER_OTLP_ENDPOINT,
     OTEL_EXPORTER_OTLP_METRICS_COMPRESSION,
@@ -46,6 +51,10 @@ logger = logging.getLogger("otel_rl")
 
 #: The SDK's default queue (2048) drops 2-10% of a 50k-span burst; ours holds it.
 DEFAULT_BSP_QUEUE = 65_536
+#: The other ``OTEL_BSP_*`` defaults, the specification's (and the SDK's).
+DEFAULT_BSP_SCHEDULE_DELAY_MS = 5000
+DEFAULT_BSP_BATCH = 512
+DEFAULT_BSP_EXPORT_TIMEOUT_MS = 30_000
 #: The OTLP export timeout when the environment gives none or a bad one (the spec's 10 s).
 DEFAULT_OTLP_TIMEOUT_S = 10.0
 #: ``OTEL_EXPORTER_OTLP_*TIMEOUT`` values below this are read as seconds (the
@@ -146,11 +155,104 @@ def otlp_compression(environ: Any, signal: str, protocol: str) -> Any:
     return choices[value]
 
 
+def bsp_options(environ: Any) -> dict[str, int]:
+    """The batch span processor's settings from ``OTEL_BSP_*``, checked.
+
+    The SDK raises from the processor's constructor on a queue, batch size or
+    delay that is not positive (and on a batch larger than the queue), which
+    in the exporter process ended every output. A value that is no positive
+    integer gets the default with a warning naming the variable, as the SDK
+    does for one that is no integer; a batch size above the queue size is
+    lowered to it, with a warning.
+    """
+
+    def read(name: str, default: int, minimum: int = 1) -> tuple[int, bool]:
+        raw = environ.get(name, "").strip()
+        if not raw:
+            return default, False
+        try:
+            value = int(raw)
+        except ValueError:
+            value = minimum - 1
+        if value < minimum:
+            _warn_env(name, raw, "%s=%r is not a positive integer; using the default %d",
+                      name, raw, default)
+            return default, False
+        return value, True
+
+    queue, _ = read(OTEL_BSP_MAX_QUEUE_SIZE, DEFAULT_BSP_QUEUE)
+    delay, _ = read(OTEL_BSP_SCHEDULE_DELAY, DEFAULT_BSP_SCHEDULE_DELAY_MS)
+    batch, batch_given = read(OTEL_BSP_MAX_EXPORT_BATCH_SIZE, DEFAULT_BSP_BATCH)
+    timeout, _ = read(OTEL_BSP_EXPORT_TIMEOUT, DEFAULT_BSP_EXPORT_TIMEOUT_MS, minimum=0)
+    if batch > queue:
+        raw = environ.get(OTEL_BSP_MAX_EXPORT_BATCH_SIZE, "").strip() if batch_given else str(batch)
+        _warn_env(OTEL_BSP_MAX_EXPORT_BATCH_SIZE, f"{raw}>{queue}",
+                  "%s=%s%s is larger than %s=%d; exporting batches of %d",
+                  OTEL_BSP_MAX_EXPORT_BATCH_SIZE, raw, "" if batch_given else " (the default)",
+                  OTEL_BSP_MAX_QUEUE_SIZE, queue, queue)
+        batch = queue
+    return {"max_queue_size": queue, "schedule_delay_millis": delay,
+            "max_export_batch_size": batch, "export_timeout_millis": timeout}
+
+
+#: Loggers of the SDK's OTLP export path, and the signal each speaks for
+#: (``None``: named in the message, the gRPC exporter serves both).
+_SDK_EXPORT_LOGGERS = {
+    "opentelemetry.exporter.otlp.proto.grpc.exporter": None,
+    "opentelemetry.exporter.otlp.proto.http.trace_exporter": "traces",
+    "opentelemetry.exporter.otlp.proto.http.metric_exporter": "metrics",
+    "opentelemetry.sdk.metrics._internal.export": "metrics",
+}
+
+
+class _SdkExportLogs(logging.Filter):
+    """Turns the SDK exporters' retry and failure messages into one warning per
+    exporter (traces, metrics) and counts the rest.
+
+    Against an unreachable collector each export logs a line per retry, 15-40
+    lines through a training job's progress bar; the failures themselves are
+    counted in the run summary.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno < logging.WARNING:
+            return True
+        signal = _SDK_EXPORT_LOGGERS.get(record.name)
+        if record.name == "opentelemetry.sdk.metrics._internal.export" and not str(
+                record.msg).startswith("Exception while exporting"):
+            return True  # its configuration warnings are shown as they are
+        if signal is None:
+            args = record.args if isinstance(record.args, tuple) else ()
+            signal = "metrics" if "metrics" in args else "traces"
+        try:
+            text = record.getMessage()
+        except Exception:  # noqa: BLE001 - a message that does not format
+            text = str(record.msg)
+        if record.exc_info and record.exc_info[1] is not None:
+            text += f": {record.exc_info[1]!r}"
+        guard.report(f"otlp_{signal}_exporter_log", "OTLP %s exporter: %s", signal, text)
+        return False
+
+
+_sdk_log_filter: _SdkExportLogs | None = None
+
+
+def quiet_sdk_export_logs() -> None:
+    """Installs :class:`_SdkExportLogs` on the SDK's export loggers (once per process)."""
+    global _sdk_log_filter
+    if _sdk_log_filter is not None:
+        return
+    _sdk_log_filter = _SdkExportLogs()
+    for name in _SDK_EXPORT_LOGGERS:
+        logging.getLogger(name).addFilter(_sdk_log_filter)
+
+
 def otlp_span_exporter(environ: Any) -> Any:
     endpoint = traces_endpoint(environ)
     if not endpoint:
         return None
     protocol = otlp_protocol(environ, endpoint)
+    quiet_sdk_export_logs()
     options = {"timeout": otlp_timeout_s(environ, "traces"),
                "compression": otlp_compression(environ, "traces", protocol)}
     if protocol == "grpc":
@@ -169,6 +271,7 @@ def otlp_metric_exporter(environ: Any, **options: Any) -> Any:
     if not endpoint:
         return None
     protocol = otlp_protocol(environ, endpoint)
+    quiet_sdk_export_logs()
     options.setdefault("timeout", otlp_timeout_s(environ, "metrics"))
     options.setdefault("compression", otlp_compression(environ, "metrics", protocol))
     if protocol == "grpc":
@@ -250,17 +353,15 @@ class ExportChain:
             self.batch_hooks.append(self.file_processor.flush_batch)
         exporter = otlp_span_exporter(environ) if with_otlp else None
         if exporter is not None:
-            queue = None if environ.get(OTEL_BSP_MAX_QUEUE_SIZE) else DEFAULT_BSP_QUEUE
-            self.otlp_processor = CountingBatchSpanProcessor(exporter, max_queue_size=queue)
+            self.otlp_processor = CountingBatchSpanProcessor(exporter, **bsp_options(environ))
             self.otlp_exporter = exporter
             self.exporting.append(self.otlp_processor)
         self._meter_provider = meter_provider
         self._resource = resource
         self._environ = environ
         self._metrics_over_network = False
-        self._network_flush: threading.Thread | None = None
-        self._network_lock = threading.Lock()
-        self._network_again = False
+        self._closing = False
+        self._network = BackgroundFlush(self._flush_network, "otel_rl-otlp-flush")
 
     def sink(self, downstream: SpanProcessor | None = None) -> SpanProcessor:
         """The processor finished spans are handed to."""
@@ -310,35 +411,22 @@ class ExportChain:
         if self.owned_meter_provider is not None and not self._metrics_over_network:
             self._flush_metrics(timeout_s)
         if self.otlp_processor is not None or self._metrics_over_network:
-            with self._network_lock:
-                # One flush thread at a time; a request made while it runs makes
-                # it go round once more, so nothing waits for the next schedule.
-                self._network_again = True
-                thread = self._network_flush
-                if thread is None or not thread.is_alive():
-                    thread = self._network_flush = threading.Thread(
-                        target=self._flush_network_loop, args=(timeout_s,), name="otel_rl-otlp-flush",
-                        daemon=True)
-                    thread.start()
+            self._network.request(timeout_s)
         return True
 
-    def _flush_network_loop(self, timeout_s: float) -> None:
-        while True:
-            with self._network_lock:
-                if not self._network_again:
-                    return
-                self._network_again = False
-            self._flush_network(timeout_s)
-
     def _flush_network(self, timeout_s: float) -> None:
+        if self._closing:
+            return  # shutdown sends what is left, within its own bound
         if self.otlp_processor is not None:
             try:
-                if not self.otlp_processor.force_flush(int(timeout_s * 1000)):
+                # False only once shutdown has begun (the SDK's force_flush
+                # ignores its timeout): shutdown then accounts for the spans.
+                if not self.otlp_processor.force_flush(int(timeout_s * 1000)) and not self._closing:
                     guard.report("otlp_flush_timeout", "OTLP export did not finish within %.1fs; "
                                  "spans stay queued (bounded) and are retried", timeout_s)
             except Exception as exc:  # noqa: BLE001
                 guard.report("export_error", "OTLP flush failed: %r", exc)
-        if self._metrics_over_network:
+        if self._metrics_over_network and not self._closing:
             self._flush_metrics(timeout_s)
 
     def _flush_metrics(self, timeout_s: float) -> None:
@@ -351,11 +439,16 @@ class ExportChain:
         """Writes and closes the files, then gives the network what is left of
         ``timeout_s`` (the OTLP spans and the metrics share it)."""
         end = time.monotonic() + timeout_s
+        self._closing = True
         self.after_batch()
         if self.session_processor is not None:
             self.session_processor.shutdown()
         if self.file_processor is not None:
             self.file_processor.shutdown()
+        # A flush under way is sending what shutdown would send: let it finish
+        # rather than closing the exporters under it (the SDK then logs
+        # "Channel closed!" and the flush reports spans it did send as unsent).
+        self._network.stop(max(0.0, end - time.monotonic()))
         if self.otlp_processor is not None:
             bounded(self.otlp_processor.shutdown, max(0.0, end - time.monotonic()))
         if self.owned_meter_provider is not None:
@@ -380,6 +473,78 @@ class ExportChain:
         if self.session_processor is not None:
             out["sessions"] = dict(self.session_processor.statuses)
         return out
+
+
+class BackgroundFlush:
+    """Runs ``fn(timeout_s)`` on a thread of its own when asked, one run at a
+    time; a request made during a run makes it run once more, so nothing waits
+    for the next schedule. For work that waits on the network, which
+    ``save()`` must not.
+    """
+
+    def __init__(self, fn: Callable[[float], Any], name: str) -> None:
+        self._fn = fn
+        self._name = name
+        self._reinit()
+        _flushers.add(self)
+
+    def _reinit(self) -> None:
+        # Also run in a forked child: the parent's lock may have been held at
+        # the fork, and its thread did not come along.
+        self._lock = threading.Lock()
+        self._again = False
+        self._running = False
+        self._stopped = False
+        self._timeout_s = 0.0
+        self._thread: threading.Thread | None = None
+
+    def request(self, timeout_s: float) -> None:
+        """Starts a run now, or one more after the run under way."""
+        with self._lock:
+            if self._stopped:
+                return
+            self._again = True
+            self._timeout_s = timeout_s
+            if self._running:
+                return
+            self._running = True
+            thread = self._thread = threading.Thread(target=self._loop, name=self._name, daemon=True)
+        thread.start()
+
+    def _loop(self) -> None:
+        while True:
+            with self._lock:
+                if not self._again or self._stopped:
+                    self._running = False
+                    return
+                self._again = False
+                timeout_s = self._timeout_s
+            try:
+                self._fn(timeout_s)
+            except Exception as exc:  # noqa: BLE001
+                guard.report("export_error", "a background flush failed: %r", exc)
+
+    def stop(self, timeout_s: float) -> bool:
+        """Runs no more; waits up to ``timeout_s`` for the run under way. ``False`` if it is still running."""
+        with self._lock:
+            self._stopped = True
+            thread = self._thread if self._running else None
+        if thread is None or thread is threading.current_thread():
+            return True
+        thread.join(timeout_s)
+        return not thread.is_alive()
+
+
+_flushers: weakref.WeakSet[BackgroundFlush] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for flusher in list(_flushers):
+        flusher._reinit()  # noqa: SLF001
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def bounded(fn: Any, timeout_s: float) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 import threading
 from collections import Counter
 from typing import Any, Callable, TypeVar
@@ -19,6 +20,17 @@ _lock = threading.Lock()
 _counts: Counter[str] = Counter()
 # (api, argument name) pairs already counted by ignored_arguments().
 _ignored_seen: set[tuple[str, str]] = set()
+
+
+def _after_fork_in_child() -> None:
+    # A thread of the parent (one polling diagnostics()) may have held the lock
+    # at the fork; the child's first count would then wait forever.
+    global _lock
+    _lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import contextlib
 import logging
 import os
 import signal
@@ -154,7 +155,7 @@ def configure(config: Any = None, *, rank: int | None = None, role: str | None =
     # become attributes (the exporter process applies the same settings).
     files.set_mode(settings.file_mode)
     privacy.configure(settings)
-    with _lock:
+    with _main_section(), _lock:
         if STATE.configured:
             shutdown()
         STATE.settings = settings
@@ -192,10 +193,12 @@ def configure(config: Any = None, *, rank: int | None = None, role: str | None =
         foreign = [p for p in _processors_of(provider) if p is not hook]
         with_otlp = not _has_otlp_exporter(provider)
 
-        def build_chain(downstream: SpanProcessor | None) -> tuple[SpanProcessor, Any]:
-            chain = comps.chain = ExportChain(settings, resource, environ, with_otlp=with_otlp,
-                                              meter_provider=meter_provider)
-            return chain.sink(downstream), chain.after_batch
+        def build_chain(downstream: SpanProcessor | None,
+                        chain_resource: Resource | None = None) -> tuple[SpanProcessor, Any, Any]:
+            chain = comps.chain = ExportChain(settings, chain_resource or resource, environ,
+                                              with_otlp=with_otlp, meter_provider=meter_provider)
+            timeout_s = settings.shutdown_timeout_ms / 1000.0
+            return chain.sink(downstream), chain.after_batch, lambda: chain.flush(timeout_s)
 
         if settings.export_process and not foreign and meter_provider is None:
             # Nothing else needs the spans in this process: encode and export
@@ -205,8 +208,8 @@ def configure(config: Any = None, *, rank: int | None = None, role: str | None =
             shipper = ExporterProcess(settings, dict(resource.attributes),
                                       max_pending_spans=max(1, settings.max_queue_size // 4))
 
-            def fallback() -> tuple[SpanProcessor, Any]:
-                return build_chain(None)
+            def fallback(chain_resource: Resource) -> tuple[SpanProcessor, Any, Any]:
+                return build_chain(None, chain_resource)
 
             pipeline = Pipeline(None, resource, provider.sampler,
                                 max_queue_size=settings.max_queue_size,
@@ -216,11 +219,11 @@ def configure(config: Any = None, *, rank: int | None = None, role: str | None =
         else:
             # The provider has processors of its own (the application's):
             # they must see otel_rl's spans, so everything runs in this process.
-            sink, after_batch = build_chain(provider._active_span_processor)  # noqa: SLF001
+            sink, after_batch, on_save = build_chain(provider._active_span_processor)  # noqa: SLF001
             pipeline = Pipeline(sink, resource, provider.sampler,
                                 max_queue_size=settings.max_queue_size,
                                 export_interval_ms=settings.export_interval_ms,
-                                after_batch=after_batch)
+                                after_batch=after_batch, on_save=on_save)
             hook.delegates = (BaggageSpanProcessor(), *comps.chain.exporting)
         comps.pipeline = pipeline
         STATE.components = comps
@@ -261,9 +264,15 @@ def save(step: int | None = None, force: bool = False) -> None:
     # AReaL's rule: the last step of each interval (0-indexed), e.g. 2, 5, 8 for 3.
     if not force and step is not None and (step + 1) % settings.save_interval != 0:
         return
-    if STATE.registry is not None:
-        STATE.registry.end_idle_tasks()
-    flush(settings.shutdown_timeout_ms / 1000.0)
+    with _main_section():
+        if STATE.registry is not None:
+            STATE.registry.end_idle_tasks()
+        # A step's save with save_interval 1 hands off to the export thread and
+        # returns: the files are written continuously anyway. AReaL's writing
+        # saves wait, within the bound: forced ones, those without a step, and
+        # the steps of a save_interval above 1 (the trace file waits for them).
+        wait = force or step is None or settings.save_interval > 1
+        flush(settings.shutdown_timeout_ms / 1000.0, wait=wait)
 
 
 #: Outputs kept beside the span pipeline (otel_rl.stats' loggers): objects with
@@ -281,22 +290,21 @@ def _run_extra(method: str, timeout_s: float) -> bool:
     return ok
 
 
-def flush(timeout_s: float) -> bool:
+def flush(timeout_s: float, wait: bool = True) -> bool:
+    """Writes the files and starts the network sends of everything recorded so
+    far; with ``wait``, returns once done or after ``timeout_s`` (``False``)."""
     extra_ok = _run_extra("flush", timeout_s)
     comps: Components | None = STATE.components
     if comps is None:
         return extra_ok
-    ok = comps.pipeline.flush(timeout_s) and extra_ok
-    if comps.chain is not None:
-        ok = comps.chain.flush(timeout_s) and ok
-    return ok
+    return comps.pipeline.save(timeout_s, wait) and extra_ok
 
 
 def shutdown() -> None:
     """Ends sessions, flushes and closes everything within one deadline of
     ``shutdown_timeout_ms`` (every step gets what the previous ones left), then
     logs and writes the run summary."""
-    with _lock:
+    with _main_section(), _lock:
         comps: Components | None = STATE.components
         settings = STATE.settings
         STATE.enabled = STATE.scopes_on = STATE.sessions_on = False
@@ -308,18 +316,34 @@ def shutdown() -> None:
             return max(0.0, end - time.monotonic())
 
         _profiling_shutdown(settings, left())
-        _run_extra("shutdown", left())
+        # The stats outputs (their own metrics provider) close beside the span
+        # pipeline, sharing the deadline instead of spending it first.
+        extras = _in_background(lambda: _run_extra("shutdown", left()), "otel_rl-shutdown-stats")
+        if comps is not None:
+            if STATE.registry is not None:
+                STATE.registry.close_all()
+            comps.pipeline.shutdown(left())
+            if comps.hook is not None:
+                comps.hook.delegates = ()
+            if comps.chain is not None:
+                comps.chain.shutdown(left())
+        if extras is not None:
+            extras.join(left())
         if comps is None:
             return
-        if STATE.registry is not None:
-            STATE.registry.close_all()
-        comps.pipeline.shutdown(left())
-        if comps.hook is not None:
-            comps.hook.delegates = ()
-        if comps.chain is not None:
-            comps.chain.shutdown(left())
         _final_summary(settings, comps)
         STATE.components = STATE.pipeline = STATE.tracer = STATE.registry = None
+
+
+def _in_background(fn: Any, name: str) -> threading.Thread | None:
+    """Runs ``fn`` on a daemon thread (``None``: it ran here, no thread could start)."""
+    thread = threading.Thread(target=fn, name=name, daemon=True)
+    try:
+        thread.start()
+    except RuntimeError:  # an interpreter too far into its exit to start threads
+        fn()
+        return None
+    return thread
 
 
 def _final_summary(settings: Settings | None, comps: Components) -> None:
@@ -336,7 +360,8 @@ def _final_summary(settings: Settings | None, comps: Components) -> None:
 
 def run_summary() -> dict[str, Any] | None:
     """The run summary: live numbers while configured (the exporter process's as
-    of the last ``save()``), the final one after ``shutdown()``, else ``None``."""
+    of its latest report, after each batch it processes), the final one after
+    ``shutdown()``, else ``None``."""
     comps: Components | None = STATE.components
     settings = STATE.settings
     if comps is not None and settings is not None:
@@ -345,6 +370,28 @@ def run_summary() -> dict[str, Any] | None:
 
 
 _sigterm_installed = False
+#: How deep the main thread is in configure(), save(), shutdown() or the exit
+#: hook: a SIGTERM handled meanwhile must not wait on the locks it holds there.
+_main_depth = 0
+_sigterm_deferred = False
+_terminating = False
+
+
+@contextlib.contextmanager
+def _main_section() -> Any:
+    """Marks the main thread as inside otel_rl's own locks (see :func:`_on_sigterm`);
+    at the outermost exit, a SIGTERM that came meanwhile is acted on."""
+    global _main_depth
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    _main_depth += 1
+    try:
+        yield
+    finally:
+        _main_depth -= 1
+        if _main_depth == 0 and _sigterm_deferred:
+            _terminate()
 
 
 def _install_sigterm_handler() -> None:
@@ -368,10 +415,28 @@ def _install_sigterm_handler() -> None:
 
 
 def _on_sigterm(signum: int, frame: Any) -> None:
-    # On a thread of its own and waited for within the bound: the signal may
-    # have interrupted this thread while it held a lock shutdown needs (a save()).
+    global _sigterm_deferred
+    if _terminating:
+        return  # already on its way out
+    if _main_depth:
+        # The signal interrupted the main thread inside save(), shutdown() or
+        # the exit hook (a multiprocessing worker ending as its pool is
+        # terminated), holding locks a shutdown needs: that call is bounded,
+        # so let it finish, then act (_main_section).
+        _sigterm_deferred = True
+        return
+    _terminate()
+
+
+def _terminate() -> None:
+    """Shuts down within the bound, then dies of SIGTERM."""
+    global _terminating, _sigterm_deferred
+    _terminating = True
+    _sigterm_deferred = False
     settings = STATE.settings
     timeout_s = settings.shutdown_timeout_ms / 1000.0 if settings else 5.0
+    # On a thread of its own, waited for within the bound: the signal may have
+    # interrupted this thread while it held some other lock shutdown needs.
     worker = threading.Thread(target=_atexit_shutdown, name="otel_rl-sigterm", daemon=True)
     worker.start()
     worker.join(timeout_s + 0.5)
@@ -440,10 +505,27 @@ def _register_multiprocessing_exit(again: bool = False) -> None:
 
 
 def _atexit_shutdown() -> None:
-    try:
-        shutdown()
-    except Exception as exc:  # noqa: BLE001 - exit must not fail because of telemetry
-        logger.warning("otel_rl: shutdown at exit failed: %r", exc)
+    with _main_section():
+        try:
+            shutdown()
+        except Exception as exc:  # noqa: BLE001 - exit must not fail because of telemetry
+            logger.warning("otel_rl: shutdown at exit failed: %r", exc)
+
+
+def _after_fork_in_child() -> None:
+    # The forking thread is the child's only one: locks other threads of the
+    # parent held at the fork would never be released here.
+    global _lock, _main_depth, _sigterm_deferred, _terminating
+    _lock = threading.RLock()
+    _main_depth = 0
+    _sigterm_deferred = _terminating = False
+    registry = STATE.registry
+    if registry is not None and hasattr(registry, "_lock"):
+        registry._lock = threading.Lock()  # noqa: SLF001 - its sessions are the child's to end
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def get_tracer() -> Any:

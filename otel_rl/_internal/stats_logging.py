@@ -156,6 +156,7 @@ class OtelStatsBackend:
     def __init__(self, meter: Any, settings: Settings, provider: Any = None) -> None:
         self._meter = meter
         self._provider = provider  # set when otel_rl built it (and must flush and close it)
+        self._flusher: Any = None
         self._timeout_s = settings.shutdown_timeout_ms / 1000.0
         self._gauges: dict[str, Any] = {}
         self._step_attribute = settings.stats_step_attribute
@@ -178,14 +179,28 @@ class OtelStatsBackend:
             gauge.set(value, attributes)
 
     def flush(self) -> None:
+        """Starts sending what is recorded, without waiting for the network
+        (``save()`` must not: an unreachable endpoint held each one 7 s)."""
         if self._provider is not None:
-            self._provider.force_flush(int(self._timeout_s * 1000))
+            if self._flusher is None:
+                from .export_chain import BackgroundFlush
 
-    def close(self) -> None:
-        if self._provider is not None:
-            from .export_chain import bounded
+                self._flusher = BackgroundFlush(self._force_flush, "otel_rl-stats-flush")
+            self._flusher.request(self._timeout_s)
 
-            bounded(self._provider.shutdown, self._timeout_s)
+    def _force_flush(self, timeout_s: float) -> None:
+        self._provider.force_flush(int(timeout_s * 1000))
+
+    def close(self, timeout_s: float | None = None) -> None:
+        """Sends what is left and closes the provider otel_rl built, within ``timeout_s``."""
+        if self._provider is None:
+            return
+        from .export_chain import bounded
+
+        end = time.monotonic() + (self._timeout_s if timeout_s is None else timeout_s)
+        if self._flusher is not None:
+            self._flusher.stop(max(0.0, end - time.monotonic()))
+        bounded(self._provider.shutdown, max(0.0, end - time.monotonic()))
 
 
 def _otel_backend(settings: Settings) -> OtelStatsBackend | None:
@@ -289,17 +304,31 @@ class _BuiltIns:
 
     def shutdown(self, timeout_s: float) -> None:
         with self._lock:
-            self._close()
+            self._close(timeout_s)
             self._settings = None
 
-    def _close(self) -> None:
+    def _close(self, timeout_s: float | None = None) -> None:
         backends, self.backends = self.backends, []
         for backend in backends:
-            _call(backend, "close")
+            if isinstance(backend, OtelStatsBackend):
+                _call(backend, "close", timeout_s)
+            else:
+                _call(backend, "close")
 
 
 BUILT_INS = _BuiltIns()
 setup.EXTRA_OUTPUTS.append(BUILT_INS)
+
+
+def _after_fork_in_child() -> None:
+    # Locks a thread of the parent may have held at the fork.
+    global _lock
+    _lock = threading.Lock()
+    BUILT_INS._lock = threading.Lock()  # noqa: SLF001
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 # --------------------------------------------------------------------------- the logging rule

@@ -27,6 +27,7 @@ DROP_REASONS = {
     "exporter_backlog": "spans_dropped_exporter_backlog",
     "file_buffer_full": "spans_dropped_file_buffer",
     "after_shutdown": "spans_dropped_after_end",
+    "unprocessed_at_exit": "spans_dropped_unprocessed_at_exit",
 }
 #: ``guard`` kinds that are failed writes or exports (the summary's ``export_errors``).
 EXPORT_ERROR_KINDS = ("export_error", "trace_file_error", "session_records_write_error",
@@ -86,6 +87,8 @@ def build(settings: Any, pipeline: Any, chain: Any, *, final: bool) -> dict[str,
         problems.update({str(k): int(v) for k, v in (remote.get("problems") or {}).items()})
         files.update({str(k): int(v) for k, v in (remote.get("file_bytes") or {}).items()})
         remote_final = shipper.final_stats or shipper.failed
+        if shipper.lost_at_exit:
+            problems[DROP_REASONS["unprocessed_at_exit"]] += shipper.lost_at_exit
     if chain is not None:
         _add(numbers, chain.stats())
     run_dir = os.path.abspath(settings.run_dir)
@@ -121,7 +124,8 @@ def build(settings: Any, pipeline: Any, chain: Any, *, final: bool) -> dict[str,
         "started": Baseline.started,
         "time": time.time(),
         "spans": {
-            "recorded": (pipeline.spans_seen if pipeline is not None else 0) + queue_full,
+            "recorded": (pipeline.spans_seen + pipeline.spans_left if pipeline is not None else 0)
+            + queue_full,
             "exported_file": numbers.get("file_spans", 0),
             "exported_otlp": numbers.get("otlp_spans_exported", 0),
             "otlp_enabled": bool(numbers.get("otlp")),
