@@ -12,8 +12,11 @@ reads any mix of:
 each optionally gzipped, and writes one ``{"traceEvents": [...]}`` document
 (``.json`` or ``.json.gz``). Events are streamed through: memory stays flat
 however large the inputs (a JSON *document* input is the exception: it is
-parsed whole). Processes that used the same pid in different files get
-distinct pids, so ranks on different machines never share a track.
+parsed whole). What one input may cost is bounded (:class:`InputLimits`): a
+line over ``--max-line-mb`` is skipped, a ``.gz`` input is read only until it
+expands past ``--max-gzip-ratio`` times its size; both are reported.
+Processes that used the same pid in different files get distinct pids, so
+ranks on different machines never share a track.
 """
 
 from __future__ import annotations
@@ -40,10 +43,12 @@ from opentelemetry.trace import Link, SpanContext, SpanKind, TraceFlags
 from opentelemetry.trace.status import Status, StatusCode
 
 from ._internal.chrome_trace import BATCH_MARKER, BATCH_MARKER_PREFIX, ChromeTraceEncoder, kineto_shift_us
+from ._internal.flows import FlowJoiner
+from ._internal import keys
 from ._internal.keys import MERGED_TRACE_FILE, TRACE_JOIN_KEY
 
-__all__ = ["ConvertStats", "convert", "discover_inputs", "iter_chrome_json_events", "iter_lines", "main",
-           "sniff_file", "spans_from_otlp_json"]
+__all__ = ["ConvertStats", "InputLimitError", "InputLimits", "convert", "discover_inputs",
+           "iter_chrome_json_events", "iter_lines", "main", "sniff_file", "spans_from_otlp_json"]
 
 _SUFFIXES = (".jsonl", ".json", ".jsonl.gz", ".json.gz")
 _CHUNK = 1 << 22
@@ -68,6 +73,9 @@ class ConvertStats:
             (the first 1000; ``malformed_count`` counts all).
         malformed_count: Every malformed line.
         skipped_files: ``(file, reason)`` for inputs that were not converted.
+        cut_short: ``(file, reason)`` for inputs converted only in part: a
+            gzipped file that expanded past its decompression bound
+            (:class:`InputLimits`) was read up to there.
         ignored: Files found in a directory or by a pattern that hold no trace
             (session records, metrics): left out without a warning.
         remapped_pids: Processes given a new pid because another file used theirs.
@@ -82,6 +90,7 @@ class ConvertStats:
     malformed: list[tuple[str, int, str]] = field(default_factory=list)
     malformed_count: int = 0
     skipped_files: list[tuple[str, str]] = field(default_factory=list)
+    cut_short: list[tuple[str, str]] = field(default_factory=list)
     ignored: list[str] = field(default_factory=list)
     remapped_pids: int = 0
     output: str = ""
@@ -158,14 +167,214 @@ def discover_inputs(inputs: Sequence[str], exclude: Sequence[str] = ()) -> tuple
     return found, missing
 
 
-def _open_input(path: str) -> IO[bytes]:
-    if path.endswith(".gz"):
-        return gzip.open(path, "rb")  # type: ignore[return-value]
-    return open(path, "rb", buffering=_CHUNK)
+# --- bounded reading ----------------------------------------------------------------------------
+#: A line longer than this is skipped and reported (``--max-line-mb``): a JSON
+#: line is parsed whole, so its length is what reading it costs in memory.
+DEFAULT_MAX_LINE_BYTES = 64 << 20
+#: A ``.gz`` input stops being read once it has expanded past this many times its
+#: compressed size (``--max-gzip-ratio``). Trace JSON compresses 5-20 times; a
+#: run of one repeated byte compresses about 1,000 times.
+DEFAULT_MAX_GZIP_RATIO = 100.0
+#: ... but never before this many bytes: small archives of repetitive text stay readable.
+DEFAULT_MIN_GZIP_BYTES = 64 << 20
+
+
+@dataclass(frozen=True)
+class InputLimits:
+    """What one input file may cost to read: bounds against damaged or hostile files.
+
+    What goes past a bound is skipped and reported, never read into memory:
+    a line longer than ``max_line_bytes`` is skipped (the lines after it are
+    read); a gzipped input is read only until it has expanded past
+    ``max_gzip_ratio`` times its compressed size (and at least
+    ``min_gzip_bytes``), the rest of it left unread - a gzipped JSON document,
+    parsed whole, is then skipped.
+
+    Attributes:
+        max_line_bytes: The longest JSON line read (``--max-line-mb``).
+        max_gzip_ratio: Decompressed bytes per compressed byte a ``.gz`` input
+            may reach (``--max-gzip-ratio``); 0 for no bound.
+        min_gzip_bytes: Decompressed bytes every ``.gz`` input may reach, whatever its ratio.
+    """
+
+    max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
+    max_gzip_ratio: float = DEFAULT_MAX_GZIP_RATIO
+    min_gzip_bytes: int = DEFAULT_MIN_GZIP_BYTES
+
+    def __post_init__(self) -> None:
+        if self.max_line_bytes < 1:
+            raise ValueError(f"max_line_bytes must be at least 1, not {self.max_line_bytes}")
+        if not self.max_gzip_ratio >= 0:
+            raise ValueError(f"max_gzip_ratio must be 0 (no bound) or more, not {self.max_gzip_ratio}")
+
+    def gzip_bound(self, compressed_bytes: int) -> int | None:
+        """Decompressed bytes a ``.gz`` file of ``compressed_bytes`` may yield (``None``: no bound)."""
+        if not self.max_gzip_ratio:
+            return None
+        return max(self.min_gzip_bytes, int(self.max_gzip_ratio * compressed_bytes))
+
+
+_DEFAULT_LIMITS = InputLimits()
+
+
+class InputLimitError(ValueError):
+    """An input needs to be read whole (a JSON document) but is over a bound of :class:`InputLimits`."""
+
+
+def _mib(n: float) -> str:
+    return f"{n / (1 << 20):,.0f} MiB" if n >= 1 << 20 else f"{n:,.0f} bytes"
+
+
+def _long_line_message(length: int, limits: InputLimits) -> str:
+    return f"line of {length:,} bytes, over the bound of {_mib(limits.max_line_bytes)} (--max-line-mb)"
+
+
+class _Input:
+    """An input file, decompressed if gzipped, whose reads stop at the decompression bound.
+
+    Reaching the bound reads as the end of the file; ``cut_short`` then tells
+    the caller that there was more, and ``cut_message`` says why it was left.
+    """
+
+    def __init__(self, path: str, limits: InputLimits,
+                 on_read: Callable[[int], None] | None = None) -> None:
+        self._on_read = on_read
+        self._limits = limits
+        self.cut_short = False
+        self.decompressed = 0
+        if path.endswith(".gz"):
+            self._file: IO[bytes] = gzip.open(path, "rb")  # type: ignore[assignment]
+            try:
+                self._bound = limits.gzip_bound(os.fstat(self._file.fileno()).st_size)
+            except BaseException:
+                self._file.close()
+                raise
+        else:
+            self._file = open(path, "rb", buffering=_CHUNK)
+            self._bound = None
+
+    def __enter__(self) -> _Input:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._file.close()
+
+    def read(self, size: int = -1) -> bytes:
+        """Up to ``size`` bytes (all that is left within the bound when negative).
+
+        Raises:
+            OSError: The file cannot be read, or its compressed data is damaged.
+            EOFError: A gzipped file ends before its end-of-stream marker.
+        """
+        try:
+            if self._bound is None:
+                data = self._file.read(size)
+            else:
+                left = self._bound - self.decompressed
+                if left <= 0:
+                    # One byte more tells a file that ends right at the bound from one cut short.
+                    if not self.cut_short and self._file.read(1):
+                        self.cut_short = True
+                    return b""
+                data = self._file.read(left if size < 0 else min(size, left))
+                self.decompressed += len(data)
+        except zlib.error as exc:
+            # Not an OSError: readers that skip an unreadable file would let it through.
+            raise gzip.BadGzipFile(f"damaged compressed data: {exc}") from None
+        if data and self._on_read is not None:
+            self._on_read(len(data))
+        return data
+
+    def rewind(self) -> None:
+        self._file.seek(0)
+        self.decompressed = 0
+        self.cut_short = False
+
+    def read_document(self) -> bytes:
+        """The whole content, for a JSON document (parsed whole).
+
+        Raises:
+            InputLimitError: The content is over the decompression bound.
+        """
+        data = self.read()
+        if self.read(1) or self.cut_short:
+            raise InputLimitError(self.cut_message())
+        return data
+
+    def cut_message(self) -> str:
+        limits = self._limits
+        return (f"stopped after {_mib(self.decompressed)} decompressed: more than "
+                f"{limits.max_gzip_ratio:g} times its compressed size (--max-gzip-ratio)")
+
+
+def _open_input(path: str, limits: InputLimits | None = None,
+                on_read: Callable[[int], None] | None = None) -> _Input:
+    return _Input(path, limits or _DEFAULT_LIMITS, on_read)
+
+
+# Items of _line_blocks: whole lines, a line over the bound, a last line without a newline.
+_BLOCK, _LONG, _TAIL = 0, 1, 2
+
+
+def _line_blocks(f: _Input, max_line: int) -> Iterator[tuple[int, Any]]:
+    """Splits a stream into blocks of whole lines without ever holding a line over ``max_line``.
+
+    Yields ``(_BLOCK, bytes)`` for consecutive whole lines, each ending with a
+    newline; ``(_LONG, length)`` in their place for a line longer than
+    ``max_line`` (dropped as it streams by); last ``(_TAIL, bytes)`` for a final
+    line without a newline. A stream cut short at the decompression bound
+    yields no tail: the line was cut by the reader, not by a writer.
+    """
+    # Reads no larger than the bound: every line inside one read is within it,
+    # only a line that spans reads needs its length checked.
+    size = max(1, min(_CHUNK, max_line))
+    head: list[bytes] = []  # the start of a line whose newline has not come yet
+    head_len = 0
+    skipping = False  # inside a line over the bound
+    while True:
+        chunk = f.read(size)
+        if not chunk:
+            break
+        nl = chunk.find(b"\n")
+        if nl < 0:
+            head_len += len(chunk)
+            if not skipping:
+                head.append(chunk)
+                if head_len > max_line:
+                    skipping = True
+                    head = []
+            continue
+        prefix = b""
+        start = 0
+        if head_len or skipping:
+            length = head_len + nl
+            if skipping or length > max_line:
+                yield _LONG, length
+                start = nl + 1
+            else:
+                prefix = b"".join(head)
+            head = []
+            head_len = 0
+            skipping = False
+        last = chunk.rfind(b"\n")
+        if prefix:
+            yield _BLOCK, b"".join((prefix, memoryview(chunk)[:last + 1]))
+        elif last >= start:
+            yield _BLOCK, chunk[start:last + 1] if start or last + 1 < len(chunk) else chunk
+        rest = len(chunk) - last - 1
+        if rest:
+            head = [chunk[last + 1:]]
+            head_len = rest
+    if f.cut_short:
+        return
+    if skipping:
+        yield _LONG, head_len
+    elif head_len:
+        yield _TAIL, b"".join(head)
 
 
 # --- Chrome JSON documents (torch profiler traces) ---------------------------------------
-def iter_chrome_json_events(path: str) -> Iterator[dict[str, Any]]:
+def iter_chrome_json_events(path: str, limits: InputLimits | None = None) -> Iterator[dict[str, Any]]:
     """Yields the events of a Chrome JSON document: ``{"traceEvents": [...]}`` or ``[...]``.
 
     This is the seam for kernel-level traces from the torch profiler (Kineto):
@@ -178,15 +387,17 @@ def iter_chrome_json_events(path: str) -> Iterator[dict[str, Any]]:
 
     Args:
         path: A ``.json`` or ``.json.gz`` file.
+        limits: Bounds on reading it (a ``.gz`` file's decompressed size).
 
     Yields:
         Event dicts, in file order.
 
     Raises:
         ValueError: The file is not a Chrome JSON document.
+        InputLimitError: A gzipped file expands past its bound.
     """
-    with _open_input(path) as f:
-        doc = orjson.loads(f.read())
+    with _open_input(path, limits) as f:
+        doc = orjson.loads(f.read_document())
     yield from _document_events(doc)
 
 
@@ -353,6 +564,35 @@ class _OtlpReader:
             end_time=_otlp_int(_get(obj, "endTimeUnixNano", "end_time_unix_nano")),
             instrumentation_scope=scope,
         )
+
+
+#: Types an id may have: it keys dictionaries (processes, threads, sessions); a
+#: JSON list or object cannot identify anything.
+_ID_TYPES = frozenset({str, int, float, bool, type(None)})
+_RESOURCE_IDS = (keys.RANK, keys.ROLE, keys.PROCESS_PID, keys.SERVICE_NAME)
+_SPAN_IDS = (keys.TASK_ID, keys.SESSION_ID, keys.STEP, keys.REQUEST_ID, keys.THREAD_ID)
+
+
+def _otlp_span_problem(span: ReadableSpan) -> str | None:
+    """Why an OTLP span read from JSON cannot be used (a name or an id of the wrong JSON type), or ``None``."""
+    if type(span.name) is not str:
+        return "name is not a string"
+    res = span.resource.attributes
+    for key in _RESOURCE_IDS:
+        if type(res.get(key)) not in _ID_TYPES:
+            return f"resource attribute {key} is not a string or number"
+    attrs = span.attributes or {}
+    for key in _SPAN_IDS:
+        if type(attrs.get(key)) not in _ID_TYPES:
+            return f"{key} is not a string or number"
+    for event in span.events:
+        if type(event.name) is not str:
+            return "an event name is not a string"
+        attrs = event.attributes or {}
+        for key in _SPAN_IDS:
+            if type(attrs.get(key)) not in _ID_TYPES:
+                return f"event {event.name}: {key} is not a string or number"
+    return None
 
 
 def spans_from_otlp_json(request: dict[str, Any]) -> list[ReadableSpan]:
@@ -587,11 +827,30 @@ def _worker_pool(workers: int) -> Any:
 
 
 # --- reading input files ----------------------------------------------------------------------
-def sniff_file(path: str) -> tuple[str, Any]:
+def _lines_of(blocks: Iterator[tuple[int, Any]]) -> Iterator[bytes | int]:
+    """The lines of :func:`_line_blocks` one by one: bytes, or the length of a line over the bound."""
+    for kind, payload in blocks:
+        if kind == _BLOCK:
+            lines = payload.split(b"\n")
+            lines.pop()
+            yield from lines
+        else:
+            yield payload
+
+
+def _first_line(f: _Input, limits: InputLimits) -> bytes | int | None:
+    """The first line that is not blank (its length if over the bound); ``None`` when there is none."""
+    return next((line for line in _lines_of(_line_blocks(f, limits.max_line_bytes))
+                 if type(line) is int or line.strip()), None)
+
+
+def sniff_file(path: str, limits: InputLimits | None = None) -> tuple[str, Any]:
     """Tells a file's kind from its first JSON line (or the whole document).
 
     Args:
         path: The file (optionally gzipped).
+        limits: Bounds on reading it: a first line over the bound is not parsed;
+            a document is parsed whole only within the decompression bound.
 
     Returns:
         ``(kind, head)``: ``kind`` is ``"chrome-jsonl"``, ``"otlp-jsonl"``,
@@ -602,32 +861,46 @@ def sniff_file(path: str) -> tuple[str, Any]:
 
     Raises:
         OSError: The file cannot be read.
+        InputLimitError: A gzipped file expands past its bound before its
+            first line (or its document) ends.
     """
-    with _open_input(path) as f:
-        first = b""
-        for line in f:
-            if line.strip():
-                first = line
-                break
-        if not first:
+    limits = limits or _DEFAULT_LIMITS
+    with _open_input(path, limits) as f:
+        lines = _lines_of(_line_blocks(f, limits.max_line_bytes))
+        first = next((line for line in lines if type(line) is int or line.strip()), None)
+        if first is None:
+            if f.cut_short:
+                raise InputLimitError(f.cut_message())
             return "empty", None
-        try:
-            head = orjson.loads(first)
-        except orjson.JSONDecodeError:
-            head = None
-        if head is None:
-            # A pretty-printed document, or JSON lines whose first line is damaged.
-            f.seek(0)
+        head = None
+        if type(first) is int:
+            # Too long to be a line worth parsing: a document on one line if
+            # nothing follows it, else JSON lines whose first line will be skipped.
+            whole = next((line for line in lines if type(line) is int or line.strip()), None) is None
+        else:
             try:
-                doc = orjson.loads(f.read())
+                head = orjson.loads(first)
+            except orjson.JSONDecodeError:
+                head = None
+            # A pretty-printed document opens with a line that is no JSON value by
+            # itself; a damaged JSON line most often still ends like one.
+            whole = head is None and not first.rstrip().endswith((b"}", b"]"))
+        if whole:
+            f.rewind()
+            try:
+                doc = orjson.loads(f.read_document())
             except orjson.JSONDecodeError:
                 doc = None
             if doc is not None:
                 return _classify_document(doc), None
-            f.seek(0)
-            for n, line in enumerate(f):
+        if head is None:
+            # JSON lines whose first line is damaged: the first object among the next ones.
+            f.rewind()
+            for n, line in enumerate(_lines_of(_line_blocks(f, limits.max_line_bytes))):
                 if n > 1000:
                     break
+                if type(line) is int:
+                    continue
                 try:
                     head = orjson.loads(line)
                 except orjson.JSONDecodeError:
@@ -658,7 +931,8 @@ def _classify_document(doc: Any) -> str:
     return "not a trace file"
 
 
-def iter_lines(path: str, on_read: Callable[[int], None] | None = None) -> Iterator[tuple[int, bytes, bool]]:
+def iter_lines(path: str, on_read: Callable[[int], None] | None = None, limits: InputLimits | None = None,
+               on_skip: Callable[[int | None, str], None] | None = None) -> Iterator[tuple[int, bytes, bool]]:
     """Yields ``(line number, line, is_last_line_without_newline)`` for every line of a file.
 
     A last line without a newline may have been cut short by a writer that died;
@@ -667,23 +941,37 @@ def iter_lines(path: str, on_read: Callable[[int], None] | None = None) -> Itera
     Args:
         path: The file (optionally gzipped).
         on_read: Called with the size of each chunk read (for progress bars).
+        limits: Bounds on reading it (:class:`InputLimits`).
+        on_skip: Called with ``(line number, why)`` for each line over the line
+            bound (it is not yielded; the lines after it are), and with
+            ``(None, why)`` when a gzipped file is cut short at its
+            decompression bound (after its last whole line).
+
+    Raises:
+        InputLimitError: A bound was reached and there is no ``on_skip``.
     """
-    with _open_input(path) as f:
-        pending = b""
+    limits = limits or _DEFAULT_LIMITS
+    with _open_input(path, limits, on_read) as f:
         lineno = 0
-        while True:
-            chunk = f.read(_CHUNK)
-            if not chunk:
-                break
-            if on_read is not None:
-                on_read(len(chunk))
-            lines = (pending + chunk).split(b"\n") if pending else chunk.split(b"\n")
-            pending = lines.pop()
-            for line in lines:
+        for kind, payload in _line_blocks(f, limits.max_line_bytes):
+            if kind == _BLOCK:
+                lines = payload.split(b"\n")
+                lines.pop()
+                for line in lines:
+                    lineno += 1
+                    yield lineno, line, False
+            elif kind == _LONG:
                 lineno += 1
-                yield lineno, line, False
-        if pending.strip():
-            yield lineno + 1, pending, True
+                message = _long_line_message(payload, limits)
+                if on_skip is None:
+                    raise InputLimitError(f"{path}:{lineno}: {message}")
+                on_skip(lineno, message)
+            else:
+                yield lineno + 1, payload, True
+        if f.cut_short:
+            if on_skip is None:
+                raise InputLimitError(f"{path}: {f.cut_message()}")
+            on_skip(None, f.cut_message())
 
 
 # --- output ------------------------------------------------------------------------------------
@@ -700,6 +988,9 @@ class _Output:
         self._file.write(b'{"traceEvents":[\n')
         self._first = True
         self.events = 0
+        # Every event passes here, whichever way it was read: remote flow ends and
+        # their parents' slices meet, and close() adds the flow starts.
+        self.flows = FlowJoiner()
 
     def write(self, parts: list[bytes]) -> None:
         if parts:
@@ -715,8 +1006,17 @@ class _Output:
             self._file.write(b",\n")
         self._file.write(blob)
         self.events += count
+        self.flows.scan(blob)
 
     def close(self, other: dict[str, Any]) -> None:
+        starts = self.flows.starts()
+        if starts:
+            blob = b",\n".join(orjson.dumps(event) for event in starts)
+            if not self._first:
+                self._file.write(b",\n")
+            self._first = False
+            self._file.write(blob)
+            self.events += len(starts)
         self._file.write(b'\n],"displayTimeUnit":"ms","otherData":')
         self._file.write(orjson.dumps(other))
         self._file.write(b"}\n")
@@ -735,9 +1035,10 @@ class _Output:
 # --- conversion --------------------------------------------------------------------------------
 class _Converter:
     def __init__(self, output: _Output, stats: ConvertStats, workers: int = 0,
-                 named: frozenset[str] = frozenset()) -> None:
+                 named: frozenset[str] = frozenset(), limits: InputLimits | None = None) -> None:
         self.out = output
         self.stats = stats
+        self.limits = limits or _DEFAULT_LIMITS
         self._named = named  # real paths of the files named one by one
         self._pool = _worker_pool(workers) if workers > 0 else None
         # Chunks in flight, written strictly in submission order.
@@ -841,10 +1142,16 @@ class _Converter:
         stats.files += 1
 
     def _sniff(self, path: str) -> tuple[str, Any]:
-        return sniff_file(path)
+        return sniff_file(path, self.limits)
 
     def _lines(self, path: str) -> Iterator[tuple[int, bytes, bool]]:
-        return iter_lines(path)
+        def skipped(lineno: int | None, message: str) -> None:
+            if lineno is None:
+                self.stats.cut_short.append((path, message))
+            else:
+                self.stats._malformed(path, lineno, message)
+
+        return iter_lines(path, limits=self.limits, on_skip=skipped)
 
     def _bad_line(self, path: str, lineno: int, unterminated: bool, message: str) -> None:
         if unterminated:
@@ -860,25 +1167,34 @@ class _Converter:
         of an otel_rl file; pids seen later are claimed as their chunks are written.
         """
         lines_done = [0]  # lines of this file written so far, for line numbers
-        data = b""
-        with _open_input(path) as f:
-            while True:
-                chunk = f.read(_CHUNK)
-                if not chunk:
-                    break
-                data = data + chunk if data else chunk
-                cut = _chunk_end(data)
-                if cut:
-                    self._submit(path, data, lines_done, mapping, cut)
-                    data = data[cut:]
+        data = b""  # whole lines not submitted yet
+        tail = b""
+        with _open_input(path, self.limits) as f:
+            for kind, payload in _line_blocks(f, self.limits.max_line_bytes):
+                if kind == _BLOCK:
+                    data = data + payload if data else payload
+                    cut = _chunk_end(data)
+                    if cut:
+                        self._submit(path, data, lines_done, mapping, cut)
+                        data = data[cut:]
+                elif kind == _LONG:
+                    # Skipped in its place in the line order: what came before goes first.
+                    if data:
+                        self._submit(path, data, lines_done, mapping, len(data))
+                        data = b""
+                    self._pending.append(("long", path, lines_done, payload, mapping))
+                else:
+                    tail = payload
+            cut_short = f.cut_message() if f.cut_short else None
         # What is left has no batch marker: its whole lines, then perhaps a line
         # cut short by a writer that died.
-        cut = data.rfind(b"\n") + 1
-        if cut:
-            self._submit(path, data, lines_done, mapping, cut)
-        if data[cut:].strip():
-            self._pending.append(("tail", path, lines_done, data[cut:], mapping))
+        if data:
+            self._submit(path, data, lines_done, mapping, len(data))
+        if tail.strip():
+            self._pending.append(("tail", path, lines_done, tail, mapping))
         self._drain(self._max_in_flight)
+        if cut_short:
+            self.stats.cut_short.append((path, cut_short))
 
     def _submit(self, path: str, data: bytes, lines_done: list[int],
                 mapping: dict[Any, Any], end: int) -> None:
@@ -899,6 +1215,10 @@ class _Converter:
             base = lines_done[0]
             if kind == "tail":
                 self._tail(path, base + 1, payload, mapping)
+                continue
+            if kind == "long":
+                lines_done[0] = base + 1
+                self.stats._malformed(path, base + 1, _long_line_message(payload, self.limits))
                 continue
             blob, count, lines, unresolved, bad = payload.result()
             lines_done[0] = base + lines
@@ -950,23 +1270,28 @@ class _Converter:
             self._encoder = ChromeTraceEncoder()
         return self._encoder
 
-    def _otlp_request(self, request: Any) -> None:
+    def _otlp_request(self, request: Any, path: str, lineno: int) -> None:
         if not isinstance(request, dict):
             raise ValueError("not a JSON object")
-        spans = self._otlp.spans(request)
+        spans = []
+        for index, span in enumerate(self._otlp.spans(request)):
+            problem = _otlp_span_problem(span)
+            if problem:
+                self.stats._malformed(path, lineno, f"span {index}: {problem}")
+            else:
+                spans.append(span)
         self.stats.spans += len(spans)
         if spans:
             self._write_events(_OTLP_SOURCE, self._encoder_for_otlp().encode(spans))
 
     def _otlp_jsonl(self, path: str) -> None:
-        with _open_input(path) as f:
-            first = next((line for line in f if line.strip()), b"")
-        whole_doc = not first.rstrip().endswith(b"}")
-        if whole_doc:
-            # One request pretty-printed over many lines.
-            with _open_input(path) as f:
-                self._otlp_request(orjson.loads(f.read()))
-            return
+        with _open_input(path, self.limits) as f:
+            first = _first_line(f, self.limits)
+            if type(first) is bytes and not first.rstrip().endswith(b"}"):
+                # One request pretty-printed over many lines.
+                f.rewind()
+                self._otlp_request(orjson.loads(f.read_document()), path, 0)
+                return
         for lineno, line, unterminated in self._lines(path):
             if not line.strip():
                 continue
@@ -979,13 +1304,13 @@ class _Converter:
                     "resourceSpans" in request or "resource_spans" in request):
                 continue  # metrics or logs written to the same file by a collector
             try:
-                self._otlp_request(request)
+                self._otlp_request(request, path, lineno)
             except (ValueError, TypeError, KeyError, AttributeError) as exc:
                 self.stats._malformed(path, lineno, f"not an OTLP/JSON trace request: {exc!r}")
 
     def _document(self, path: str) -> None:
-        with _open_input(path) as f:
-            doc = orjson.loads(f.read())
+        with _open_input(path, self.limits) as f:
+            doc = orjson.loads(f.read_document())
         self._write_events(self._joined_source(path, doc), _document_events(doc))  # type: ignore[arg-type]
 
     def _joined_source(self, path: str, doc: Any) -> str:
@@ -1009,7 +1334,8 @@ class _Converter:
             self._pool = None
 
 
-def convert(inputs: Sequence[str], output: str, *, workers: int = 0) -> ConvertStats:
+def convert(inputs: Sequence[str], output: str, *, workers: int = 0,
+            limits: InputLimits | None = None) -> ConvertStats:
     """Merges trace files into one Chrome trace JSON document.
 
     Args:
@@ -1022,6 +1348,9 @@ def convert(inputs: Sequence[str], output: str, *, workers: int = 0) -> ConvertS
             inputs on machines with idle cores; 0 parses in this process.
             Files written by otel_rl are checked by checksum, which is faster
             than handing them to another process.
+        limits: Bounds on what one input may cost to read (line length,
+            decompressed size; :class:`InputLimits`): what goes past them is
+            skipped and reported in the returned stats.
 
     Returns:
         What was converted and what was skipped, and why.
@@ -1050,7 +1379,7 @@ def convert(inputs: Sequence[str], output: str, *, workers: int = 0) -> ConvertS
     converter = None
     try:
         named = frozenset(os.path.realpath(p) for p in inputs if os.path.isfile(p))
-        converter = _Converter(out, stats, workers, named)
+        converter = _Converter(out, stats, workers, named, limits)
         converter.run(files)
         stats.events = out.events
         stats.seconds = time.perf_counter() - started
@@ -1062,6 +1391,7 @@ def convert(inputs: Sequence[str], output: str, *, workers: int = 0) -> ConvertS
             "remapped_pids": stats.remapped_pids,
             "skipped_truncated": stats.skipped_truncated,
             "malformed_lines": stats.malformed_count,
+            "inputs_read_in_part": len(stats.cut_short),
         })
         if not to_stdout:
             raw.close()
@@ -1099,7 +1429,46 @@ def _summary(stats: ConvertStats) -> str:
         extras.append(f"{stats.malformed_count} malformed lines skipped")
     if stats.skipped_files:
         extras.append(f"{len(stats.skipped_files)} inputs skipped")
+    if stats.cut_short:
+        extras.append(f"{len(stats.cut_short)} inputs read only in part")
     return text + ("; " + ", ".join(extras) if extras else "")
+
+
+def _mib_arg(text: str) -> int:
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not value > 0 or value * (1 << 20) > 1 << 62:
+        raise argparse.ArgumentTypeError(f"not a positive size in MiB: {text!r}")
+    return max(1, int(value * (1 << 20)))
+
+
+def _ratio_arg(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"not a ratio of 0 (no bound) or more: {text!r}")
+    return value
+
+
+def add_limit_options(parser: argparse.ArgumentParser) -> None:
+    """Adds ``--max-line-mb`` and ``--max-gzip-ratio`` (:class:`InputLimits`) to a command line."""
+    parser.add_argument("--max-line-mb", type=_mib_arg, default=DEFAULT_MAX_LINE_BYTES, metavar="MB",
+                        dest="max_line_bytes",
+                        help="skip (and report) JSON lines longer than this many MiB "
+                             f"(default {DEFAULT_MAX_LINE_BYTES >> 20})")
+    parser.add_argument("--max-gzip-ratio", type=_ratio_arg, default=DEFAULT_MAX_GZIP_RATIO, metavar="X",
+                        help="stop reading a .gz input (and report it) once it has expanded past X times "
+                             f"its compressed size and {DEFAULT_MIN_GZIP_BYTES >> 20} MiB: a decompression "
+                             f"bomb; 0 for no bound (default {DEFAULT_MAX_GZIP_RATIO:g})")
+
+
+def limits_from_args(args: argparse.Namespace) -> InputLimits:
+    """The :class:`InputLimits` of options added by :func:`add_limit_options`."""
+    return InputLimits(max_line_bytes=args.max_line_bytes, max_gzip_ratio=args.max_gzip_ratio)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -1110,7 +1479,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     Returns:
         0 on success; 1 when nothing could be converted, or, with ``--strict``,
-        when any line or input was skipped.
+        when any line or input was skipped or read only in part.
     """
     parser = argparse.ArgumentParser(
         prog="otel-rl convert",
@@ -1127,11 +1496,18 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="worker processes parsing lines that carry no otel_rl batch "
                              "checksum, for large foreign JSONL inputs (default: 0, parse "
                              "in this process)")
+    add_limit_options(parser)
     parser.add_argument("-q", "--quiet", action="store_true", help="print only the summary")
     args = parser.parse_args(argv)
     err = sys.stderr
+    found, missing = discover_inputs(args.inputs, exclude=[] if args.output == "-" else [args.output])
+    if not found:
+        # A mistyped run directory must not replace a good trace with an empty one.
+        named = ", ".join(missing or args.inputs)
+        err.write(f"otel_rl.convert: no input file found ({named}); {args.output} not written\n")
+        return 1
     try:
-        stats = convert(args.inputs, args.output, workers=args.jobs)
+        stats = convert(args.inputs, args.output, workers=args.jobs, limits=limits_from_args(args))
     except OSError as exc:
         err.write(f"otel_rl.convert: cannot write {args.output}: {exc}\n")
         return 1
@@ -1145,10 +1521,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                       "more malformed lines\n")
         for path, reason in stats.skipped_files:
             err.write(f"warning: {path}: skipped ({reason})\n")
+        for path, reason in stats.cut_short:
+            err.write(f"warning: {path}: read only in part: {reason}\n")
     err.write(_summary(stats) + "\n")
     if stats.files == 0 or stats.events == 0:
         return 1
-    if args.strict and (stats.malformed_count or stats.skipped_truncated or stats.skipped_files):
+    if args.strict and (stats.malformed_count or stats.skipped_truncated or stats.skipped_files
+                        or stats.cut_short):
         return 1
     return 0
 

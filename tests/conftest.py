@@ -55,6 +55,63 @@ def traced(tmp_path):
     otel_rl.reset()
 
 
+# --- unexpected diagnostics fail the test -----------------------------------------------------
+from collections import Counter  # noqa: E402
+
+from otel_rl._internal import guard  # noqa: E402
+
+#: Diagnostics kinds that mean a bug in otel_rl or in the test (a call that did not do
+#: what it says), never an expected outcome - unless the test declares them.
+_WATCHED_PREFIXES = ("internal_error", "unknown_")
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers",
+        "expect_diagnostics(*kinds): the test provokes these internal_error / unknown_* diagnostics "
+        "kinds on purpose (any other one fails it)")
+
+
+@pytest.fixture(autouse=True)
+def _no_unexpected_diagnostics(request, monkeypatch):
+    """Fails a test that counted an ``internal_error`` or ``unknown_*`` diagnostic it did not declare.
+
+    Every count is seen as it happens (``reset()`` and the tests' own
+    ``guard.clear()`` would wipe ``otel_rl.diagnostics()`` before the end of
+    the test), with the message it was reported with. Defined before
+    ``_isolated`` so that it is set up first and checks last, after every other
+    fixture's teardown (shutdowns report too).
+    """
+    expected = set()
+    for marker in request.node.iter_markers("expect_diagnostics"):
+        expected.update(marker.args)
+    seen = []
+    real_report, real_count = guard.report, guard.count
+
+    def report(kind, message, *args):
+        if kind.startswith(_WATCHED_PREFIXES) and kind not in expected:
+            try:
+                text = message % args
+            except Exception:  # noqa: BLE001 - the message is only for the failure text
+                text = message
+            seen.append(f"{kind}: {text}")
+        real_report(kind, message, *args)
+
+    def count(kind, n=1):
+        if kind.startswith(_WATCHED_PREFIXES) and kind not in expected:
+            seen.append(f"{kind} (counted {n})")
+        real_count(kind, n)
+
+    monkeypatch.setattr(guard, "report", report)
+    monkeypatch.setattr(guard, "count", count)
+    yield
+    if seen:
+        distinct = Counter(seen)
+        lines = [f"{text}" + (f" (x{n})" if n > 1 else "") for text, n in list(distinct.items())[:20]]
+        pytest.fail("unexpected otel_rl diagnostics (declare provoked ones with "
+                    "@pytest.mark.expect_diagnostics(kind)):\n  " + "\n  ".join(lines), pytrace=False)
+
+
 @pytest.fixture(autouse=True)
 def _isolated():
     """Each test starts from an empty OpenTelemetry context and no configuration
@@ -66,3 +123,4 @@ def _isolated():
     if otel_rl.is_configured():
         otel_rl.reset()
     context.detach(token)
+

@@ -75,10 +75,26 @@ async def rollout(step: int, rank: int, slow_rank: int, rng: random.Random) -> N
             for k in range(TASKS)))
 
 
+def step_barrier(fileroot: str, step: int, rank: int, world: int = 2, timeout_s: float = 60.0) -> None:
+    """Every rank starts the step together, as in a synchronous training step: the
+    slow rank is the straggler whatever the machine's load made each process's start."""
+    import os
+
+    directory = os.path.join(fileroot, "barrier")
+    os.makedirs(directory, exist_ok=True)
+    open(os.path.join(directory, f"{step}-{rank}"), "w").close()
+    deadline = time.monotonic() + timeout_s
+    while not all(os.path.exists(os.path.join(directory, f"{step}-{r}")) for r in range(world)):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"rank {rank}: the other ranks never reached step {step}")
+        time.sleep(0.001)
+
+
 def main(fileroot: str, rank: int, slow_rank: int) -> None:
     otel_rl.configure(fileroot=fileroot, experiment_name="exp", trial_name="t", rank=rank, role="rollout")
     rng = random.Random(rank)
     for step in range(STEPS):
+        step_barrier(fileroot, step, rank)
         with otel_rl.step_scope(step):
             asyncio.run(rollout(step, rank, slow_rank, rng))
             with otel_rl.trace_scope("train", category="compute"):

@@ -683,7 +683,7 @@ def test_in_memory_tree_matches_the_report_tree_rebuilt_from_spans(tmp_path):
     data = report.load(settings.run_dir)
     rebuilt = report.timer_tree(data)
     mem_paths, rep_paths = _paths(memory), _paths(rebuilt)
-    assert set(mem_paths) == set(rep_paths)
+    assert mem_paths and set(mem_paths) == set(rep_paths)
     for path, node in mem_paths.items():
         assert set(node) == set(rep_paths[path])
         assert rep_paths[path]["count"] == node["count"]

@@ -7,6 +7,8 @@ import json
 import os
 import threading
 
+from waiting import wait_until
+
 import otel_rl
 
 THREADS, SESSIONS_PER_THREAD = 16, 50
@@ -16,6 +18,15 @@ ASYNC_TASKS, SESSIONS_PER_TASK = 500, 4
 def _records(run_dir):
     with open(os.path.join(run_dir, "sessions-r0.jsonl")) as f:
         return [json.loads(line) for line in f]
+
+
+def _all_written(sessions):
+    """The pipeline's acknowledgement that every session record and span is written, so
+    that the files are read complete however long a loaded machine takes to write them
+    (``save(force=True)`` waits only up to its bound)."""
+    summary = otel_rl.run_summary()
+    spans = summary["spans"]
+    return summary["sessions"].get("accepted") == sessions and spans["exported_file"] == spans["recorded"]
 
 
 def _phase_spans_by_session(spans):
@@ -43,6 +54,7 @@ def test_sessions_from_many_threads_keep_their_own_ids(traced):
         thread.start()
     for thread in threads:
         thread.join()
+    wait_until(lambda: _all_written(THREADS * SESSIONS_PER_THREAD), timeout=60, what="every record written")
     spans = traced.spans()
     records = _records(traced.run_dir)
     assert len(records) == THREADS * SESSIONS_PER_THREAD
@@ -76,6 +88,7 @@ def test_thousands_of_concurrent_asyncio_sessions_keep_their_own_ids(traced):
         await asyncio.gather(*(task(i) for i in range(ASYNC_TASKS)))
 
     asyncio.run(main())
+    wait_until(lambda: _all_written(ASYNC_TASKS * SESSIONS_PER_TASK), timeout=60, what="every record written")
     spans = traced.spans()
     records = _records(traced.run_dir)
     assert len(records) == ASYNC_TASKS * SESSIONS_PER_TASK

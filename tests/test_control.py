@@ -14,8 +14,10 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import pytest
+from waiting import wait_until
 
 import otel_rl
 from otel_rl import events
@@ -281,11 +283,16 @@ def test_one_http_request_reaches_every_registered_process(server, tmp_path):
         acked = {p["pid"]: p for p in body["processes"]}
         assert set(acked) == worker_pids | {os.getpid()}
         assert all(p["events"]["active"] and p["events"]["run_id"] == "job-1" for p in acked.values())
-        time.sleep(0.3)  # the workers emit
+        event_dir = os.path.join(otel_rl.settings().run_dir, "events")
+        for proc, stage in zip(workers, ("worker1", "worker2")):  # each worker has emitted
+            path = os.path.join(event_dir, f"events_{stage}_{proc.pid}.jsonl")
+            wait_until(lambda path=path: os.path.exists(path) and b"\n" in Path(path).read_bytes(),
+                       what=f"a request event in {path}")
 
         status, body = call(server.url, "/stop_request_profile", {"run_id": "not-this-one"})
         assert status == 200 and body["stopped"] is False
         status, body = call(server.url, "/profile_status", method="GET")
+        assert {p["pid"] for p in body["processes"]} == worker_pids | {os.getpid()}
         assert all(p["events"]["active"] for p in body["processes"])  # nobody stopped
 
         status, body = call(server.url, "/stop_request_profile", {"run_id": "job-1"})

@@ -10,6 +10,7 @@ from typing import Any
 
 import orjson
 import pytest
+from hostile_files import gzip_bomb, run_measured
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.trace import SpanContext, SpanKind, TraceFlags
@@ -18,7 +19,7 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 from otel_rl._internal import keys
 from otel_rl._internal.chrome_trace import BATCH_MARKER
 from otel_rl._internal.file_exporter import ChromeTraceFileExporter, InPlaceBatchProcessor
-from otel_rl.convert import ConvertStats, convert, iter_chrome_json_events, main
+from otel_rl.convert import ConvertStats, InputLimits, convert, iter_chrome_json_events, main
 
 T0_US = 1_700_000_000_000_000
 
@@ -409,3 +410,120 @@ def test_output_is_replaced_only_when_complete(tmp_path, suffix):
     convert([str(tmp_path / "t.jsonl")], str(out))
     assert not [p for p in tmp_path.iterdir() if ".tmp-" in p.name]
     assert load(out)["traceEvents"]
+
+
+# --- hostile input: bounded line length and decompressed size ---------------------------------
+def test_a_small_gzip_holding_a_256_mib_line_converts_in_bounded_memory(tmp_path):
+    bomb = gzip_bomb(tmp_path / "in" / "traces-r0.jsonl.gz", before=[event("kept", T0_US)])
+    assert bomb.stat().st_size < 400_000
+    out = tmp_path / "trace.json"
+
+    status, peak_mib, err = run_measured("otel_rl.convert", [str(bomb), "-o", str(out)])
+
+    assert status == 0, err
+    assert peak_mib < 300, f"peak RSS {peak_mib:.0f} MiB"
+    assert [e["name"] for e in events_of(out, "X")] == ["kept"]
+    assert f"warning: {bomb}: read only in part" in err and "--max-gzip-ratio" in err
+    assert "1 inputs read only in part" in err
+
+
+def test_a_line_longer_than_the_bound_is_skipped_with_its_line_number(tmp_path, capsys):
+    path = tmp_path / "traces-r0.jsonl"
+    long_event = orjson.dumps(event("long", T0_US, args={"blob": "x" * (3 << 20)}))
+    path.write_bytes(b"\n".join([orjson.dumps(event("a", T0_US)), long_event,
+                                 orjson.dumps(event("c", T0_US))]) + b"\n")
+    out = tmp_path / "trace.json"
+
+    assert main([str(path), "-o", str(out), "--max-line-mb", "1"]) == 0
+
+    assert [e["name"] for e in events_of(out, "X")] == ["a", "c"]
+    err = capsys.readouterr().err
+    assert f"{path}:2: malformed line skipped: line of {len(long_event):,} bytes, over the bound " \
+           "of 1 MiB (--max-line-mb)" in err
+    assert main([str(path), "-o", str(out), "--max-line-mb", "1", "--strict"]) == 1
+    assert main([str(path), "-o", str(out), "--max-line-mb", "4"]) == 0
+    assert [e["name"] for e in events_of(out, "X")] == ["a", "long", "c"]
+
+
+def test_a_long_first_line_does_not_hide_the_lines_after_it(tmp_path):
+    path = tmp_path / "traces-r0.jsonl"
+    lines = [b'{"ph":"X","name":"' + b"y" * (2 << 20) + b'"}'] + [orjson.dumps(event(n, T0_US)) for n in "ab"]
+    path.write_bytes(b"\n".join(lines) + b"\n" + b"z" * (2 << 20))
+    out = tmp_path / "trace.json"
+
+    stats = convert([str(path)], str(out), limits=InputLimits(max_line_bytes=1 << 20))
+
+    assert [e["name"] for e in events_of(out, "X")] == ["a", "b"]
+    assert [(line, message.split(" bytes")[0] + " bytes") for _, line, message in stats.malformed] == [
+        (1, f"line of {len(lines[0]):,} bytes"), (4, f"line of {2 << 20:,} bytes")]
+    assert stats.skipped_truncated == 0
+
+
+def test_a_gzip_input_is_read_only_up_to_its_decompression_bound(tmp_path):
+    path = tmp_path / "traces-r0.jsonl.gz"
+    with gzip.open(path, "wb") as f:
+        for i in range(20_000):
+            f.write(orjson.dumps(event("e", T0_US + i)) + b"\n")
+    compressed = path.stat().st_size
+    out = tmp_path / "trace.json"
+
+    limits = InputLimits(max_gzip_ratio=10, min_gzip_bytes=1024)
+    stats = convert([str(path)], str(out), limits=limits)
+
+    written = len(events_of(out, "X"))
+    assert 0 < written < 20_000
+    # Whole lines only, and no more than the bound lets through.
+    assert written * len(orjson.dumps(event("e", T0_US + 10_000)) + b"\n") <= 10 * compressed + 100
+    assert [p for p, _ in stats.cut_short] == [str(path)] and stats.skipped_truncated == 0
+    assert "more than 10 times its compressed size" in stats.cut_short[0][1]
+    assert load(out)["otherData"]["inputs_read_in_part"] == 1
+    everything = convert([str(path)], str(out), limits=InputLimits(max_gzip_ratio=0, min_gzip_bytes=1024))
+    assert everything.events == 20_000 and everything.cut_short == []
+
+
+def test_a_gzip_document_over_the_bound_is_skipped_unparsed(tmp_path):
+    path = tmp_path / "torch.json.gz"
+    with gzip.open(path, "wb") as f:
+        f.write(orjson.dumps({"traceEvents": [event("k", T0_US + i) for i in range(20_000)]}))
+    out = tmp_path / "trace.json"
+
+    stats = convert([str(path)], str(out), limits=InputLimits(max_gzip_ratio=5, min_gzip_bytes=1024))
+
+    assert stats.events == 0 and stats.files == 0
+    assert [p for p, _ in stats.skipped_files] == [str(path)]
+    assert "more than 5 times its compressed size" in stats.skipped_files[0][1]
+
+
+def test_an_otlp_span_whose_id_is_a_json_object_is_skipped_and_reported(tmp_path):
+    good = otlp_span("kept", "b" * 16, 1_700_000_000_000_000_000, 1_700_000_000_001_000_000)
+    bad = otlp_span("lost", "c" * 16, 1_700_000_000_000_000_000, 1_700_000_000_001_000_000)
+    bad["attributes"] = [{"key": keys.SESSION_ID, "value": {"kvlistValue": {"values": []}}}]
+    path = tmp_path / "otel-traces.jsonl"
+    path.write_text(json.dumps(otlp_request("svc", 7, [good, bad])) + "\n")
+    out = tmp_path / "trace.json"
+
+    stats = convert([str(path)], str(out))
+
+    assert [e["name"] for e in events_of(out, "X")] == ["kept"]
+    assert stats.malformed == [(str(path), 1, f"span 1: {keys.SESSION_ID} is not a string or number")]
+    assert stats.spans == 1
+
+
+def test_a_gzip_input_damaged_mid_stream_is_reported_not_raised(tmp_path, capsys):
+    data = bytearray(gzip.compress(b"".join(orjson.dumps(event(f"e{i}", T0_US + i)) + b"\n"
+                                            for i in range(2_000))))
+    data[100] ^= 0xFF  # the deflate stream itself, not only its checksum
+    path = tmp_path / "traces-r0.jsonl.gz"
+    path.write_bytes(bytes(data))
+
+    assert main([str(path), "-o", str(tmp_path / "trace.json")]) == 1
+
+    assert f"warning: {path}: skipped (unreadable: " in capsys.readouterr().err
+
+
+def test_a_mistyped_input_never_replaces_an_existing_output(tmp_path, capsys):
+    out = tmp_path / "trace.json"
+    out.write_text('{"traceEvents": [{"ph": "X", "name": "kept"}]}')
+    assert main([str(tmp_path / "no-such-run"), "-o", str(out)]) == 1
+    assert "no input file found" in capsys.readouterr().err
+    assert json.loads(out.read_text())["traceEvents"][0]["name"] == "kept"

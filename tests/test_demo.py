@@ -85,7 +85,9 @@ def test_every_task_has_one_finalized_session_record_per_sample(run: Run) -> Non
 
 
 def test_rejected_sessions_name_a_known_reason_and_accepted_ones_none(run: Run) -> None:
-    for record in run.sessions():
+    records = run.sessions()
+    assert records
+    for record in records:
         if record["status"] == "rejected":
             assert record["reason"] in REJECT_REASONS
         else:

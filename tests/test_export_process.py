@@ -105,7 +105,7 @@ def test_a_sigkilled_training_process_leaves_every_shipped_span_on_disk(tmp_path
         for i in range(150):
             with otel_rl.trace_scope("step"):
                 pass
-        time.sleep(0.5)  # the export thread ships them
+        otel_rl.save(force=True)  # shipped (and written by the exporter process)
         os.kill(os.getpid(), signal.SIGKILL)
     """)
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}

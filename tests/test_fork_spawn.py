@@ -12,6 +12,7 @@ import time
 import fault_workers
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
+from waiting import wait_until
 
 import otel_rl
 from otel_rl._internal import guard, keys
@@ -75,7 +76,10 @@ def test_forks_while_the_export_thread_is_busy_neither_deadlock_nor_duplicate(tm
     children = []
     try:
         for _ in range(3):
-            time.sleep(0.05)
+            # Fork while the export thread has fresh spans to ship, whatever the machine's load.
+            made_before = made["n"]
+            wait_until(lambda made_before=made_before: made["n"] >= made_before + 100,
+                       what="the busy thread recording spans")
             pid = os.fork()
             if pid == 0:  # the child: its own spans, its own exporter, then leave at once
                 code = 1

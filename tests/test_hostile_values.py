@@ -151,6 +151,7 @@ def test_a_reason_whose_str_raises_still_finalizes_the_session(tmp_path):
     assert summary["sessions"] == {"failed": 1}
 
 
+@pytest.mark.expect_diagnostics("unknown_status")
 def test_a_nan_status_keeps_the_session_and_the_metrics_interval(tmp_path):
     run_dir = _configure(tmp_path)
     session_id = _session()

@@ -220,23 +220,40 @@ def test_an_uncaught_exception_flushes_what_was_recorded_within_the_bound(tmp_pa
     assert _summary(tmp_path)["sessions"] == {"failed": 2}
 
 
+def _wait_gone(pid, timeout=30.0):
+    """Waits until process ``pid`` (not a child of ours) has exited."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X"):
+                    return
+        except (FileNotFoundError, ProcessLookupError):
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"process {pid} still running")
+
+
 def test_after_sigkill_every_line_is_readable_and_convert_and_report_accept_the_run(tmp_path):
     proc = _start(tmp_path, """
+        from otel_rl._internal.state import STATE
         otel_rl.configure(export_interval_ms=20, flush_threshold=1)
         for step in range(30):
             scopes(20)
             sessions(2)
-        time.sleep(0.5)  # shipped
-        print("READY", flush=True)
+        otel_rl.save(force=True)  # all of it written by the exporter process
+        print("READY", STATE.pipeline.shipper._proc.pid, flush=True)
+        scopes(50)
+        print("RECORDING", flush=True)
         while True:  # killed mid-run, still recording
             scopes(50)
     """, OTEL_RL_ENABLED=None)
-    _wait_line(proc, "READY")
-    time.sleep(0.2)
+    exporter_pid = int(_wait_line(proc, "READY").split()[1])
+    _wait_line(proc, "RECORDING")
     proc.kill()
     proc.wait(timeout=60)
     run_dir = _run_dir(tmp_path)
-    time.sleep(1.0)  # the orphaned exporter process writes what it got and exits
+    _wait_gone(exporter_pid)  # the orphaned exporter process writes what it got and exits
     for name in ("traces-r0.jsonl", "sessions-r0.jsonl"):
         lines = (run_dir / name).read_bytes().split(b"\n")
         complete, last = lines[:-1], lines[-1]

@@ -10,7 +10,9 @@ collector, clock skew and bad input.
 from __future__ import annotations
 
 import glob
+import gzip
 import inspect
+import io
 import json
 import os
 import time
@@ -24,6 +26,9 @@ from pytest import approx
 
 import otel_rl
 from otel_rl import report
+from otel_rl._internal import keys
+from otel_rl.convert import InputLimits
+from otel_rl.report import cli as report_cli
 from otel_rl.report.breakdown import STAGE_INTERVALS
 
 QS = (50, 95, 99)
@@ -145,6 +150,7 @@ def test_phase_breakdown_matches_the_session_records(run, data):
     done = finalized(records)
     session_time = sum(r["total_s"] for r in done)
     rows = {r["phase"]: r for r in view["overall"]["rows"]}
+    assert set(durations) == {"generate", "toolcall", "reward"}  # what the workload records
     assert set(rows) == set(durations) | {"(unattributed)"}
     for name, values in durations.items():
         row = rows[name]
@@ -171,6 +177,7 @@ def test_phase_breakdown_per_step(run, data):
         mine = [r for r in records if steps[r["span_id"]] == group["step"]]
         durations, _ = _phase_expectations(mine)
         rows = {r["phase"]: r for r in group["rows"]}
+        assert "generate" in durations and "reward" in durations
         for name, values in durations.items():
             check_stats(rows[name], values)
             assert rows[name]["share"] == approx(sum(values) / sum(r["total_s"] for r in finalized(mine)))
@@ -265,7 +272,7 @@ def test_timer_tree_per_worker_follows_span_nesting_in_ml_agents_format(run, dat
         mine = [e for e in events if e["_worker"] == worker]
         expected = _expected_tree(mine)
         got = dict(_walk(tree))
-        assert set(got) == set(expected)
+        assert expected and set(got) == set(expected)
         for path, (total, count) in expected.items():
             assert got[path]["total"] == approx(total, rel=1e-6)
             assert got[path]["count"] == count
@@ -292,6 +299,7 @@ def test_merged_timer_tree_sums_workers_and_marks_them_parallel(data):
     trees = report.timer_trees(data)
     merged = dict(_walk(trees["merged"]))
     per_worker = [dict(_walk(t)) for t in trees["workers"].values()]
+    assert merged and len(per_worker) == 2
     for path, node in merged.items():
         present = [w[path] for w in per_worker if path in w]
         assert node["total"] == approx(sum(n["total"] for n in present))
@@ -372,6 +380,7 @@ def test_outliers_turns_and_response_lengths(run, data):
     median = np.percentile([r["total_s"] for r in records], 50)
     for o, r in zip(view["outliers"], slowest):
         assert o["x_median"] == approx(r["total_s"] / median)
+        assert "generate" in o["phases_s"]  # every session of the workload generates
         for name in o["phases_s"]:
             assert o["phases_s"][name] == approx(sum(e - s for s, e in completed(r, name)))
         assert o["unattributed_s"] == approx(max(0.0, r["total_s"] - union(completed(r))))
@@ -383,6 +392,7 @@ def test_outliers_turns_and_response_lengths(run, data):
     for r in records:
         for i, (s, e) in enumerate(sorted(completed(r, "generate")), 1):
             per_turn[i].append(e - s)
+    assert [row["turn"] for row in turns["by_turn"]] == sorted(per_turn)
     for row in turns["by_turn"]:
         check_stats(row, per_turn[row["turn"]])
     for row in turns["by_turn_count"]:
@@ -400,6 +410,7 @@ def test_outliers_turns_and_response_lengths(run, data):
 def test_lifecycle_idle_time_concurrency_and_histograms(run, data):
     records = finalized(raw_records(run))
     view = report.lifecycle(data, bins=10)
+    assert [w["worker"] for w in view["workers"]] == ["rollout-r0", "rollout-r1"]
     for w in view["workers"]:
         mine = [(r["submit_ts"], r["finalized_ts"]) for r in records if r["_worker"] == w["worker"]]
         window = max(e for _, e in mine) - min(s for s, _ in mine)
@@ -426,6 +437,7 @@ def test_lifecycle_idle_time_concurrency_and_histograms(run, data):
         for s in gantt["sessions"]:
             if s["worker"] == worker:
                 lanes[s["lane"]].append((s["start_s"], s["end_s"]))
+        assert lanes
         for intervals in lanes.values():  # sessions in one lane never overlap
             intervals.sort()
             assert all(a[1] <= b[0] for a, b in zip(intervals, intervals[1:]))
@@ -438,7 +450,7 @@ def test_step_and_rank_filters(run):
     one = report.load(run, steps="1")
     assert {s.step for s in one.sessions} == {1}
     assert len(one.sessions) == sum(1 for r in records if steps[r["span_id"]] == 1)
-    assert all(s.args.get("rl.step") == 1 for s in one.spans)
+    assert one.spans and all(s.args.get("rl.step") == 1 for s in one.spans)
     by_label = report.load(run, ranks="rollout-r1")
     by_rank = report.load(run, ranks=[1])
     assert {s.worker for s in by_label.sessions} == {s.worker for s in by_rank.sessions} == {"rollout-r1"}
@@ -598,7 +610,7 @@ def test_otlp_json_from_a_collector_gives_the_same_sessions_as_the_records(tmp_p
     assert {s.step for s in from_otlp.sessions} == {4}
     a = {r["phase"]: r for r in report.phase_breakdown(from_otlp)["overall"]["rows"]}
     b = {r["phase"]: r for r in report.phase_breakdown(from_records)["overall"]["rows"]}
-    assert set(a) == set(b)
+    assert set(a) == set(b) == {"generate", "reward", "(unattributed)"}
     for name in a:
         assert a[name]["count"] == b[name]["count"]
         assert a[name]["total_s"] == approx(b[name]["total_s"], abs=1e-5)
@@ -678,3 +690,134 @@ def test_chrome_begin_end_pairs_nest_by_time_and_unclosed_ones_are_reported(tmp_
     assert outer["total"] == approx(100e-6) and outer["count"] == 1
     assert outer["children"]["inner"]["count"] == 2 and outer["children"]["inner"]["total"] == approx(40e-6)
     assert outer["self"] == approx(60e-6)
+
+
+# --- hostile input: field types, line length, decompressed size -------------------------------------
+def _otlp_line(name="op", attrs=(), resource=()):
+    def kv(key, value):
+        return {"key": key, "value": value}
+
+    span = {"traceId": "1" * 32, "spanId": "2" * 16, "name": name, "kind": 1,
+            "startTimeUnixNano": "1700000000000000000", "endTimeUnixNano": "1700000001000000000",
+            "attributes": [kv(k, v) for k, v in attrs]}
+    return {"resourceSpans": [{"resource": {"attributes": [kv(keys.RANK, {"intValue": "0"})]
+                                            + [kv(k, v) for k, v in resource]},
+                               "scopeSpans": [{"scope": {"name": "t"}, "spans": [span]}]}]}
+
+
+_CHROME = {"ph": "X", "name": "op", "ts": 1.7e15, "dur": 5.0, "pid": 1, "tid": 1, "args": {}}
+_REQUEST = {"request_id": "r", "stage": "s", "event_name": "e", "timestamp_ns": 1_700_000_000_000_000_000,
+            "run_id": "x", "pid": 1, "metadata": {}}
+WRONG_TYPES = [  # (file, good line, the same line with one field of the wrong JSON type, the field)
+    ("sessions-r0.jsonl", AREAL_RECORD, dict(AREAL_RECORD, task_id={"a": 1}), "task_id"),
+    ("sessions-r0.jsonl", AREAL_RECORD, dict(AREAL_RECORD, session_id=[1]), "session_id"),
+    ("sessions-r0.jsonl", AREAL_RECORD, dict(AREAL_RECORD, span_id={"a": 1}), "span_id"),
+    ("sessions-r0.jsonl", AREAL_RECORD, dict(AREAL_RECORD, trace_id=[1]), "trace_id"),
+    ("sessions-r0.jsonl", AREAL_RECORD, dict(AREAL_RECORD, rank=0, role={"r": 1}), "role"),
+    ("sessions-r0.jsonl", AREAL_RECORD, dict(AREAL_RECORD, submit_ts=1e300), "submit_ts"),
+    ("traces-r0.jsonl", _CHROME, dict(_CHROME, pid={"p": 1}), "pid"),
+    ("traces-r0.jsonl", _CHROME, dict(_CHROME, ph="B", tid=[1]), "tid"),
+    ("traces-r0.jsonl", _CHROME, dict(_CHROME, ts=1e300), "ts"),
+    ("traces-r0.jsonl", _CHROME, dict(_CHROME, args={"span_id": {"a": 1}}), "span_id"),
+    ("traces-r0.jsonl", _CHROME, dict(_CHROME, args={"parent_span_id": [1]}), "parent_span_id"),
+    ("traces-r0.jsonl", _CHROME, dict(_CHROME, args={keys.STEP: {"s": 1}}), keys.STEP),
+    ("traces-r0.jsonl", _CHROME, dict(_CHROME, args={keys.TASK_ID: [1], keys.SPAN_KIND: "session"}),
+     keys.TASK_ID),
+    ("traces-r0.jsonl", _CHROME, dict(_CHROME, ph="i", args={keys.REQUEST_ID: {"r": 1}}), keys.REQUEST_ID),
+    ("events_s_1.jsonl", _REQUEST, dict(_REQUEST, request_id={"r": 1}), "request_id"),
+    ("events_s_1.jsonl", _REQUEST, dict(_REQUEST, pid=[1]), "pid"),
+    ("otlp.jsonl", _otlp_line(), _otlp_line(name={"n": 1}), "name"),
+    ("otlp.jsonl", _otlp_line(), _otlp_line(attrs=[(keys.SESSION_ID, {"kvlistValue": {"values": []}})]),
+     keys.SESSION_ID),
+    ("otlp.jsonl", _otlp_line(), _otlp_line(resource=[(keys.ROLE, {"arrayValue": {"values": []}})]),
+     keys.ROLE),
+]
+
+
+@pytest.mark.parametrize("name, good, bad, field", WRONG_TYPES,
+                         ids=[f"{n.split('-')[0].split('_')[0]}-{f}" for n, _, b, f in WRONG_TYPES])
+def test_a_field_of_the_wrong_json_type_skips_its_line_with_file_line_and_field(tmp_path, name, good, bad,
+                                                                                field):
+    path = tmp_path / name
+    _write_jsonl(path, [good, bad, good])
+
+    data = report.load(str(path))
+
+    (where,) = data.diagnostics.malformed
+    assert where[:2] == (str(path), 2) and field in where[2], where
+    assert len(data.sessions) + len(data.spans) + len(data.requests) + len(data.instants) >= 1
+    doc = report.build(data)  # every view over what was read, nothing raised
+    from rich.console import Console
+
+    report.render_table(doc, Console(file=io.StringIO(), width=160))
+    orjson.loads(report_cli._dump_json(doc))
+
+
+def test_a_line_longer_than_the_bound_is_reported_and_the_rest_is_read(tmp_path):
+    path = tmp_path / "sessions-r0.jsonl"
+    long_record = dict(AREAL_RECORD, session_id=2, reason="x" * (2 << 20))
+    _write_jsonl(path, [AREAL_RECORD, long_record, dict(AREAL_RECORD, session_id=3)])
+
+    data = report.load(str(path), limits=InputLimits(max_line_bytes=1 << 20))
+
+    assert sorted(s.session_id for s in data.sessions) == [3, 93]
+    ((where, line, message),) = data.diagnostics.malformed
+    assert (where, line) == (str(path), 2)
+    assert message == f"line of {len(json.dumps(long_record)):,} bytes, over the bound of 1 MiB (--max-line-mb)"
+    assert len(report.load(str(path), limits=InputLimits(max_line_bytes=4 << 20)).sessions) == 3
+
+
+def test_a_gzip_input_is_read_only_up_to_its_decompression_bound(tmp_path):
+    path = tmp_path / "sessions-r0.jsonl.gz"
+    with gzip.open(path, "wt") as f:
+        for i in range(5_000):
+            f.write(json.dumps(dict(AREAL_RECORD, session_id=i)) + "\n")
+
+    data = report.load(str(path), limits=InputLimits(max_gzip_ratio=10, min_gzip_bytes=1024))
+
+    assert 0 < len(data.sessions) < 5_000
+    assert data.diagnostics.malformed_count == 0 and data.diagnostics.truncated == []
+    (warning,) = data.diagnostics.warnings
+    assert warning.startswith(f"{path}: read only in part: stopped after ")
+    assert "more than 10 times its compressed size (--max-gzip-ratio)" in warning
+    whole = report.load(str(path), limits=InputLimits(max_gzip_ratio=0))
+    assert len(whole.sessions) == 5_000 and whole.diagnostics.warnings == []
+
+
+def test_a_shared_opener_is_not_open_in_a_pair_its_stage_never_closes(tmp_path):
+    # An engine that does not stream: prefill start is closed by the first emit, and no
+    # first stream chunk ever comes, so no request is open in that pair.
+    events = [_event(rid, "engine", name, t, 1) for rid in ("a", "b") for name, t in (
+        ("scheduler_prefill_start", 1), ("scheduler_first_emit", 5))]
+    _write_jsonl(tmp_path / "events_engine_1.jsonl", events)
+    rows = {r["interval"]: r for r in report.stage_breakdown(report.load(str(tmp_path)))["rows"]}
+    assert set(rows) == {"scheduler_prefill_start->scheduler_first_emit"}
+    assert (rows["scheduler_prefill_start->scheduler_first_emit"]["count"],
+            rows["scheduler_prefill_start->scheduler_first_emit"]["open"]) == (2, 0)
+
+
+def test_the_training_view_puts_each_steps_stats_side_by_side(tmp_path):
+    lines = [{"time": 1.0, "step": s, "tracker": t, "rank": 0, "values": v} for s, t, v in (
+        (0, "", {"loss": 0.5, "loss__count": 4}), (0, "rollout", {"rollout/reward": 0.25, "rollout/accepted": 0.5}),
+        (1, "", {"loss": 0.25}), (1, "rollout", {"rollout/reward": 0.75, "rollout/accepted": 1.0}))]
+    _write_jsonl(tmp_path / "stats-trainer-r0.jsonl", lines)
+    view = report.build(report.load(str(tmp_path)), ["training"])["training"]
+    assert view["keys"][:3] == ["rollout/reward", "rollout/accepted", "loss"]
+    assert [(r["step"], r["values"]) for r in view["rows"]] == [
+        (0, {"rollout/reward": 0.25, "rollout/accepted": 0.5, "loss": 0.5}),
+        (1, {"rollout/reward": 0.75, "rollout/accepted": 1.0, "loss": 0.25})]
+    assert [r["step"] for r in report.build(report.load(str(tmp_path), steps="1"), ["training"])
+            ["training"]["rows"]] == [1]
+
+
+def test_a_gzip_input_damaged_mid_stream_is_reported_not_raised(tmp_path):
+    data = bytearray(gzip.compress("".join(json.dumps(dict(AREAL_RECORD, session_id=i)) + "\n"
+                                           for i in range(500)).encode()))
+    data[100] ^= 0xFF  # the deflate stream itself, not only its checksum
+    path = tmp_path / "sessions-r0.jsonl.gz"
+    path.write_bytes(bytes(data))
+
+    data = report.load(str(path))
+
+    ((where, why),) = data.diagnostics.unreadable
+    assert where == str(path) and "decompress" in why

@@ -10,6 +10,7 @@ import sys
 
 import pytest
 import report_workload
+from hostile_files import gzip_bomb, run_measured
 
 from otel_rl import report
 
@@ -125,3 +126,50 @@ def test_a_bad_command_line_is_a_usage_error(run):
     assert result.returncode == 2 and "unknown view" in result.stderr
     result = cli("--help", module="otel_rl.cli")
     assert result.returncode == 0 and "--straggler-threshold" in result.stdout
+
+
+def test_a_small_gzip_holding_a_256_mib_line_is_reported_on_in_bounded_memory(tmp_path):
+    record = {"task_id": 1, "session_id": 2, "submit_ts": 1.0, "finalized_ts": 2.0, "status": "accepted"}
+    bomb = gzip_bomb(tmp_path / "sessions-r0.jsonl.gz", before=[record])
+    out = tmp_path / "r.json"
+
+    status, peak_mib, err = run_measured("otel_rl.report", [str(bomb), "-f", "json", "-o", str(out)])
+
+    assert status == 0, err
+    assert peak_mib < 300, f"peak RSS {peak_mib:.0f} MiB"
+    assert json.loads(out.read_text())["summary"]["sessions"] == 1
+    assert f"warning: {bomb}: read only in part: stopped after 64 MiB" in err and "--max-gzip-ratio" in err
+
+
+def test_a_line_over_the_line_bound_is_skipped_and_the_bound_is_a_flag(run, tmp_path):
+    src = os.path.join(run, "sessions-rollout-r0.jsonl")
+    lines = open(src).read().splitlines()
+    record = json.loads(lines[0])
+    record["reason"] = "x" * (2 << 20)
+    path = tmp_path / "sessions-rollout-r0.jsonl"
+    path.write_text("\n".join([json.dumps(record)] + lines[1:]) + "\n")
+    out = tmp_path / "r.json"
+
+    result = cli(path, "-f", "json", "-o", out, "--max-line-mb", "1")
+
+    assert result.returncode == 0, result.stderr
+    assert f"warning: {path}:1: malformed line skipped: line of {len(json.dumps(record)):,} bytes, " \
+           "over the bound of 1 MiB (--max-line-mb)" in result.stderr
+    assert json.loads(out.read_text())["summary"]["sessions"] == len(lines) - 1
+    result = cli(path, "-f", "json", "-o", out, "--max-line-mb", "3")
+    assert result.returncode == 0 and "malformed" not in result.stderr
+    assert json.loads(out.read_text())["summary"]["sessions"] == len(lines)
+    assert cli(path, "--max-line-mb", "0").returncode == 2
+
+
+def test_a_step_filter_that_matches_nothing_says_so_and_fails(run):
+    result = cli(run, "--step", "999")
+    assert result.returncode == 1
+    assert "--step 999: no session or span of those steps" in result.stderr
+
+
+def test_a_session_id_that_matches_nothing_says_so(run, tmp_path):
+    result = cli(run, "--session", "no-such-session", "--view", "timeline", "--format", "json",
+                 "--out", str(tmp_path / "r.json"))
+    assert result.returncode == 0, result.stderr
+    assert "--session no-such-session: no such session" in result.stderr

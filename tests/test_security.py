@@ -444,7 +444,9 @@ def test_the_file_mode_setting_relaxes_files_and_directories(tmp_path, monkeypat
         run_dir = _run_everything(tmp_path)
     finally:
         os.umask(old)
-    for rel, mode in _modes(run_dir).items():
+    modes = _modes(run_dir)
+    assert "traces-" in " ".join(modes) and "sessions-" in " ".join(modes)
+    for rel, mode in modes.items():
         expected = 0o750 if os.path.isdir(os.path.join(run_dir, rel)) else 0o640
         assert mode == expected, (rel, oct(mode))
 

@@ -221,6 +221,7 @@ def test_second_finalize_is_ignored_and_counted(traced):
     assert otel_rl.diagnostics()["double_finalize"] == 1
 
 
+@pytest.mark.expect_diagnostics("unknown_session", "unknown_session_method")
 def test_bad_session_events_are_counted_never_raised(traced):
     otel_rl.trace_session_event("mark_finalized", session_id=12345, status="accepted")
     _, session_id = start_session()

@@ -182,7 +182,9 @@ def test_ids_do_not_cross_between_concurrent_asyncio_sessions(traced):
     for task_id, session_ids in results:
         for sid in session_ids:
             assert sessions[sid]["attributes"]["rl.task.id"] == task_id
-    for phase in by_name(spans, "generate") + by_name(spans, "postprocess"):
+    phases = by_name(spans, "generate") + by_name(spans, "postprocess")
+    assert phases
+    for phase in phases:
         owner = sessions[phase["attributes"]["rl.session.id"]]
         assert phase["trace_id"] == owner["trace_id"]
 

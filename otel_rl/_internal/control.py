@@ -742,6 +742,11 @@ _BUSY_RESPONSE = (b"HTTP/1.0 503 Service Unavailable\r\nContent-Type: applicatio
                   + _BUSY)
 
 
+#: How long (and how much) a refused connection is read before it is closed.
+_REFUSE_DRAIN_S = 0.2
+_REFUSE_DRAIN_BYTES = 64 << 10
+
+
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     token: str | None = None
@@ -760,8 +765,18 @@ class _Server(ThreadingHTTPServer):
         if not self._slots.acquire(blocking=False):
             guard.count("control_connections_refused")
             try:
-                request.settimeout(0)
+                request.settimeout(_REFUSE_DRAIN_S)
                 request.sendall(_BUSY_RESPONSE)
+                # Closing with the request still unread would reset the connection and
+                # the client could lose the answer: end our side, take what the client
+                # already sent (briefly, bounded), then close.
+                request.shutdown(socket.SHUT_WR)
+                drained = 0
+                while drained < _REFUSE_DRAIN_BYTES:
+                    chunk = request.recv(4096)
+                    if not chunk:
+                        break
+                    drained += len(chunk)
             except OSError:
                 pass
             self.shutdown_request(request)

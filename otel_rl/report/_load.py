@@ -9,6 +9,11 @@ AReaL's traces, torch profiler JSON, OTLP/JSON from a collector. On top of those
 it reads session records (otel_rl's and AReaL's ``sessions-r*.jsonl``) and
 request events (sglang-omni's ``events_*.jsonl`` fields: ``request_id, stage,
 event_name, timestamp_ns, run_id, pid, metadata``).
+
+Reading is bounded as the converter's is (:class:`~otel_rl.convert.InputLimits`),
+and a line whose fields have the wrong JSON type (an id that is a list or an
+object, a time that is no date) is skipped and named with its file and line:
+what a report is built from can always be hashed, compared and printed.
 """
 
 from __future__ import annotations
@@ -24,8 +29,9 @@ from typing import Any
 import orjson
 
 from .._internal import keys
-from ..convert import (_open_input, _OtlpReader, discover_inputs, iter_chrome_json_events, iter_lines,
-                       sniff_file)
+from ..convert import (_ID_TYPES, InputLimits, _first_line, _open_input, _otlp_span_problem, _OtlpReader,
+                       discover_inputs, iter_chrome_json_events, iter_lines, sniff_file)
+from ._requests import scope_request_ids
 from ._model import RunData, SessionRow, SpanRow
 
 _LABEL_RE = re.compile(r"^(?:traces|sessions|events|metrics|stats)[-_](.+?)\.jsonl?(?:\.gz)?$")
@@ -43,6 +49,15 @@ _RID, _STAGE, _NAME, _TS, _RUN, _PID, _META = keys.EVENT_FIELDS
 #: Torch profiler traces otel_rl writes; read only when named (their kernels would swamp the views).
 _SUMMARY_RE = re.compile(r"^summary-(?:.+-)?r\d+(?:-pid\d+)?\.json$")
 _TORCH_TRACE_RE = re.compile(r"^torch-.*\.trace\.json(?:\.gz)?$")
+#: Span args that identify something; a line whose one of them is a list or object is skipped.
+_ID_ARGS = ("span_id", "parent_span_id", "trace_id", keys.TASK_ID, keys.SESSION_ID, keys.STEP,
+            keys.REQUEST_ID, keys.THREAD_ID)
+_CONTAINERS = frozenset({dict, list})
+#: Times beyond this many seconds from the epoch (either way: years 1019 to 2920)
+#: are garbage, not dates; they could not even be printed as one.
+_MAX_S = 3e10
+_MAX_US = _MAX_S * 1e6
+_MAX_NS = _MAX_S * 1e9
 
 
 def worker_label(rank: Any, role: Any) -> str:
@@ -118,6 +133,29 @@ def _num(value: Any) -> bool:
     return type(value) is float or type(value) is int
 
 
+def _bad_id(args: dict[str, Any]) -> str | None:
+    """What is wrong with span args whose ids or category are of the wrong JSON type, or ``None``."""
+    if not _CONTAINERS.isdisjoint(map(type, args.values())):  # the usual case, at C speed
+        for key in _ID_ARGS:
+            if type(args.get(key)) not in _ID_TYPES:
+                return f"{key} is not a string or number"
+    category = args.get(keys.CATEGORY)
+    if category is not None and type(category) is not str:
+        return f"{keys.CATEGORY} is not a string"
+    return None
+
+
+def _seconds(value: Any, what: str) -> Any:
+    """``value`` if it is a time in seconds (or ``None``); raises ``ValueError`` naming ``what`` otherwise."""
+    if value is None:
+        return None
+    if type(value) is not float and type(value) is not int:
+        raise ValueError(f"{what} is not a number: {value!r:.40}")
+    if not -_MAX_S < value < _MAX_S:
+        raise ValueError(f"{what} is out of range: {value!r}")
+    return value
+
+
 class _Progress:
     """A rich progress bar over bytes read, or nothing."""
 
@@ -152,9 +190,11 @@ class _Progress:
 
 
 class _Loader:
-    def __init__(self, data: RunData, progress: _Progress, named: frozenset[str] = frozenset()) -> None:
+    def __init__(self, data: RunData, progress: _Progress, named: frozenset[str] = frozenset(),
+                 limits: InputLimits | None = None) -> None:
         self.data = data
         self.named = named
+        self.limits = limits or InputLimits()
         self.diag = data.diagnostics
         self.progress = progress
         self._names: dict[str, str] = {}
@@ -190,6 +230,7 @@ class _Loader:
         return label
 
     def _step_ok(self, args: dict[str, Any]) -> bool:
+        # The step was checked to be a string, number or null (hashable).
         steps = self.data.steps
         return steps is None or args.get(keys.STEP) in steps
 
@@ -197,7 +238,7 @@ class _Loader:
     def read(self, path: str) -> None:
         size = os.path.getsize(path)
         try:
-            kind, head = sniff_file(path)
+            kind, head = sniff_file(path, self.limits)
         except (OSError, EOFError, ValueError) as exc:
             self.diag.unreadable.append((path, str(exc)))
             self.progress.advance(size)
@@ -224,6 +265,9 @@ class _Loader:
             elif isinstance(head, dict) and _RID in head and _NAME in head:
                 kind = "request-events"
                 count = self._request_events(path)
+            elif isinstance(head, dict) and isinstance(head.get("values"), dict) and "step" in head:
+                kind = "stats"
+                count = self._stats(path)
             else:
                 self.diag.ignored.append((path, self._why_ignored(kind, head)))
                 count = -1
@@ -231,7 +275,7 @@ class _Loader:
             self.diag.unreadable.append((path, str(exc)))
             count = -1
         if path.endswith(".gz") or kind not in ("chrome-jsonl", "otlp-jsonl", "sessions",
-                                                 "request-events"):
+                                                 "request-events", "stats"):
             self.progress.advance(size)
         if count >= 0:
             self.diag.files.append((path, kind, count))
@@ -250,7 +294,14 @@ class _Loader:
         """Parsed JSON objects of a JSON lines file, with their line numbers; bad lines
         reported. Lines starting with one of ``skip`` are passed over unparsed."""
         loads = orjson.loads
-        for lineno, line, unterminated in iter_lines(path, self.progress.callback(path)):
+
+        def skipped(lineno: int | None, message: str) -> None:
+            if lineno is None:
+                self.diag.warn(f"{path}: read only in part: {message}")
+            else:
+                self.diag.bad_line(path, lineno, message)
+
+        for lineno, line, unterminated in iter_lines(path, self.progress.callback(path), self.limits, skipped):
             if not line or (skip and line.startswith(skip)) or line.isspace():
                 continue
             try:
@@ -277,7 +328,7 @@ class _Loader:
 
     def _document(self, path: str) -> int:
         reader = _ChromeEvents(self, path)
-        for index, event in enumerate(iter_chrome_json_events(path)):
+        for index, event in enumerate(iter_chrome_json_events(path, self.limits)):
             problem = reader.feed(event)
             if problem:
                 self.diag.bad_line(path, 0, f"event {index}: {problem}")
@@ -287,13 +338,19 @@ class _Loader:
     def _otlp(self, path: str) -> int:
         otlp = _OtlpReader()
         count = 0
-        with _open_input(path) as f:
-            first = next((line for line in f if line.strip()), b"")
-        if not first.rstrip().endswith(b"}"):
-            # One request pretty-printed over many lines.
-            with _open_input(path) as f:
-                request = orjson.loads(f.read())
-            return self._otlp_spans(otlp.spans(request))
+        with _open_input(path, self.limits) as f:
+            first = _first_line(f, self.limits)
+            if type(first) is bytes and not first.rstrip().endswith(b"}"):
+                # One request pretty-printed over many lines.
+                f.rewind()
+                request = orjson.loads(f.read_document())
+                if type(request) is not dict:
+                    raise ValueError("not a JSON object")
+                try:
+                    spans = otlp.spans(request)
+                except (TypeError, KeyError, AttributeError) as exc:
+                    raise ValueError(f"not an OTLP/JSON trace request: {exc!r}") from None
+                return self._otlp_spans(spans, path, 0)
         for lineno, request in self._lines(path):
             if not ("resourceSpans" in request or "resource_spans" in request):
                 continue  # metrics or logs written to the same file by a collector
@@ -302,12 +359,16 @@ class _Loader:
             except (ValueError, TypeError, KeyError, AttributeError) as exc:
                 self.diag.bad_line(path, lineno, f"not an OTLP/JSON trace request: {exc!r}")
                 continue
-            count += self._otlp_spans(spans)
+            count += self._otlp_spans(spans, path, lineno)
         return count
 
-    def _otlp_spans(self, spans: Sequence[Any]) -> int:
+    def _otlp_spans(self, spans: Sequence[Any], path: str, lineno: int) -> int:
         count = 0
-        for span in spans:
+        for index, span in enumerate(spans):
+            problem = self._otlp_problem(span)
+            if problem:
+                self.diag.bad_line(path, lineno, f"span {index}: {problem}")
+                continue
             res = span.resource.attributes
             rank, role = res.get(keys.RANK), res.get(keys.ROLE)
             pid = res.get(keys.PROCESS_PID)
@@ -329,11 +390,41 @@ class _Loader:
                 for name, ts, attrs in events:
                     self.data.instants.append((label, name, ts, attrs))
             self.data.spans.append(SpanRow(
-                self.intern(span.name), span.start_time / 1e9,
+                self.intern(span.name), (span.start_time or 0) / 1e9,
                 max(0, (span.end_time or span.start_time) - span.start_time) / 1e9,
                 f"{span.context.span_id:016x}",
                 f"{parent.span_id:016x}" if parent is not None else None,
                 label, args.get(keys.THREAD_ID), args, events))
+            count += 1
+        return count
+
+    @staticmethod
+    def _otlp_problem(span: Any) -> str | None:
+        """Why an OTLP span cannot be used (a name or an id of the wrong JSON type), or ``None``."""
+        problem = _otlp_span_problem(span) or _bad_id(span.attributes or {})
+        if problem:
+            return problem
+        for event in span.events:
+            problem = _bad_id(event.attributes or {})
+            if problem:
+                return f"event {event.name}: {problem}"
+        if not (0 <= (span.start_time or 0) < _MAX_NS and 0 <= (span.end_time or 0) < _MAX_NS):
+            return "startTimeUnixNano / endTimeUnixNano out of range"
+        return None
+
+    # --- otel_rl.stats exports ---------------------------------------------------------------
+    def _stats(self, path: str) -> int:
+        """``stats-r{rank}.jsonl``: one tracker's export per line, kept for the training view."""
+        count = 0
+        for lineno, rec in self._lines(path):
+            if not isinstance(rec, dict) or not isinstance(rec.get("values"), dict):
+                self.diag.bad_line(path, lineno, "not a stats export (no 'values' object)")
+                continue
+            step = rec.get("step")
+            if step is not None and type(step) is not int:
+                step = None
+            self.data.stats.append({"step": step, "tracker": rec.get("tracker"), "rank": rec.get("rank"),
+                                    "values": rec["values"]})
             count += 1
         return count
 
@@ -359,6 +450,11 @@ class _Loader:
             raise ValueError("not a session record (no session_id)")
         rank = rec.get("rank")
         role = rec.get("role")
+        if role is not None and type(role) is not str:
+            raise ValueError("role is not a string")
+        for name in ("session_id", "task_id", "span_id", "trace_id"):
+            if type(rec.get(name)) not in _ID_TYPES:
+                raise ValueError(f"{name} is not a string or number")
         key = (rank, role) if type(rank) is int else (label, None)
         worker = self._worker_cache.get(key)
         if worker is None:
@@ -369,21 +465,16 @@ class _Loader:
             self._worker_cache[key] = worker
         if self.data.ranks is not None and not self.allowed(worker):
             return None
-        submit = rec.get("submit_ts")
-        finalized = rec.get("finalized_ts")
+        submit = _seconds(rec.get("submit_ts"), "submit_ts")
+        finalized = _seconds(rec.get("finalized_ts"), "finalized_ts")
         total = rec.get("total_s")
-        if submit is not None and type(submit) is not float and type(submit) is not int:
-            raise ValueError(f"submit_ts is not a number: {submit!r}")
         if finalized is None:
             total = None  # still open: no duration
+        elif total is None:
+            if submit is not None:
+                total = finalized - submit
         else:
-            if type(finalized) is not float and type(finalized) is not int:
-                raise ValueError(f"finalized_ts is not a number: {finalized!r}")
-            if total is None:
-                if submit is not None:
-                    total = finalized - submit
-            elif type(total) is not float and type(total) is not int:
-                raise ValueError(f"total_s is not a number: {total!r}")
+            total = _seconds(total, "total_s")
         flat: list[Any] = []
         phases = rec.get("phases")
         if phases:
@@ -403,6 +494,8 @@ class _Loader:
                     if (type(s) is not float and type(s) is not int) or (
                             e is not None and type(e) is not float and type(e) is not int):
                         raise ValueError(f"phases.{name}: start_ts / end_ts are not numbers")
+                    if not -_MAX_S < s < _MAX_S or (e is not None and not -_MAX_S < e < _MAX_S):
+                        raise ValueError(f"phases.{name}: start_ts / end_ts out of range")
                     flat += (name, s, e)
         step = rec.get("step")
         if step is None:
@@ -413,8 +506,11 @@ class _Loader:
         if type(status) is not str:
             status = str(status)
         counters = rec.get("counters")
+        reason = rec.get("reason")
+        if type(reason) is dict or type(reason) is list:
+            reason = orjson.dumps(reason).decode()  # shown as text, as structured as it was written
         return SessionRow(worker, rec.get("task_id"), rec["session_id"], self._names.setdefault(status, status),
-                          rec.get("reason"), submit, finalized, total, step, tuple(flat),
+                          reason, submit, finalized, total, step, tuple(flat),
                           counters if type(counters) is dict and counters else None, rec.get("span_id"),
                           rec.get("trace_id"))
 
@@ -435,13 +531,20 @@ class _Loader:
                 self.diag.bad_line(path, lineno, "request event without a string event_name and "
                                                  "a numeric timestamp_ns")
                 continue
+            pid = ev.get(_PID)
+            if type(rid) not in _ID_TYPES or type(pid) not in _ID_TYPES:
+                self.diag.bad_line(path, lineno, f"{_RID if type(rid) not in _ID_TYPES else _PID} "
+                                                 "is not a string or number")
+                continue
+            if not -_MAX_NS < ts < _MAX_NS:
+                self.diag.bad_line(path, lineno, f"{_TS} is out of range: {ts!r}")
+                continue
             metadata = ev.get(_META)
             if type(metadata) is not dict:
                 metadata = {}
             stage = ev.get(_STAGE)
             requests.setdefault(rid, []).append(
-                (int(ts), intern(stage if isinstance(stage, str) else "unknown"), intern(name),
-                 ev.get(_PID), metadata))
+                (int(ts), intern(stage if isinstance(stage, str) else "unknown"), intern(name), pid, metadata))
             count += 1
         if missing_id:
             self.diag.warn(f"{path}: {missing_id} request events without a request_id skipped")
@@ -480,60 +583,85 @@ class _ChromeEvents:
         return worker
 
     def feed(self, ev: dict[str, Any]) -> str | None:
+        """Takes one event; returns what is wrong with it (the line is then skipped), or ``None``."""
         ph = ev.get("ph")
+        pid, tid = ev.get("pid"), ev.get("tid")
+        if type(pid) not in _ID_TYPES or type(tid) not in _ID_TYPES:
+            return f"{'pid' if type(pid) not in _ID_TYPES else 'tid'} is not a string or number"
         if ph == "X":
-            worker = self._worker(ev.get("pid"))
+            worker = self._worker(pid)
             if worker is None:
                 return None
             ts, dur = ev.get("ts"), ev.get("dur", 0)
             if not _num(ts) or not _num(dur):
                 return "complete event without numeric ts / dur"
+            if not (-_MAX_US < ts < _MAX_US and -_MAX_US < ts + dur < _MAX_US):
+                return "ts / dur out of range"
             args = ev.get("args")
             if type(args) is not dict:
                 args = {}
+            problem = _bad_id(args)
+            if problem:
+                return f"args.{problem}"
             if not self.loader._step_ok(args):
                 return None
             self.spans.append(SpanRow(self.loader.intern(str(ev.get("name", ""))), ts / 1e6,
                                       dur / 1e6, args.get("span_id"),
-                                      args.get("parent_span_id"), worker, ev.get("tid"), args))
+                                      args.get("parent_span_id"), worker, tid, args))
             self.count += 1
         elif ph == "B":
-            if self._worker(ev.get("pid")) is None:
+            if self._worker(pid) is None:
                 return None
-            if not _num(ev.get("ts")):
-                return "begin event without a numeric ts"
-            self.open[(ev.get("pid"), ev.get("tid"))].append(ev)
+            ts = ev.get("ts")
+            if not _num(ts) or not -_MAX_US < ts < _MAX_US:
+                return "begin event without a numeric ts in range"
+            self.open[(pid, tid)].append(ev)
         elif ph == "E":
-            worker = self._worker(ev.get("pid"))
+            worker = self._worker(pid)
             if worker is None:
                 return None
-            stack = self.open.get((ev.get("pid"), ev.get("tid")))
+            stack = self.open.get((pid, tid))
             if not stack:
                 return "end event without a matching begin event"
             begin = stack.pop()
-            if not _num(ev.get("ts")):
-                return "end event without a numeric ts"
-            args = dict(begin.get("args") or {})
-            args.update(ev.get("args") or {})
+            ts = ev.get("ts")
+            if not _num(ts) or not -_MAX_US < ts < _MAX_US:
+                return "end event without a numeric ts in range"
+            begin_args, end_args = begin.get("args"), ev.get("args")
+            args = dict(begin_args) if type(begin_args) is dict else {}
+            if type(end_args) is dict:
+                args.update(end_args)
+            problem = _bad_id(args)
+            if problem:
+                return f"args.{problem}"
             if not self.loader._step_ok(args):
                 return None
             self.spans.append(SpanRow(self.loader.intern(str(begin.get("name", ""))),
-                                      begin["ts"] / 1e6, (ev["ts"] - begin["ts"]) / 1e6, args.get("span_id"),
-                                      args.get("parent_span_id"), worker, ev.get("tid"), args))
+                                      begin["ts"] / 1e6, (ts - begin["ts"]) / 1e6, args.get("span_id"),
+                                      args.get("parent_span_id"), worker, tid, args))
             self.count += 1
         elif ph in ("i", "I", "n", "R"):
-            worker = self._worker(ev.get("pid"))
-            if worker is None or not _num(ev.get("ts")):
+            worker = self._worker(pid)
+            if worker is None:
                 return None
+            ts = ev.get("ts")
+            if not _num(ts) or not -_MAX_US < ts < _MAX_US:
+                return "instant event without a numeric ts in range"
             args = ev.get("args")
-            self.instants.append((worker, str(ev.get("name", "")), ev["ts"] / 1e6,
-                                  args if type(args) is dict else {}))
+            if type(args) is not dict:
+                args = {}
+            problem = _bad_id(args)
+            if problem:
+                return f"args.{problem}"
+            self.instants.append((worker, str(ev.get("name", "")), ts / 1e6, args))
             self.count += 1
         elif ph == "M":
             if ev.get("name") == "process_name":
-                worker = self._worker(ev.get("pid"))
-                name = (ev.get("args") or {}).get("name")
+                worker = self._worker(pid)
+                name = (ev.get("args") or {}).get("name") if type(ev.get("args")) is dict else None
                 if worker is not None and name:
+                    if type(name) is not str:
+                        return "process_name without a string args.name"
                     self.loader.worker(worker, name=name)
         return None
 
@@ -727,7 +855,8 @@ def _align_clocks(data: RunData, apply: bool) -> None:
 
 
 def load(inputs: str | Sequence[str], *, steps: Any = None, ranks: Any = None,
-         align_clocks: bool = True, progress: bool | None = None) -> RunData:
+         align_clocks: bool = True, progress: bool | None = None,
+         limits: InputLimits | None = None) -> RunData:
     """Reads run directories, files or glob patterns into one :class:`RunData`.
 
     Args:
@@ -739,9 +868,14 @@ def load(inputs: str | Sequence[str], *, steps: Any = None, ranks: Any = None,
         align_clocks: Shift a worker's times when its spans contradict their
             cross-process parents (clock skew between hosts).
         progress: Show a progress bar (``None``: on large inputs in a terminal).
+        limits: Bounds on what one input may cost to read
+            (:class:`otel_rl.convert.InputLimits`: line length, decompressed
+            size); what goes past them is skipped and reported in the diagnostics.
 
     Returns:
-        The run; ``data.diagnostics`` says what could not be read and why.
+        The run; ``data.diagnostics`` says what could not be read and why: a line
+        that cannot be used (not JSON, a field of the wrong type, over the line
+        bound) is skipped and named with its file and line, never raised.
     """
     if isinstance(inputs, (str, os.PathLike)):
         inputs = [os.fspath(inputs)]
@@ -762,7 +896,7 @@ def load(inputs: str | Sequence[str], *, steps: Any = None, ranks: Any = None,
             pass
     bar = _Progress(total, progress)
     named = frozenset(os.path.realpath(p) for p in inputs if os.path.isfile(p))
-    loader = _Loader(data, bar, named)
+    loader = _Loader(data, bar, named, limits)
     # Millions of small objects and no cycles: the cyclic collector would only
     # rescan them over and over while they are created.
     collecting = gc.isenabled()
@@ -775,6 +909,7 @@ def load(inputs: str | Sequence[str], *, steps: Any = None, ranks: Any = None,
                 data.diagnostics.unreadable.append((path, str(exc)))
         _derive(data, loader)
         _align_clocks(data, align_clocks)
+        scope_request_ids(data)
         for events in data.requests.values():
             events.sort(key=lambda e: e[0])
     finally:

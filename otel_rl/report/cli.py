@@ -12,6 +12,7 @@ from typing import Any
 
 import orjson
 
+from ..convert import add_limit_options, limits_from_args
 from ._build import VIEWS, build
 from ._load import load, parse_ranks, parse_steps
 from .lifecycle import DEFAULT_GANTT_LIMIT
@@ -81,6 +82,7 @@ def parser() -> argparse.ArgumentParser:
                           help="always show a progress bar while reading")
     progress.add_argument("--no-progress", dest="progress", action="store_false",
                           help="never show one (default: on large inputs in a terminal)")
+    add_limit_options(p)
     p.add_argument("-q", "--quiet", action="store_true", help="no warnings about skipped input")
     return p
 
@@ -130,7 +132,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             err.write("otel-rl report: --format html needs plotly: pip install 'otel_rl[report]'\n")
             return 1
     data = load(args.inputs, steps=args.step, ranks=ranks, align_clocks=not args.no_align_clocks,
-                progress=args.progress)
+                progress=args.progress, limits=limits_from_args(args))
     messages = data.diagnostics.messages()
     if not args.quiet:
         for message in messages[:MAX_MESSAGES]:
@@ -146,9 +148,20 @@ def main(argv: Sequence[str] | None = None) -> int:
             what += " (after --step / --rank)"
         err.write(f"otel-rl report: nothing to report from {' '.join(args.inputs)}: {what}\n")
         return 1
+    if data.steps is not None and not data.sessions and not data.spans:
+        err.write(f"otel-rl report: --step {','.join(map(str, sorted(data.steps)))}: no session or span of those steps in "
+                  f"{' '.join(args.inputs)}\n")
+        return 1
     doc = build(data, args.view, threshold=args.straggler_threshold, outliers=args.outliers,
                 turn_phase=args.turn_phase, sessions=args.session, requests=args.request,
                 timeline_limit=args.timeline_limit, gantt_limit=args.gantt_limit, bins=args.bins)
+    timelines = doc.get("timeline")
+    if timelines is not None:
+        # Ids that match nothing are said, not silently shown as an empty timeline.
+        for flag, ids, key in (("--session", args.session, "sessions"), ("--request", args.request, "requests")):
+            if ids and not timelines.get(key):
+                err.write(f"otel-rl report: {flag} {', '.join(map(str, ids))}: no such {key[:-1]} "
+                          f"(of {timelines.get(key + '_total', 0):,}); its timeline is empty\n")
     try:
         if args.format == "json":
             payload = _dump_json(doc)
