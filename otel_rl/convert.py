@@ -1504,7 +1504,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not found:
         # A mistyped run directory must not replace a good trace with an empty one.
         named = ", ".join(missing or args.inputs)
-        err.write(f"otel_rl.convert: no input file found ({named}); {args.output} not written\n")
+        err.write(f"otel_rl.convert: {named}: no such file, or no trace file in it; {args.output} "
+                  "not written\n")
         return 1
     try:
         stats = convert(args.inputs, args.output, workers=args.jobs, limits=limits_from_args(args))

@@ -29,10 +29,16 @@ def gzip_bomb(path: Path, line_mib: int = 256, before: Sequence[dict] = (), afte
 
 def run_measured(module: str, args: list[str]) -> tuple[int, float, str]:
     """Runs ``module``'s ``main(args)`` in a fresh interpreter: (exit status, peak RSS in MiB, stderr)."""
+    # VmHWM is this process image's own peak: ru_maxrss can carry the peak of the
+    # (large, after many tests) process it was forked from across exec.
     code = ("import resource, sys\n"
             f"from {module} import main\n"
             "rc = main(sys.argv[1:])\n"
-            "sys.stderr.write('peak_kib=%d\\n' % resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)\n"
+            "try:\n"
+            "    peak = next(int(l.split()[1]) for l in open('/proc/self/status') if l.startswith('VmHWM:'))\n"
+            "except (OSError, StopIteration):\n"
+            "    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+            "sys.stderr.write('peak_kib=%d\\n' % peak)\n"
             "sys.exit(rc)\n")
     result = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=120)
     peak = [line for line in result.stderr.splitlines() if line.startswith("peak_kib=")]

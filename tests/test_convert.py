@@ -525,5 +525,5 @@ def test_a_mistyped_input_never_replaces_an_existing_output(tmp_path, capsys):
     out = tmp_path / "trace.json"
     out.write_text('{"traceEvents": [{"ph": "X", "name": "kept"}]}')
     assert main([str(tmp_path / "no-such-run"), "-o", str(out)]) == 1
-    assert "no input file found" in capsys.readouterr().err
+    assert "no such file" in capsys.readouterr().err
     assert json.loads(out.read_text())["traceEvents"][0]["name"] == "kept"

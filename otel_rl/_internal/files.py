@@ -121,15 +121,7 @@ def makedirs(path: str) -> None:
     path = os.fspath(path)
     if not path:
         return
-    if not os.path.isdir(path):
-        parent = os.path.dirname(os.path.abspath(path))
-        if parent != os.path.abspath(path):
-            makedirs_unchecked(parent)
-        try:
-            os.mkdir(path, dir_mode())
-        except FileExistsError:
-            if not os.path.isdir(path):
-                raise
+    makedirs_unchecked(path)
     problem = dir_problem(path)
     if problem is not None:
         raise UnsafePathError(errno.EPERM, f"refusing to write run files in {problem}")
