@@ -124,3 +124,18 @@ def _isolated():
         otel_rl.reset()
     context.detach(token)
 
+
+
+@pytest.fixture
+def recorder_stopped():
+    """The process's request-event recorder stopped, no stage bound and no counts,
+    before and after the test (modules of request-event tests use it for every test)."""
+    from otel_rl import events
+    from otel_rl._internal import guard
+
+    events.stop()
+    events.reset_active_stage(None)
+    guard.clear()
+    yield
+    events.stop()
+    events.reset_active_stage(None)

@@ -21,15 +21,7 @@ from otel_rl._internal import guard, keys
 FIELDS = ["request_id", "stage", "event_name", "timestamp_ns", "run_id", "pid", "metadata"]
 
 
-@pytest.fixture(autouse=True)
-def _recorder_stopped():
-    """Every test starts and ends with the recorder stopped, no stage bound and no counts."""
-    events.stop()
-    events.reset_active_stage(None)
-    guard.clear()
-    yield
-    events.stop()
-    events.reset_active_stage(None)
+pytestmark = pytest.mark.usefixtures("recorder_stopped")
 
 
 def read_events(event_dir) -> list[dict]:
