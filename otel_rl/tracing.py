@@ -215,15 +215,16 @@ def instant(name: str, category: Category | str | None = None, args: dict[str, A
         return
     ctx = _get_current()
     current = ctx.get(_SPAN_KEY)
-    attrs: dict[str, Any] = {}
-    if category is not None:
-        attrs[keys.CATEGORY] = normalize_category(category)
-    if args:
-        attrs.update(args)
-        own_values(attrs)  # kept on the span until it ends: its values as they are now
     if current is not None and current.is_recording():
+        attrs: dict[str, Any] = {}
+        if category is not None:
+            attrs[keys.CATEGORY] = normalize_category(category)
+        if args:
+            attrs.update(args)
+            own_values(attrs)  # kept on the span until it ends: its values as they are now
         current.add_event(name, attrs or None)
         return
+    # No span current: a zero-length span of its own (which snapshots args itself).
     span = LeanSpan(STATE.pipeline, name, ctx, _INTERNAL, {keys.SPAN_KIND: keys.KIND_INSTANT}, args,
                     category)
     span.end(span.start_ns)

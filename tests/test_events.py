@@ -16,7 +16,7 @@ from spans_util import one
 
 import otel_rl
 from otel_rl import events
-from otel_rl._internal import guard, keys
+from otel_rl._internal import keys
 
 FIELDS = ["request_id", "stage", "event_name", "timestamp_ns", "run_id", "pid", "metadata"]
 

@@ -14,7 +14,6 @@ import signal
 import socket
 import subprocess
 import sys
-import textwrap
 import threading
 import time
 
@@ -22,6 +21,7 @@ import pytest
 from opentelemetry.sdk.trace import TracerProvider
 
 import otel_rl
+from waiting import reap_children
 from otel_rl._internal import guard, keys
 from otel_rl._internal.state import STATE
 
@@ -292,21 +292,7 @@ def test_forks_while_a_thread_polls_diagnostics_never_hang(tmp_path):
     finally:
         stop.set()
         poller.join()
-    deadline = time.monotonic() + 30
-    hung = []
-    for pid in children:
-        while True:
-            done, status = os.waitpid(pid, os.WNOHANG)
-            if done:
-                assert os.waitstatus_to_exitcode(status) == 0
-                break
-            if time.monotonic() > deadline:
-                os.kill(pid, signal.SIGKILL)
-                os.waitpid(pid, 0)
-                hung.append(pid)
-                break
-            time.sleep(0.01)
-    assert hung == []
+    assert reap_children(children) == []
 
 
 # --- silent or mislabelled loss -------------------------------------------------------------

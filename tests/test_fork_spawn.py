@@ -12,7 +12,7 @@ import time
 import fault_workers
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
-from waiting import wait_until
+from waiting import reap_children, wait_until
 
 import otel_rl
 from otel_rl._internal import guard, keys
@@ -92,17 +92,8 @@ def test_forks_while_the_export_thread_is_busy_neither_deadlock_nor_duplicate(tm
                 finally:
                     os._exit(code)
             children.append(pid)
-        deadline = time.monotonic() + 30
-        for pid in children:
-            while True:
-                done, status = os.waitpid(pid, os.WNOHANG)
-                if done:
-                    assert os.waitstatus_to_exitcode(status) == 0
-                    break
-                if time.monotonic() > deadline:
-                    os.kill(pid, 9)
-                    pytest.fail(f"forked child {pid} did not finish: deadlocked")
-                time.sleep(0.02)
+        hung = reap_children(children)
+        assert not hung, f"forked children {hung} did not finish: deadlocked"
     finally:
         stop.set()
         thread.join()

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import gc
 import json
-import math
 import os
 import uuid
 import weakref

@@ -20,7 +20,6 @@ import httpx
 import pytest
 import requests
 from opentelemetry import trace
-from opentelemetry.sdk.trace import TracerProvider
 from spans_util import one
 
 import otel_rl

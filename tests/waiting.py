@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 from collections.abc import Callable
 from typing import TypeVar
@@ -30,3 +32,29 @@ def wait_until(condition: Callable[[], T], timeout: float = 30.0, interval: floa
         if time.monotonic() > deadline:
             raise AssertionError(f"waited {timeout:g} s for {what or getattr(condition, '__name__', 'a condition')}")
         time.sleep(interval)
+
+
+def reap_children(pids: list[int], timeout: float = 30.0) -> list[int]:
+    """Waits for forked children, each to exit with status 0.
+
+    Returns:
+        The children still running after ``timeout`` (killed and reaped): hung ones.
+
+    Raises:
+        AssertionError: A child exited with another status.
+    """
+    deadline = time.monotonic() + timeout
+    hung = []
+    for pid in pids:
+        while True:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                assert os.waitstatus_to_exitcode(status) == 0, f"child {pid} exited with {status}"
+                break
+            if time.monotonic() > deadline:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                hung.append(pid)
+                break
+            time.sleep(0.01)
+    return hung

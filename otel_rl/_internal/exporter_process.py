@@ -47,7 +47,7 @@ import time
 from typing import Any
 
 from .. import environment_variables as ev
-from . import guard, keys
+from . import guard
 from .records import make_marshalable, span_count
 
 CONFIG_ENV = "OTEL_RL_EXPORTER_CONFIG"

@@ -257,26 +257,26 @@ def reduce_stats(local: Local, groups: Mapping[tuple[str, str], Any] | None = No
     # Keys with a per-key group: over key_sync_group, or over each one's own group.
     if key_sync_group is not None:
         overrides = {tracker: {key: meta for key, meta in keys.items() if meta[2]} for tracker, keys in mine.items()}
-        sync_union, sync_conflicts = _merge(_all_gather_json(overrides, key_sync_group))
-        _report_conflicts(sync_conflicts - conflicts)
-        order = [(tracker, key) for tracker in sorted(sync_union) for key in sorted(sync_union[tracker])
-                 if (tracker, key) not in sync_conflicts]
-        for tracker in sync_union:
-            out.setdefault(tracker, {})
-        _merge_into(out, _all_reduce(key_sync_group, order, local, sync_union))
+        _reduce_keys(key_sync_group, overrides, local, conflicts, out)
     for group, keys in per_key.values():
-        # Ranks of a per-key group may have recorded different keys of it: exchange them first.
-        theirs = {}
+        theirs: dict[str, dict[str, Meta]] = {}
         for tracker, key in keys:
             theirs.setdefault(tracker, {})[key] = mine[tracker][key]
-        group_union, group_conflicts = _merge(_all_gather_json(theirs, group))
-        _report_conflicts(group_conflicts - conflicts)
-        order = [(tracker, key) for tracker in sorted(group_union) for key in sorted(group_union[tracker])
-                 if (tracker, key) not in group_conflicts]
-        for tracker in group_union:
-            out.setdefault(tracker, {})
-        _merge_into(out, _all_reduce(group, order, local, group_union))
+        _reduce_keys(group, theirs, local, conflicts, out)
     return out
+
+
+def _reduce_keys(group: Any, keys: dict[str, dict[str, Meta]], local: Local, reported: set,
+                 out: dict[str, dict[str, Partial]]) -> None:
+    """Reduces ``keys`` over ``group`` into ``out``. Its ranks may have recorded different
+    keys: they exchange them first, so every rank issues the same collectives."""
+    union, conflicts = _merge(_all_gather_json(keys, group))
+    _report_conflicts(conflicts - reported)
+    order = [(tracker, key) for tracker in sorted(union) for key in sorted(union[tracker])
+             if (tracker, key) not in conflicts]
+    for tracker in union:
+        out.setdefault(tracker, {})
+    _merge_into(out, _all_reduce(group, order, local, union))
 
 
 def reduce_across(group: Any, local: Local) -> dict[str, dict[str, Partial]]:
