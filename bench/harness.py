@@ -70,7 +70,7 @@ def scrub_environment() -> dict[str, str]:
 def file_exporter_available() -> bool:
     """Whether otel_rl's Chrome-trace file exporter module exists yet."""
     try:
-        return importlib.util.find_spec("otel_rl._internal.file_exporter") is not None
+        return importlib.util.find_spec("otel_rl._internal.export.file_exporter") is not None
     except (ImportError, ValueError):
         return False
 

@@ -14,7 +14,7 @@ from collections.abc import Mapping as _Mapping
 from typing import Any
 
 from ._internal import guard as _guard
-from ._internal import setup as _setup
+from ._internal import runtime as _setup
 from ._internal.config import ConfigError, Settings
 from ._internal.state import STATE as _STATE
 from .environment_variables import OTEL_RL_ENABLED as _OTEL_RL_ENABLED
@@ -46,7 +46,7 @@ from .tracing import (
 )
 from . import stats  # noqa: E402 - AReaL stats_tracker names; imports neither torch nor numpy
 from . import events  # noqa: E402 - request events (sglang-omni's recorder names)
-from ._internal.control import (  # noqa: E402 - live profiling control (sglang-omni's endpoints)
+from ._internal.control.operations import (  # noqa: E402 - live profiling control (sglang-omni's endpoints)
     control_app,
     profile_status,
     serve_control,
@@ -220,7 +220,7 @@ def set_redactor(fn: Any) -> None:
     Raises:
         TypeError: ``fn`` is neither callable nor ``None``.
     """
-    from ._internal import privacy
+    from ._internal.recording import privacy
 
     privacy.set_redactor(fn)
 

@@ -42,8 +42,8 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import Link, SpanContext, SpanKind, TraceFlags
 from opentelemetry.trace.status import Status, StatusCode
 
-from ._internal.chrome_trace import BATCH_MARKER, BATCH_MARKER_PREFIX, ChromeTraceEncoder, kineto_shift_us
-from ._internal.flows import FlowJoiner
+from ._internal.encode.chrome_trace import BATCH_MARKER, BATCH_MARKER_PREFIX, ChromeTraceEncoder, kineto_shift_us
+from ._internal.encode.flows import FlowJoiner
 from ._internal import keys
 from ._internal.keys import MERGED_TRACE_FILE, TRACE_JOIN_KEY
 

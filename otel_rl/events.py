@@ -59,11 +59,12 @@ from typing import Any
 import orjson
 from opentelemetry.trace.propagation import _SPAN_KEY
 
-from ._internal import files, guard, keys, privacy
+from ._internal import files, guard, keys
+from ._internal.recording import privacy
 from ._internal.payload import flatten_attributes, json_safe
-from ._internal.spans import get_current
+from ._internal.recording.spans import get_current
 from ._internal.state import STATE
-from ._internal.tracking import current_id
+from ._internal.recording.tracking import current_id
 
 __all__ = [
     "ProfilingError", "RequestEvent", "RequestEventRecorder", "active_run_id", "emit",

@@ -22,8 +22,8 @@ from opentelemetry import trace as trace_api
 
 from . import sessions, tracing
 from ._internal import guard
-from ._internal import setup as _setup
-from ._internal.category import Category
+from ._internal import runtime as _setup
+from ._internal.recording.category import Category
 from ._internal.state import STATE
 
 __all__ = ["PerfTraceCategory", "PerfTracer", "SessionTraceEvent", "SessionTracer", "get_session_tracer"]

@@ -20,9 +20,9 @@ from opentelemetry import context as context_api
 
 from ._internal import guard, keys
 from ._internal.payload import own_values
-from ._internal.spans import LeanSpan, record_error
+from ._internal.recording.spans import LeanSpan, record_error
 from ._internal.state import STATE
-from ._internal.tracking import PhaseOptions, current_id
+from ._internal.recording.tracking import PhaseOptions, current_id
 
 F = TypeVar("F", bound=Callable[..., Any])
 

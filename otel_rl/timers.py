@@ -51,9 +51,9 @@ from opentelemetry.trace import SpanKind
 from opentelemetry.trace.propagation import _SPAN_KEY
 
 from ._internal import guard, keys
-from ._internal.spans import LeanSpan, get_current
+from ._internal.recording.spans import LeanSpan, get_current
 from ._internal.state import STATE
-from ._internal.timer_stack import TIMER_FORMAT_VERSION, GaugeNode, TimerNode, TimerStack
+from ._internal.recording.timer_stack import TIMER_FORMAT_VERSION, GaugeNode, TimerNode, TimerStack
 from .tracing import _record, _Resumed, trace_scope
 
 __all__ = [

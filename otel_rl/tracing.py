@@ -16,12 +16,12 @@ from opentelemetry.trace import SpanKind
 from opentelemetry.trace.propagation import _SPAN_KEY
 
 from ._internal import guard, keys
-from ._internal.category import Category, normalize_category
+from ._internal.recording.category import Category, normalize_category
 from ._internal.payload import own_values
-from ._internal.spans import NULL_SCOPE, LeanSpan, attach, detach, get_current, record_error
+from ._internal.recording.spans import NULL_SCOPE, LeanSpan, attach, detach, get_current, record_error
 from ._internal.state import STATE
-from ._internal.torch_profiler import PROFILER as _TORCH, CudaSyncedScope
-from ._internal.tracking import current_id, with_ids
+from ._internal.control.torch_profiler import PROFILER as _TORCH, CudaSyncedScope
+from ._internal.recording.tracking import current_id, with_ids
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -291,14 +291,14 @@ def set_step(step: int) -> None:
 
 @guard.guarded()
 def _cuda_mark() -> Any:
-    from ._internal.torch_profiler import cuda_mark
+    from ._internal.control.torch_profiler import cuda_mark
 
     return cuda_mark()
 
 
 @guard.guarded()
 def _cuda_elapsed(span: LeanSpan, start: Any) -> None:
-    from ._internal.torch_profiler import cuda_elapsed_ms
+    from ._internal.control.torch_profiler import cuda_elapsed_ms
 
     span.set_attribute(keys.CUDA_ELAPSED_MS, cuda_elapsed_ms(start))
 

@@ -15,8 +15,8 @@ from opentelemetry.trace import SpanContext, SpanKind, TraceFlags
 from opentelemetry.trace.status import Status, StatusCode
 
 from otel_rl._internal import keys
-from otel_rl._internal.chrome_trace import FLOW_CATEGORY, FLOW_SOURCE, ChromeTraceEncoder
-from otel_rl._internal.flows import FlowJoiner
+from otel_rl._internal.encode.chrome_trace import FLOW_CATEGORY, FLOW_SOURCE, ChromeTraceEncoder
+from otel_rl._internal.encode.flows import FlowJoiner
 
 # Span times are whole microseconds after a realistic epoch start, so ts and
 # ts + dur are exact floats and the nesting checks below can compare exactly.

@@ -17,8 +17,8 @@ from opentelemetry.trace import SpanContext, SpanKind, TraceFlags
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from otel_rl._internal import keys
-from otel_rl._internal.chrome_trace import BATCH_MARKER
-from otel_rl._internal.file_exporter import ChromeTraceFileExporter, InPlaceBatchProcessor
+from otel_rl._internal.encode.chrome_trace import BATCH_MARKER
+from otel_rl._internal.export.file_exporter import ChromeTraceFileExporter, InPlaceBatchProcessor
 from otel_rl.convert import ConvertStats, InputLimits, convert, iter_chrome_json_events, main
 
 T0_US = 1_700_000_000_000_000

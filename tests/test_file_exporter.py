@@ -16,8 +16,8 @@ from opentelemetry.sdk.trace.export import SpanExportResult
 from opentelemetry.trace import SpanContext, TraceFlags
 
 from otel_rl._internal import guard, keys
-from otel_rl._internal.chrome_trace import BATCH_MARKER
-from otel_rl._internal.file_exporter import ChromeTraceFileExporter, InPlaceBatchProcessor
+from otel_rl._internal.encode.chrome_trace import BATCH_MARKER
+from otel_rl._internal.export.file_exporter import ChromeTraceFileExporter, InPlaceBatchProcessor
 
 T0_NS = 1_700_000_000_000_000_000
 RESOURCE = Resource({keys.SERVICE_NAME: "trainer", keys.PROCESS_PID: 31337, keys.RANK: 2})

@@ -16,7 +16,8 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import otel_rl
-from otel_rl import ConfigError, report
+from otel_rl import ConfigError
+from otel_rl import report
 from otel_rl._internal import guard, keys
 from otel_rl._internal import config as cfg
 from otel_rl._internal.config import PARAMS, parse_bool, resolve

@@ -166,7 +166,7 @@ def test_a_nan_status_keeps_the_session_and_the_metrics_interval(tmp_path):
 
 
 def test_a_nan_metric_label_is_written_as_null_not_lost(tmp_path):
-    from otel_rl._internal.metrics_file import JsonlMetricExporter
+    from otel_rl._internal.export.metrics_file import JsonlMetricExporter
     from opentelemetry.sdk.metrics import MeterProvider
     from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 

@@ -18,7 +18,7 @@ from opentelemetry.trace import Link, SpanContext, SpanKind, TraceFlags, TraceSt
 from opentelemetry.trace.status import Status, StatusCode
 
 from otel_rl._internal import guard
-from otel_rl._internal.otlp_encoder import OtlpTraceEncoder
+from otel_rl._internal.encode.otlp import OtlpTraceEncoder
 
 RESOURCE = Resource({"service.name": "trainer", "rl.rank": 3})
 SCOPE = InstrumentationScope("otel_rl", "0.1.0")

@@ -15,7 +15,7 @@ from receivers import GrpcReceiver
 
 import otel_rl
 from otel_rl._internal import guard
-from otel_rl._internal.export_chain import DEFAULT_OTLP_TIMEOUT_S, otlp_timeout_s
+from otel_rl._internal.export.chain import DEFAULT_OTLP_TIMEOUT_S, otlp_timeout_s
 
 
 @pytest.fixture(autouse=True)
@@ -107,7 +107,7 @@ def test_the_timeout_is_read_in_milliseconds_as_the_specification_says(monkeypat
     ({}, DEFAULT_OTLP_TIMEOUT_S, False),
 ])
 def test_timeout_values_and_their_warnings(env, expected, warns, caplog):
-    from otel_rl._internal import export_chain
+    from otel_rl._internal.export import chain as export_chain
 
     export_chain._warned.clear()
     with caplog.at_level(logging.WARNING, logger="otel_rl"):

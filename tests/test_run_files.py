@@ -14,7 +14,7 @@ from opentelemetry.sdk.trace import TracerProvider
 
 import otel_rl
 from otel_rl._internal import files, guard, keys
-from otel_rl._internal.jsonl import JsonlAppender
+from otel_rl._internal.export.jsonl import JsonlAppender
 
 FOREIGN_UID = 54321
 needs_root = pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0,

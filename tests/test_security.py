@@ -21,7 +21,8 @@ from receivers import GrpcReceiver, _MetricsServicer, _TraceServicer
 
 import otel_rl
 from otel_rl import events
-from otel_rl._internal import files, guard, payload, privacy
+from otel_rl._internal import files, guard, payload
+from otel_rl._internal.recording import privacy
 from otel_rl._internal.config import resolve
 from otel_rl.propagation import ASGIMiddleware, extract
 

@@ -273,10 +273,10 @@ def test_records_are_buffered_up_to_the_flush_threshold(tmp_path):
     task_id = otel_rl.register_task()
     for _ in range(2):
         otel_rl.trace_session_event("mark_finalized", session_id=otel_rl.register_session(task_id))
-    otel_rl._internal.setup.STATE.pipeline.flush(5)
+    otel_rl._internal.runtime.STATE.pipeline.flush(5)
     assert not os.path.exists(path)
     otel_rl.trace_session_event("mark_finalized", session_id=otel_rl.register_session(task_id))
-    otel_rl._internal.setup.STATE.pipeline.flush(5)
+    otel_rl._internal.runtime.STATE.pipeline.flush(5)
     with open(path) as f:
         assert len(f.readlines()) == 3
 

@@ -16,8 +16,8 @@ from spans_util import one
 import otel_rl
 from otel_rl import tracing
 from otel_rl._internal import guard, keys
-from otel_rl._internal.spans import LeanSpan
-from otel_rl._internal.torch_profiler import PROFILER, align_events
+from otel_rl._internal.recording.spans import LeanSpan
+from otel_rl._internal.control.torch_profiler import PROFILER, align_events
 from otel_rl.convert import convert
 
 try:

@@ -6,9 +6,9 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .config import Settings
-    from .pipeline import Pipeline
-    from .spans import LeanTracer
-    from .tracking import Registry
+    from .export.pipeline import Pipeline
+    from .recording.spans import LeanTracer
+    from .recording.tracking import Registry
 
 
 class State:

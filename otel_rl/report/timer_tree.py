@@ -17,7 +17,7 @@ from collections import defaultdict
 from typing import Any
 
 from .._internal import keys
-from .._internal.timer_stack import TIMER_FORMAT_VERSION
+from .._internal.recording.timer_stack import TIMER_FORMAT_VERSION
 from ._model import RunData, SpanRow
 
 _GAUGE_KEYS = (keys.GAUGE_VALUE, keys.ARGS_PREFIX + keys.GAUGE_VALUE)

@@ -26,8 +26,8 @@ AReaL's, NaN included.
 
 from __future__ import annotations
 
-from .._internal.stats_logging import StatsBackend, StatsRecord, register_backend, unregister_backend
-from .._internal.stats_reduce import merge_worker_stats
+from .._internal.stats.backends import StatsBackend, StatsRecord, register_backend, unregister_backend
+from .._internal.stats.reduce import merge_worker_stats
 from ._tracker import (
     DEFAULT_TRACKER,
     LOCK,

@@ -33,8 +33,8 @@ from enum import Enum, auto
 from typing import Any, Callable, TypeVar
 
 from .._internal import guard
-from .._internal import stats_logging as _logging
-from .._internal.stats_reduce import (
+from .._internal.stats import backends as _logging
+from .._internal.stats.reduce import (
     COMPACT,
     DENOMINATOR,
     SCALAR,

@@ -1,0 +1,777 @@
+"""Spans to Chrome Trace Event Format events (what Perfetto and chrome://tracing read).
+
+:class:`ChromeTraceEncoder` is pure: it turns SDK ``ReadableSpan`` objects into
+event dicts and never touches a file. The per-rank file exporter and the
+converter's OTLP/JSON path both use it, so a span looks the same whichever way
+it reached the viewer.
+
+Why there is more here than a field mapping: a Chrome trace draws complete
+(``X``) events of one ``(pid, tid)`` track as a stack, and a stack cannot show
+two slices that partially overlap - viewers drop or mangle them. Many asyncio
+sessions interleave on one thread, so their spans overlap all the time. Each
+source thread is therefore split into *lanes* (lane 0 is the thread's own
+track, further lanes are synthetic tracks named ``"<thread> · lane N"``), and
+every span goes into a lane where it nests properly. Within a lane a span only
+sits under its own ancestors and only encloses its own descendants, so the
+picture never suggests a parent that is not one. Sessions are kept together:
+their phases end before the session span does, so they wait until it arrives
+and are then laid out under it. Parent/child pairs that end up on different
+tracks, and client/server pairs in different processes, are joined with flow
+arrows.
+"""
+
+from __future__ import annotations
+
+import itertools
+import zlib
+from bisect import bisect_left, bisect_right
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.trace import SpanKind
+from opentelemetry.trace.status import StatusCode
+
+from .. import guard, keys
+from ..payload import safe_str, utf8_text
+
+#: Category and name of every flow event: Perfetto keys v1 flows on (id, cat, name).
+FLOW_CATEGORY = "rl.flow"
+FLOW_NAME = "flow"
+#: Name of the metadata line marking a span whose children may be in other processes
+#: (``args.span_id``; its ``pid``, ``tid`` and ``ts`` are the span's slice). The converter
+#: starts the flows of those children there; viewers ignore metadata they do not know.
+FLOW_SOURCE = "otel_rl.flow_source"
+#: Name of the metadata line that closes each batch in a trace file. Its args
+#: give the batch's line count, byte length, CRC-32 and pids, so a reader can
+#: trust (and copy) the whole batch without parsing every line. Viewers ignore
+#: metadata they do not know; the converter drops it.
+BATCH_MARKER = "otel_rl.batch"
+#: How a batch marker line starts: the exporter writes its keys in this order.
+BATCH_MARKER_PREFIX = b'{"ph":"M","name":"otel_rl.batch",'
+
+# Synthetic pids stay above Linux's largest possible pid (2**22) and, like every
+# pid and tid written here, below 2**32: Perfetto rejects larger ones.
+_SYNTHETIC_PID_BASE = 1 << 22
+_SYNTHETIC_PID_SPAN = 1 << 22
+# Each encoder gets its own tid range, so two encoders writing the same file from
+# one process (a reconfigured exporter) never share a track by accident.
+_TIDS_PER_ENCODER = 1 << 20
+_encoder_numbers = itertools.count(1)
+# Local parent->child links use the child's span id mixed with this constant, so
+# they never take the id a client span uses for its cross-process link.
+_LOCAL_FLOW_MIX = 0x9E3779B97F4A7C15
+# A remote child's flow id: its own span id mixed with this, unique per edge.
+_REMOTE_FLOW_MIX = 0xC2B2AE3D27D4EB4F
+
+_MAX_GROUPS = 1024  # source threads remembered per process
+_MAX_WAITING_CHILDREN = 4096  # children of one unplaced parent remembered for its flows
+
+_INT_MIN = -(1 << 63)
+_INT_MAX = (1 << 64) - 1
+_MAX_ANCESTRY = 64
+
+
+def json_safe_value(value: Any) -> Any:
+    """An attribute value orjson can write: sequences become lists, bytes hex text,
+    text valid UTF-8 (a lone surrogate escaped)."""
+    kind = type(value)
+    if kind is str:
+        return utf8_text(value)
+    if kind is bool or kind is float or value is None:
+        return value
+    if kind is int:
+        return value if _INT_MIN <= value <= _INT_MAX else str(value)
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value).hex()
+    if isinstance(value, Mapping):
+        return {utf8_text(safe_str(k)): json_safe_value(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe_value(v) for v in value]
+    if isinstance(value, int):  # bool subclasses and int enums
+        return json_safe_value(int(value))
+    return utf8_text(safe_str(value))
+
+
+_ARGS_PREFIX = keys.ARGS_PREFIX
+_ARGS_PREFIX_LEN = len(_ARGS_PREFIX)
+
+
+def _args_from(attributes: Mapping[str, Any] | None) -> dict[str, Any]:
+    """A span's or event's attributes as Chrome ``args``: the user's own ``args``
+    under their own keys (the ``rl.args.`` prefix is OpenTelemetry's namespacing,
+    not part of the name people filter on in Perfetto), otel_rl's keys as they are."""
+    if not attributes:
+        return {}
+    out = {}
+    for key, value in attributes.items():
+        kind = type(value)
+        if not (kind is str or kind is float or kind is bool or (
+                kind is int and _INT_MIN <= value <= _INT_MAX)):
+            value = json_safe_value(value)
+        if key.startswith(_ARGS_PREFIX):
+            key = key[_ARGS_PREFIX_LEN:]
+        out[key] = value
+    # The track already names the thread; repeating it on every slice only
+    # makes the file bigger.
+    out.pop(keys.THREAD_ID, None)
+    out.pop(keys.THREAD_NAME, None)
+    return out
+
+
+class _TwoGen:
+    """A bounded map: when the young generation fills it becomes the old one.
+
+    Cheaper than evicting one entry at a time from an ordered dict, and keeps
+    between ``cap`` and ``2 * cap`` of the most recent entries.
+    """
+
+    __slots__ = ("cap", "young", "old")
+
+    def __init__(self, cap: int) -> None:
+        self.cap = max(1, cap)
+        self.young: dict[Any, Any] = {}
+        self.old: dict[Any, Any] = {}
+
+    def get(self, key: Any) -> Any:
+        value = self.young.get(key)
+        if value is None:
+            value = self.old.get(key)
+        return value
+
+    def __contains__(self, key: Any) -> bool:
+        return key in self.young or key in self.old
+
+    def set(self, key: Any, value: Any) -> None:
+        young = self.young
+        young[key] = value
+        if len(young) >= self.cap:
+            self.old = young
+            self.young = {}
+
+    def pop(self, key: Any) -> Any:
+        value = self.young.pop(key, None)
+        old = self.old.pop(key, None)
+        return value if value is not None else old
+
+
+class _Level:
+    """Disjoint intervals sorted by start (so also by end), each with its children."""
+
+    __slots__ = ("starts", "ends", "ids", "kids")
+
+    def __init__(self) -> None:
+        self.starts: list[int] = []
+        self.ends: list[int] = []
+        self.ids: list[int] = []
+        self.kids: list[_Level | None] = []
+
+
+def _subtree_size(level: _Level | None) -> int:
+    total = 0
+    stack = [level]
+    while stack:
+        node = stack.pop()
+        if node is None:
+            continue
+        total += len(node.starts)
+        stack.extend(node.kids)
+    return total
+
+
+class _Lane:
+    """One track: a forest of properly nested intervals (integer nanoseconds).
+
+    Each level of the forest is a sorted list of disjoint intervals, so finding
+    what a new interval touches is two bisections per level.
+    """
+
+    __slots__ = ("index", "tid", "root", "count", "max_end", "pruned_before", "next_prune")
+
+    def __init__(self, index: int, tid: int, prune_at: int) -> None:
+        self.index = index
+        self.tid = tid
+        self.root = _Level()
+        self.count = 0
+        self.max_end = 0
+        # Intervals ending before this were forgotten; a span starting earlier
+        # could cross one of them unseen, so it is not allowed into this lane.
+        self.pruned_before = -1
+        self.next_prune = prune_at
+
+    def insert(self, start: int, end: int, span_id: int, encoder: ChromeTraceEncoder) -> bool:
+        """Inserts ``[start, end]`` if it nests properly; ``False`` leaves the lane unchanged."""
+        if start < self.pruned_before:
+            return False
+        level = self.root
+        while True:
+            starts = level.starts
+            ends = level.ends
+            i = bisect_right(ends, start)
+            j = bisect_left(starts, end, i)
+            if i == j:
+                starts.insert(i, start)
+                ends.insert(i, end)
+                level.ids.insert(i, span_id)
+                level.kids.insert(i, None)
+                break
+            first_start = starts[i]
+            if j - i == 1 and first_start <= start and ends[i] >= end and \
+                    encoder._is_ancestor(level.ids[i], span_id):
+                kid = level.kids[i]
+                if kid is None:
+                    kid = level.kids[i] = _Level()
+                level = kid
+                continue
+            # Otherwise the new span must enclose everything it touches, and all
+            # of it must be its own descendants.
+            if first_start < start or ends[j - 1] > end:
+                return False
+            ids = level.ids
+            for k in range(i, j):
+                if not encoder._is_ancestor(span_id, ids[k]):
+                    return False
+            adopted = _Level()
+            adopted.starts = starts[i:j]
+            adopted.ends = ends[i:j]
+            adopted.ids = ids[i:j]
+            adopted.kids = level.kids[i:j]
+            starts[i:j] = [start]
+            ends[i:j] = [end]
+            ids[i:j] = [span_id]
+            level.kids[i:j] = [adopted]
+            break
+        self.count += 1
+        if end > self.max_end:
+            self.max_end = end
+        return True
+
+    def prune(self, cutoff: int) -> None:
+        """Forgets intervals that ended before ``cutoff``."""
+        level: _Level | None = self.root
+        removed = 0
+        gone = self.pruned_before
+        while level is not None:
+            ends = level.ends
+            k = bisect_left(ends, cutoff)
+            if k:
+                gone = max(gone, ends[k - 1])
+                removed += k
+                for kid in level.kids[:k]:
+                    removed += _subtree_size(kid)
+                del level.starts[:k]
+                del ends[:k]
+                del level.ids[:k]
+                del level.kids[:k]
+            # Only the first surviving interval can still hold children older than
+            # the cutoff: every later one starts after it ends.
+            if not level.starts or level.starts[0] >= cutoff:
+                break
+            level = level.kids[0]
+        self.count -= removed
+        self.pruned_before = gone
+
+
+class _Group:
+    """The lanes of one source thread of one process."""
+
+    __slots__ = ("key", "name", "number", "lanes", "used")
+
+    def __init__(self, key: Any, name: str, number: int) -> None:
+        self.key = key
+        self.name = name
+        self.number = number
+        self.lanes: list[_Lane] = []
+        self.used = 0
+
+
+class _Process:
+    __slots__ = ("pid", "groups", "groups_made", "rank", "role")
+
+    def __init__(self, pid: int, rank: Any = None, role: Any = None) -> None:
+        self.pid = pid
+        self.groups: dict[Any, _Group] = {}
+        self.groups_made = 0
+        # On every slice's and instant's args, as AReaL writes them (people filter on them).
+        self.rank = rank
+        self.role = role or None
+
+
+def _identity(attributes: Mapping[str, Any]) -> tuple:
+    items = []
+    for key, value in attributes.items():
+        if not isinstance(value, (str, bool, int, float)):
+            value = repr(value)
+        items.append((key, value))
+    items.sort()
+    return tuple(items)
+
+
+def _flow_id(value: int) -> str:
+    return f"0x{value & 0xFFFFFFFFFFFFFFFF:016x}"
+
+
+#: Roles of the training side: their processes come first in Perfetto, the rest
+#: (rollout workers, inference servers) after them, each by rank.
+TRAINING_ROLES = frozenset({"trainer", "actor", "critic", "learner", "master", "ref", "train"})
+_OTHER_ROLES_FROM = 1 << 20
+
+
+def _sort_index(rank: int, role: Any) -> int:
+    """AReaL's sort index (the rank), with processes of other roles after the training side."""
+    if not role or str(role).lower() in TRAINING_ROLES:
+        return rank
+    return _OTHER_ROLES_FROM + rank
+
+
+def _process_name(attributes: Mapping[str, Any], pid: int) -> str:
+    """AReaL's process names (``[trainer] Rank 0, Process``), so the tracks read
+    the same as in a trace AReaL's tracer wrote."""
+    rank = attributes.get(keys.RANK)
+    role = attributes.get(keys.ROLE)
+    if rank is not None:
+        return f"[{role}] Rank {rank}, Process" if role else f"Rank {rank}, Process"
+    service = attributes.get(keys.SERVICE_NAME)
+    if service:
+        return f"{service} · {role}" if role else str(service)
+    return f"pid {pid}"
+
+
+class ChromeTraceEncoder:
+    """Turns finished spans into Chrome Trace Event Format dicts.
+
+    Not thread-safe: one owner (an exporter holding a lock, or the converter)
+    feeds it. Memory is bounded by the ``max_*`` arguments, whatever the run
+    length.
+
+    Args:
+        max_buffered_spans: Session spans waiting for their session span; beyond
+            this the oldest waiting session is laid out without it.
+        session_wait_s: A session whose spans have waited this long (span clock)
+            for the session span is laid out without it.
+        horizon_s: Placement history a busy lane keeps, in seconds of span time.
+        max_intervals_per_lane: Hard cap on the placement history of one lane.
+        max_tracked_spans: Span ids remembered for nesting, ancestry and flows.
+    """
+
+    def __init__(
+        self,
+        *,
+        max_buffered_spans: int = 100_000,
+        session_wait_s: float = 600.0,
+        horizon_s: float = 600.0,
+        max_intervals_per_lane: int = 50_000,
+        max_tracked_spans: int = 50_000,
+    ) -> None:
+        self._max_buffered = max(1, max_buffered_spans)
+        self._session_wait_ns = int(session_wait_s * 1e9)
+        self._horizon_ns = int(horizon_s * 1e9)
+        self._max_intervals = max(16, max_intervals_per_lane)
+        self._prune_at = max(8, self._max_intervals // 5)
+        self._prune_step = max(8, self._max_intervals // 8)
+        self._next_tid = next(_encoder_numbers) * _TIDS_PER_ENCODER % (1 << 31) + 1
+        self._resource_cache: dict[int, tuple[Any, _Process]] = {}
+        self._processes: dict[tuple, _Process] = {}
+        self._pid_owner: dict[int, tuple] = {}
+        # span id -> (group, lane index, pid, tid, start in us) once placed
+        self._placed = _TwoGen(max_tracked_spans)
+        # span id -> local parent span id (0 for roots and remote parents)
+        self._parent_of = _TwoGen(max_tracked_spans)
+        # parent span id -> placed children still waiting for that parent
+        self._waiting = _TwoGen(max_tracked_spans)
+        # (pid, session id) -> [(span, process), ...], oldest session first
+        self._buffered: dict[tuple, list[tuple[ReadableSpan, _Process]]] = {}
+        self._buffered_count = 0
+        self._session_lane = _TwoGen(10_000)  # (pid, session id) -> (group, lane index)
+        self._foreign_sessions = _TwoGen(10_000)  # sessions whose session span lives elsewhere
+        self._newest_end = 0
+        self._clock = 0
+
+    # --- public API -------------------------------------------------------------------
+    def encode(self, spans: Iterable[ReadableSpan]) -> list[dict[str, Any]]:
+        """Encodes finished spans; returns the events that are ready now.
+
+        Spans of a session may be held back until the session span arrives, so
+        the result can hold fewer (or more) spans than were passed in.
+
+        Args:
+            spans: Finished SDK spans, in the order they ended where possible.
+
+        Returns:
+            Event dicts (metadata, complete, instant and flow events) ready for
+            ``orjson.dumps``.
+        """
+        out: list[dict[str, Any]] = []
+        for span in spans:
+            try:
+                self._add(span, out)
+            except Exception as exc:  # noqa: BLE001 - one odd span must not lose the rest
+                guard.report("chrome_trace_encode_error", "a span could not be encoded: %r", exc)
+        return out
+
+    def finish(self) -> list[dict[str, Any]]:
+        """Releases every span still waiting for its session span.
+
+        Returns:
+            The events of the released spans.
+        """
+        out: list[dict[str, Any]] = []
+        for key in list(self._buffered):
+            try:
+                self._release(key, out)
+            except Exception as exc:  # noqa: BLE001
+                guard.report("chrome_trace_encode_error", "a span could not be encoded: %r", exc)
+        return out
+
+    @property
+    def buffered(self) -> int:
+        """Spans currently held back waiting for their session span."""
+        return self._buffered_count
+
+    # --- sessions -------------------------------------------------------------------------
+    def _add(self, span: ReadableSpan, out: list[dict[str, Any]]) -> None:
+        proc = self._process(span.resource, out)
+        attrs = span.attributes
+        span_id = span.context.span_id
+        parent = span.parent
+        self._parent_of.set(span_id, 0 if parent is None or parent.is_remote else parent.span_id)
+        end = span.end_time or span.start_time or 0
+        if end > self._newest_end:
+            self._newest_end = end
+        session = attrs.get(keys.SESSION_ID)
+        if session is None:
+            self._place(span, proc, attrs, out)
+        else:
+            key = (proc.pid, session)
+            if attrs.get(keys.SPAN_KIND) == keys.KIND_SESSION:
+                self._place_session(span, proc, attrs, key, out)
+            elif key in self._foreign_sessions:
+                self._place(span, proc, attrs, out)
+            else:
+                lane = self._session_lane.get(key)
+                if lane is not None:  # outlived its session span
+                    self._place(span, proc, attrs, out, prefer=lane)
+                elif parent is None or parent.is_remote:
+                    # A local root that is not the session span: this process runs
+                    # work for a session whose session span lives elsewhere (an
+                    # inference server, a worker), so nothing is worth waiting for.
+                    self._foreign_sessions.set(key, True)
+                    if key in self._buffered:
+                        self._release(key, out)
+                    self._place(span, proc, attrs, out)
+                else:
+                    self._buffer(key, span, proc, out)
+        self._release_stale(out)
+
+    def _buffer(self, key: tuple, span: ReadableSpan, proc: _Process,
+                out: list[dict[str, Any]]) -> None:
+        waiting = self._buffered.get(key)
+        if waiting is None:
+            waiting = self._buffered[key] = []
+        waiting.append((span, proc))
+        self._buffered_count += 1
+        while self._buffered_count > self._max_buffered:
+            guard.count("chrome_trace_sessions_released_early")
+            self._release(next(iter(self._buffered)), out)
+
+    def _release_stale(self, out: list[dict[str, Any]]) -> None:
+        buffered = self._buffered
+        limit = self._newest_end - self._session_wait_ns
+        while buffered:
+            key = next(iter(buffered))
+            first = buffered[key][0][0]
+            if (first.end_time or 0) >= limit:
+                break
+            self._release(key, out)
+
+    def _release(self, key: tuple, out: list[dict[str, Any]]) -> None:
+        waiting = self._buffered.pop(key, None)
+        if not waiting:
+            return
+        self._buffered_count -= len(waiting)
+        waiting.sort(key=_outer_first)
+        for span, proc in waiting:
+            self._place(span, proc, span.attributes, out)
+
+    def _place_session(self, span: ReadableSpan, proc: _Process, attrs: Mapping[str, Any],
+                       key: tuple, out: list[dict[str, Any]]) -> None:
+        lane = self._place(span, proc, attrs, out)
+        self._session_lane.set(key, lane)
+        waiting = self._buffered.pop(key, None)
+        if not waiting:
+            return
+        self._buffered_count -= len(waiting)
+        # Outer spans first, so each span finds its parent already placed and
+        # can sit under it in the session's lane.
+        waiting.sort(key=_outer_first)
+        for child, child_proc in waiting:
+            self._place(child, child_proc, child.attributes, out, prefer=lane)
+
+    # --- ancestry -------------------------------------------------------------------------
+    def _is_ancestor(self, ancestor: int, span_id: int) -> bool:
+        """Whether ``ancestor`` is ``span_id`` or one of its local ancestors."""
+        parent_of = self._parent_of
+        for _ in range(_MAX_ANCESTRY):
+            if span_id == ancestor:
+                return True
+            span_id = parent_of.get(span_id)
+            if not span_id:
+                return False
+        return False
+
+    # --- processes and threads -----------------------------------------------------------
+    def _process(self, resource: Any, out: list[dict[str, Any]]) -> _Process:
+        cached = self._resource_cache.get(id(resource))
+        if cached is not None and cached[0] is resource:
+            return cached[1]
+        attrs = resource.attributes
+        ident = _identity(attrs)
+        proc = self._processes.get(ident)
+        if proc is None:
+            proc = self._new_process(attrs, ident, out)
+        if len(self._resource_cache) >= 1024:
+            self._resource_cache.clear()
+        self._resource_cache[id(resource)] = (resource, proc)
+        return proc
+
+    def _new_process(self, attrs: Mapping[str, Any], ident: tuple,
+                     out: list[dict[str, Any]]) -> _Process:
+        pid = attrs.get(keys.PROCESS_PID)
+        if type(pid) is not int or not 0 <= pid < (1 << 32) or pid in self._pid_owner:
+            # No usable pid, or another resource already has it: derive one from
+            # the resource itself, so the same process gets the same pid every time.
+            seed = repr(ident).encode()
+            pid = _SYNTHETIC_PID_BASE + zlib.crc32(seed) % _SYNTHETIC_PID_SPAN
+            salt = 0
+            while pid in self._pid_owner:
+                salt += 1
+                pid = _SYNTHETIC_PID_BASE + zlib.crc32(seed + str(salt).encode()) % _SYNTHETIC_PID_SPAN
+        if len(self._processes) >= 10_000:
+            # Thousands of distinct resources in one stream: forget the old ones
+            # rather than grow; their pids stay reserved so none is reused.
+            self._processes.clear()
+        self._pid_owner[pid] = ident
+        proc = self._processes[ident] = _Process(pid, attrs.get(keys.RANK), attrs.get(keys.ROLE))
+        out.append({"ph": "M", "name": "process_name", "pid": pid, "tid": 0,
+                    "args": {"name": _process_name(attrs, pid)}})
+        rank = attrs.get(keys.RANK)
+        if type(rank) is int:
+            out.append({"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0,
+                        "args": {"sort_index": _sort_index(rank, attrs.get(keys.ROLE))}})
+        labels = [str(attrs[k]) for k in (keys.EXPERIMENT, keys.TRIAL) if attrs.get(k)]
+        if labels:
+            out.append({"ph": "M", "name": "process_labels", "pid": pid, "tid": 0,
+                        "args": {"labels": "/".join(labels)}})
+        return proc
+
+    def _group(self, proc: _Process, attrs: Mapping[str, Any], span: ReadableSpan) -> _Group:
+        thread = attrs.get(keys.THREAD_ID)
+        if thread is not None:
+            key: Any = thread
+        else:
+            # Spans from other instrumentation carry no thread: one group per
+            # instrumentation scope keeps them together and apart from threads.
+            scope = span.instrumentation_scope
+            key = ("scope", scope.name if scope is not None else "")
+        groups = proc.groups
+        group = groups.get(key)
+        if group is None:
+            if len(groups) >= _MAX_GROUPS:
+                # A process that keeps starting threads: forget the one idle
+                # longest. Should it come back it gets fresh tracks.
+                del groups[min(groups.values(), key=_last_used).key]
+            if thread is not None:
+                name = attrs.get(keys.THREAD_NAME) or f"thread {thread}"
+            else:
+                name = key[1] or "spans"
+            group = groups[key] = _Group(key, str(name), proc.groups_made)
+            proc.groups_made += 1
+        self._clock += 1
+        group.used = self._clock
+        return group
+
+    def _new_lane(self, proc: _Process, group: _Group, out: list[dict[str, Any]]) -> _Lane:
+        index = len(group.lanes)
+        tid = self._next_tid
+        self._next_tid += 1
+        lane = _Lane(index, tid, self._prune_at)
+        group.lanes.append(lane)
+        name = group.name if index == 0 else f"{group.name} · lane {index}"
+        out.append({"ph": "M", "name": "thread_name", "pid": proc.pid, "tid": tid,
+                    "args": {"name": name}})
+        out.append({"ph": "M", "name": "thread_sort_index", "pid": proc.pid, "tid": tid,
+                    "args": {"sort_index": group.number * 1000 + min(index, 999)}})
+        return lane
+
+    def _maybe_prune(self, lane: _Lane) -> None:
+        if lane.count < lane.next_prune:
+            return
+        horizon = self._horizon_ns
+        lane.prune(lane.max_end - horizon)
+        # Over the cap, shorten the history until a quarter of the cap is free,
+        # so the next prune is many insertions away rather than the next one.
+        target = self._max_intervals * 3 // 4
+        while lane.count > target and horizon > 0:
+            horizon //= 2
+            lane.prune(lane.max_end - horizon)
+        lane.next_prune = max(lane.count + 1, min(self._max_intervals, lane.count + self._prune_step))
+
+    # --- placement and events ------------------------------------------------------------
+    def _place(self, span: ReadableSpan, proc: _Process, attrs: Mapping[str, Any],
+               out: list[dict[str, Any]], prefer: tuple[_Group, int] | None = None,
+               ) -> tuple[_Group, int]:
+        start = span.start_time or 0
+        end = span.end_time or start
+        if end < start:
+            end = start
+        ctx = span.context
+        span_id = ctx.span_id
+        parent = span.parent
+        group = self._group(proc, attrs, span)
+        lanes = group.lanes
+
+        parent_rec = None
+        if parent is not None and not parent.is_remote:
+            parent_rec = self._placed.get(parent.span_id)
+        children = self._waiting.pop(span_id)
+
+        # Lanes worth trying first: the parent's (children sit under parents),
+        # the session's, then the lane of a child already placed (a parent
+        # arriving after its children can enclose them there).
+        tried: list[int] = []
+        if parent_rec is not None and parent_rec[0] is group:
+            tried.append(parent_rec[1])
+        if prefer is not None and prefer[0] is group and prefer[1] not in tried:
+            tried.append(prefer[1])
+        if children:
+            for child in children:
+                if child[0] is group and child[1] not in tried:
+                    tried.append(child[1])
+                    break
+        chosen = None
+        for index in tried:
+            if lanes[index].insert(start, end, span_id, self):
+                chosen = lanes[index]
+                break
+        if chosen is None:
+            for lane in lanes:
+                if lane.index not in tried and lane.insert(start, end, span_id, self):
+                    chosen = lane
+                    break
+        if chosen is None:
+            chosen = self._new_lane(proc, group, out)
+            chosen.insert(start, end, span_id, self)
+        self._maybe_prune(chosen)
+
+        pid = proc.pid
+        tid = chosen.tid
+        ts = start / 1000
+        cat = attrs.get(keys.CATEGORY) or attrs.get(keys.SPAN_KIND) or "span"
+        args = _args_from(attrs)
+        args["trace_id"] = f"{ctx.trace_id:032x}"
+        args["span_id"] = f"{span_id:016x}"
+        if parent is not None:
+            args["parent_span_id"] = f"{parent.span_id:016x}"
+        kind = span.kind
+        if kind is not SpanKind.INTERNAL:
+            args["span.kind"] = kind.name
+        status = span.status
+        if status.status_code is not StatusCode.UNSET:
+            args["status"] = status.status_code.name
+            if status.description:
+                args["status.description"] = status.description
+        links = span.links
+        if links:
+            args["links"] = [f"{link.context.trace_id:032x}:{link.context.span_id:016x}"
+                             for link in links]
+        rank = proc.rank
+        role = proc.role
+        if rank is not None:
+            args.setdefault("rank", rank)
+        if role is not None:
+            args.setdefault("role", role)
+        if attrs.get(keys.SPAN_KIND) == keys.KIND_INSTANT:
+            # instant() outside any span: a point in time, as AReaL writes it.
+            out.append({"ph": "i", "s": "t", "name": span.name, "cat": cat, "ts": ts,
+                        "pid": pid, "tid": tid, "args": args})
+        else:
+            out.append({"ph": "X", "name": span.name, "cat": cat, "ts": ts,
+                        "dur": (end - start) / 1000, "pid": pid, "tid": tid, "args": args})
+        for event in span.events:
+            event_args = _args_from(event.attributes)
+            if rank is not None:
+                event_args.setdefault("rank", rank)
+            if role is not None:
+                event_args.setdefault("role", role)
+            out.append({"ph": "i", "s": "t", "name": event.name, "cat": cat,
+                        "ts": event.timestamp / 1000, "pid": pid, "tid": tid, "args": event_args})
+
+        record = (group, chosen.index, pid, tid, ts)
+        self._placed.set(span_id, record)
+        if parent is not None:
+            if parent.is_remote:
+                # The other side of a process boundary. Its parent is in another file:
+                # the converter adds the flow's start on the parent's slice (a
+                # FLOW_SOURCE line names it). One id per child, so a parent with
+                # several remote children (a broadcast) gets an arrow to each.
+                out.append({"ph": "f", "bp": "e", "name": FLOW_NAME, "cat": FLOW_CATEGORY,
+                            "id": _flow_id(span_id ^ _REMOTE_FLOW_MIX), "ts": ts, "pid": pid,
+                            "tid": tid, "args": {"parent_span_id": f"{parent.span_id:016x}"}})
+            elif parent_rec is not None:
+                self._link(parent_rec, record, span_id, out)
+            else:
+                siblings = self._waiting.get(parent.span_id)
+                if siblings is None:
+                    self._waiting.set(parent.span_id, [record + (span_id,)])
+                elif len(siblings) < _MAX_WAITING_CHILDREN:
+                    siblings.append(record + (span_id,))
+                else:
+                    guard.count("chrome_trace_flows_dropped")
+        if children:
+            for child in children:
+                self._link(record, child, child[5], out)
+        if kind is SpanKind.CLIENT or kind is SpanKind.PRODUCER or attrs.get(keys.CONTEXT_SENT):
+            # A span whose context left the process: where remote children's flows start.
+            out.append({"ph": "M", "name": FLOW_SOURCE, "pid": pid, "tid": tid, "ts": ts,
+                        "args": {"span_id": f"{span_id:016x}"}})
+        return group, chosen.index
+
+    @staticmethod
+    def _link(parent: tuple, child: tuple, child_id: int, out: list[dict[str, Any]]) -> None:
+        if parent[2] == child[2] and parent[3] == child[3]:
+            return  # same track: nesting already shows the relation
+        flow_id = _flow_id(child_id ^ _LOCAL_FLOW_MIX)
+        # The start binds to the slice open on the parent's track at its own start
+        # (the parent), the end to the slice enclosing the child's start (the child).
+        out.append({"ph": "s", "name": FLOW_NAME, "cat": FLOW_CATEGORY, "id": flow_id,
+                    "ts": parent[4], "pid": parent[2], "tid": parent[3]})
+        out.append({"ph": "f", "bp": "e", "name": FLOW_NAME, "cat": FLOW_CATEGORY, "id": flow_id,
+                    "ts": child[4], "pid": child[2], "tid": child[3]})
+
+
+def _last_used(group: _Group) -> int:
+    return group.used
+
+
+def _outer_first(item: tuple[ReadableSpan, Any]) -> tuple[int, int]:
+    span = item[0]
+    start = span.start_time or 0
+    return start, -(span.end_time or start)
+
+
+def kineto_shift_us(events: list[Any], base_ns: Any) -> float:
+    """Microseconds to add to a torch profiler (Kineto) trace's timestamps to
+    put them on the wall clock.
+
+    Kineto's ``baseTimeNanoseconds`` is the wall clock at boot and, in torch
+    2.x, its event timestamps count from it: far below the base itself, which
+    epoch timestamps never are. (Not "below 1e12": machines run for more than
+    11 days.) Traces already on the wall clock need no shift.
+    """
+    if not isinstance(base_ns, (int, float)) or base_ns <= 0:
+        return 0.0
+    first = next((e.get("ts") for e in events
+                  if isinstance(e, dict) and isinstance(e.get("ts"), (int, float))), None)
+    if first is not None and first < base_ns / 2000:
+        return base_ns / 1000
+    return 0.0

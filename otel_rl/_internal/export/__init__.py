@@ -1,0 +1,1 @@
+"""otel_rl/_internal/export"""

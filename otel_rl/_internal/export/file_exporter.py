@@ -1,0 +1,286 @@
+"""The per-rank Chrome trace file: spans appended as JSON lines, Perfetto-ready.
+
+The file is append-only and written one batch at a time, each batch as whole
+lines, flushed before ``export`` returns: a crash loses at most the batch being
+written, and at worst leaves one truncated last line, which the converter skips.
+
+Each batch ends with a marker line (:data:`~.chrome_trace.BATCH_MARKER`) holding
+the batch's CRC-32: the converter copies a batch whose checksum matches without
+parsing its lines, which makes merging large runs several times faster.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import weakref
+import zlib
+from collections.abc import Sequence
+from typing import Any
+
+import orjson
+from opentelemetry.context import Context
+from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
+from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+
+from .. import guard
+from ..encode.chrome_trace import BATCH_MARKER, ChromeTraceEncoder, json_safe_value
+from .jsonl import AppendOnlyFile
+
+
+# Objects whose locks must be new in a forked child: a lock held by the parent's
+# export thread at the moment of the fork would otherwise never be released.
+_fork_sensitive: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for obj in list(_fork_sensitive):
+        obj._after_fork_in_child()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _dumps(event: dict[str, Any]) -> bytes | None:
+    """One event's line; ``None`` (counted) for the rare event nothing can write."""
+    try:
+        return orjson.dumps(event)
+    except (TypeError, orjson.JSONEncodeError):
+        pass
+    # The encoder already made args JSON-safe; this only catches what slipped
+    # through (a subclass orjson refuses, text with a lone surrogate from
+    # surrogateescape), at the cost of a second pass over this event alone.
+    try:
+        return orjson.dumps({k: json_safe_value(v) for k, v in event.items()})
+    except Exception as exc:  # noqa: BLE001 - one event never costs its batch
+        guard.count("trace_file_events_lost")
+        guard.report("trace_file_error", "a trace event could not be written: %r", exc)
+        return None
+
+
+def _batch(events: list[dict[str, Any]]) -> bytearray:
+    """The lines of ``events`` followed by the batch marker line."""
+    # Appending each line to one buffer frees orjson's output at once, which is
+    # markedly faster than keeping a list of lines alive until a join.
+    body = bytearray()
+    pids = set()
+    lines = 0
+    for event in events:
+        line = _dumps(event)
+        if line is None:
+            continue
+        body += line
+        body += b"\n"
+        lines += 1
+        pid = event.get("pid")
+        if type(pid) is int:
+            pids.add(pid)
+    ordered = sorted(pids)
+    marker = orjson.dumps({"ph": "M", "name": BATCH_MARKER, "pid": ordered[0] if ordered else 0,
+                           "tid": 0, "args": {"lines": lines, "bytes": len(body),
+                                              "crc32": zlib.crc32(body), "pids": ordered}})
+    # orjson keeps the key order above, so the line starts with BATCH_MARKER_PREFIX,
+    # which is how the converter finds it.
+    body += marker
+    body += b"\n"
+    return body
+
+
+class ChromeTraceFileExporter(SpanExporter):
+    """Appends spans to a JSONL file of Chrome Trace events, one event per line.
+
+    Args:
+        path: The file to append to; missing parent directories are created.
+        encoder: The encoder to use (a default one when omitted).
+        hold: Keep encoded batches in memory until :meth:`force_flush` (AReaL's
+            ``save_interval`` above 1: the file is written at the saving steps).
+            Past :data:`MAX_HELD_BYTES` they are written anyway, so nothing is lost.
+    """
+
+    #: Encoded bytes a holding exporter keeps before writing them early.
+    MAX_HELD_BYTES = 64 << 20
+
+    def __init__(self, path: str, encoder: ChromeTraceEncoder | None = None, hold: bool = False) -> None:
+        self.path = os.fspath(path)
+        self._encoder = encoder if encoder is not None else ChromeTraceEncoder()
+        self._lock = threading.Lock()
+        self._file = AppendOnlyFile(self.path)
+        self._closed = False
+        self._hold = hold
+        self._held = bytearray()
+        self._held_events = 0
+        self.lines_written = 0
+        _fork_sensitive.add(self)
+        if hold:
+            return  # the file appears at the first save, as AReaL's does
+        try:
+            self._file.open()
+        except OSError as exc:
+            # Not fatal: the next export tries again, and counts its failure.
+            guard.report("trace_file_error", "cannot open %s: %s", self.path, exc)
+
+    def _after_fork_in_child(self) -> None:
+        self._lock = threading.Lock()
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        """Encodes ``spans`` and appends their events; never raises.
+
+        Args:
+            spans: Finished spans.
+
+        Returns:
+            ``SUCCESS``, or ``FAILURE`` when the file could not be written.
+        """
+        with self._lock:
+            if self._closed:
+                return SpanExportResult.FAILURE
+            try:
+                events = self._encoder.encode(spans)
+            except Exception as exc:  # noqa: BLE001
+                guard.report("trace_file_error", "cannot encode spans for %s: %r", self.path, exc)
+                return SpanExportResult.FAILURE
+            return SpanExportResult.SUCCESS if self._write(events) else SpanExportResult.FAILURE
+
+    def _write(self, events: list[dict[str, Any]]) -> bool:
+        if not events:
+            return True
+        try:
+            data = _batch(events)
+        except Exception as exc:  # noqa: BLE001
+            guard.report("trace_file_error", "cannot serialise trace events: %r", exc)
+            return False
+        if self._hold:
+            self._held += data
+            self._held_events += len(events)
+            return len(self._held) < self.MAX_HELD_BYTES or self._write_held()
+        return self._append(data, len(events))
+
+    def _append(self, data: bytes | bytearray, count: int) -> bool:
+        try:
+            self._file.write(data)
+        except OSError as exc:
+            guard.count("trace_file_events_lost", count)
+            guard.report("trace_file_error", "cannot write %s: %s", self.path, exc)
+            return False
+        self.lines_written += count
+        return True
+
+    def _write_held(self) -> bool:
+        if not self._held:
+            return True
+        data, count = self._held, self._held_events
+        self._held, self._held_events = bytearray(), 0
+        return self._append(data, count)
+
+    def force_flush(self, timeout_millis: int = 30_000) -> bool:
+        """Writes what a holding exporter kept; otherwise every batch is already written."""
+        if not self._hold:
+            return True
+        with self._lock:
+            return self._write_held()
+
+    def shutdown(self) -> None:
+        """Writes the spans the encoder still holds and closes the file."""
+        with self._lock:
+            if self._closed:
+                return
+            try:
+                self._write(self._encoder.finish())
+            except Exception as exc:  # noqa: BLE001
+                guard.report("trace_file_error", "cannot finish %s: %r", self.path, exc)
+            self._write_held()
+            self._closed = True
+            self._file.close()
+
+
+class InPlaceBatchProcessor(SpanProcessor):
+    """Collects sampled spans and hands them to an exporter on ``flush_batch``.
+
+    Unlike the SDK's batch processor it owns no thread: otel_rl's export thread
+    calls :meth:`flush_batch` after each drain, so spans reach the file in the
+    same rhythm as everything else, without a second thread waking up.
+
+    Args:
+        exporter: Receives the batches.
+        max_batch: Spans per ``export`` call.
+        max_buffered: Spans held between flushes before new ones are dropped.
+    """
+
+    def __init__(self, exporter: SpanExporter, max_batch: int = 8192,
+                 max_buffered: int = 1_000_000) -> None:
+        self.exporter = exporter
+        self._max_batch = max(1, max_batch)
+        self._max_buffered = max(1, max_buffered)
+        self._spans: list[ReadableSpan] = []
+        self._lock = threading.Lock()
+        self._export_lock = threading.Lock()
+        self._shutdown = False
+        #: Spans written / not written by the exporter (the run summary's counts).
+        self.exported = 0
+        self.failed = 0
+        _fork_sensitive.add(self)
+
+    def _after_fork_in_child(self) -> None:
+        # The parent exports the spans it collected; the child starts empty.
+        self._spans = []
+        self.exported = self.failed = 0
+        self._lock = threading.Lock()
+        self._export_lock = threading.Lock()
+
+    def on_start(self, span: Span, parent_context: Context | None = None) -> None:
+        pass
+
+    def on_end(self, span: ReadableSpan) -> None:
+        """Keeps ``span`` for the next batch if it is sampled."""
+        if self._shutdown or not span.context.trace_flags.sampled:
+            return
+        with self._lock:
+            if len(self._spans) >= self._max_buffered:
+                guard.count("spans_dropped_file_buffer")
+                return
+            self._spans.append(span)
+
+    def flush_batch(self) -> bool:
+        """Exports every span collected so far.
+
+        Returns:
+            ``False`` if any batch failed to export.
+        """
+        with self._export_lock:
+            with self._lock:
+                spans, self._spans = self._spans, []
+            ok = True
+            step = self._max_batch
+            for i in range(0, len(spans), step):
+                try:
+                    result = self.exporter.export(spans[i:i + step])
+                except Exception as exc:  # noqa: BLE001 - a foreign exporter may raise
+                    guard.report("export_error", "an exporter failed: %r", exc)
+                    result = SpanExportResult.FAILURE
+                if result is SpanExportResult.SUCCESS:
+                    self.exported += len(spans[i:i + step])
+                else:
+                    self.failed += len(spans[i:i + step])
+                ok = ok and result is SpanExportResult.SUCCESS
+            return ok
+
+    def force_flush(self, timeout_millis: int = 30_000) -> bool:
+        """Exports what is collected, then flushes the exporter."""
+        ok = self.flush_batch()
+        try:
+            return self.exporter.force_flush(timeout_millis) and ok
+        except Exception as exc:  # noqa: BLE001
+            guard.report("export_error", "an exporter failed to flush: %r", exc)
+            return False
+
+    def shutdown(self) -> None:
+        """Exports what is collected and shuts the exporter down; later spans are ignored."""
+        if self._shutdown:
+            return
+        self.flush_batch()
+        self._shutdown = True
+        try:
+            self.exporter.shutdown()
+        except Exception as exc:  # noqa: BLE001
+            guard.report("export_error", "an exporter failed to shut down: %r", exc)

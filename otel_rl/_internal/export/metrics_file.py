@@ -1,0 +1,56 @@
+"""A metric exporter writing OTLP-shaped JSON lines when no collector is configured."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult, MetricsData
+
+from .. import guard
+from .jsonl import JsonlAppender
+from ..payload import INT64_MAX, INT64_MIN, utf8_text
+
+
+class JsonlMetricExporter(MetricExporter):
+    """Appends each export as one line: the SDK's JSON form of ``MetricsData``."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__()
+        self._out = JsonlAppender(path, kind="metrics")
+
+    def export(self, metrics_data: MetricsData, timeout_millis: float = 10_000,
+               **kwargs: Any) -> MetricExportResult:
+        try:
+            # The standard parser: the SDK writes a NaN or infinite label or value
+            # as a bare NaN / Infinity token, which strict JSON parsers refuse.
+            # The line is written as strict JSON (NaN as null, text as UTF-8).
+            self._out.add(_strict(json.loads(metrics_data.to_json(indent=None))))
+        except Exception as exc:  # noqa: BLE001 - never into the SDK's reader thread
+            guard.count("metrics_lines_lost")
+            guard.report("metrics_write_error", "cannot write metrics to %s: %r", self._out.path, exc)
+            return MetricExportResult.FAILURE
+        return MetricExportResult.SUCCESS if self._out.flush() else MetricExportResult.FAILURE
+
+    def force_flush(self, timeout_millis: float = 10_000) -> bool:
+        return self._out.flush()
+
+    def shutdown(self, timeout_millis: float = 30_000, **kwargs: Any) -> None:
+        self._out.close()
+
+
+def _strict(value: Any) -> Any:
+    """Parsed SDK JSON (a few levels deep) as values orjson writes as they are:
+    valid UTF-8 text, int64 integers (larger ones as their text), no NaN."""
+    kind = type(value)
+    if kind is str:
+        return utf8_text(value)
+    if kind is dict:
+        return {utf8_text(k): _strict(v) for k, v in value.items()}
+    if kind is list:
+        return [_strict(v) for v in value]
+    if kind is int and not INT64_MIN <= value <= INT64_MAX:
+        return str(value)
+    if kind is float and value != value:
+        return None
+    return value

@@ -1,0 +1,236 @@
+"""The session lifecycle processor: phase durations, status and records from spans.
+
+It runs on the export thread, wraps the processors that export, and follows
+each session's phase spans (``rl.span.kind == "phase"``). When the session span
+itself ends (finalize, eviction or shutdown) it derives ``total_s``,
+``<phase>_s`` and ``<phase>_count`` for every phase seen, status and reason,
+writes them onto a rebuilt session span before handing it on (the SDK freezes
+spans at ``end()``, so they cannot be mutated in ``on_end``), appends the
+AReaL-compatible session record to ``sessions-r{rank}.jsonl`` and records the
+duration metrics.
+"""
+
+from __future__ import annotations
+
+import collections
+from typing import Any
+
+from opentelemetry import trace as trace_api
+from opentelemetry.context import Context
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
+from opentelemetry.trace import NonRecordingSpan
+from opentelemetry.trace.status import StatusCode
+
+from .. import guard, keys
+from .jsonl import JsonlAppender
+from ..payload import INT64_MAX, INT64_MIN, utf8_text
+
+#: Phases every record carries, even at zero (AReaL's fields).
+BUILTIN_PHASES = ("generate", "reward", "toolcall")
+
+#: Bucket boundaries in seconds, from sub-second rewards to multi-minute rollouts.
+DURATION_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
+
+_NS_PER_S = 1e9
+
+
+class SessionMetrics:
+    """The session instruments, recorded through the OpenTelemetry metrics API."""
+
+    def __init__(self, meter: Any) -> None:
+        self.session_duration = meter.create_histogram(
+            "rl.session.duration", unit="s",
+            description="Session time from submission to finalization, by status",
+            explicit_bucket_boundaries_advisory=DURATION_BUCKETS_S,
+        )
+        self.phase_duration = meter.create_histogram(
+            "rl.session.phase.duration", unit="s",
+            description="Duration of each session phase instance, by phase and status",
+            explicit_bucket_boundaries_advisory=DURATION_BUCKETS_S,
+        )
+        self.sessions = meter.create_counter(
+            "rl.sessions", unit="{session}", description="Finalized sessions by status"
+        )
+
+
+def _exemplar_context(span: ReadableSpan) -> Context:
+    # Exemplars link a histogram bucket to the trace; the metrics SDK takes the
+    # span from the context passed to record().
+    return trace_api.set_span_in_context(NonRecordingSpan(span.context))
+
+
+class SessionSpanProcessor(SpanProcessor):
+    """Derives session attributes and records, then forwards to ``next_processor``."""
+
+    def __init__(
+        self,
+        next_processor: SpanProcessor,
+        *,
+        rank: int,
+        role: str,
+        records: JsonlAppender | None,
+        metrics: SessionMetrics | None,
+        max_pending_sessions: int,
+    ) -> None:
+        self._next = next_processor
+        self._rank = rank
+        self._role = role
+        self._records = records
+        self._metrics = metrics
+        self._max_pending = max_pending_sessions
+        #: Session spans seen, by status (the run summary's sessions).
+        self.statuses: collections.Counter[str] = collections.Counter()
+        # session id -> phase name -> [(start_ns, end_ns | None)]
+        self._phases: collections.OrderedDict[Any, dict[str, list[tuple[int, int | None]]]] = (
+            collections.OrderedDict()
+        )
+
+    def on_start(self, span: Any, parent_context: Any = None) -> None:
+        self._next.on_start(span, parent_context=parent_context)
+
+    def on_end(self, span: ReadableSpan) -> None:
+        attrs = span.attributes or {}
+        kind = attrs.get(keys.SPAN_KIND)
+        try:
+            if kind == keys.KIND_PHASE:
+                self._on_phase(span, attrs)
+            elif kind == keys.KIND_SESSION:
+                span = self._on_session(span, attrs)
+        except Exception as exc:  # noqa: BLE001 - what was derived is lost, never the span
+            if kind == keys.KIND_SESSION:
+                guard.count("session_records_lines_lost")
+            guard.report("export_error", "a session's durations could not be derived: %r", exc)
+        self._next.on_end(span)
+
+    def _on_phase(self, span: ReadableSpan, attrs: Any) -> None:
+        session_id = attrs.get(keys.SESSION_ID)
+        phase = _plain(attrs.get(keys.PHASE, span.name))
+        interrupted = bool(attrs.get(keys.PHASE_INTERRUPTED))
+        phases = self._phases.get(session_id)
+        if phases is None:
+            if len(self._phases) >= self._max_pending:
+                self._phases.popitem(last=False)
+                guard.count("session_phases_evicted")
+            phases = self._phases[session_id] = {}
+        phases.setdefault(phase, []).append((span.start_time, None if interrupted else span.end_time))
+        if self._metrics is not None:
+            status = "interrupted" if interrupted else (
+                "error" if span.status.status_code is StatusCode.ERROR else "ok")
+            self._metrics.phase_duration.record(
+                (span.end_time - span.start_time) / _NS_PER_S,
+                {keys.PHASE: phase, "status": status},
+                context=_exemplar_context(span),
+            )
+
+    def _on_session(self, span: ReadableSpan, attrs: Any) -> ReadableSpan:
+        session_id = attrs.get(keys.SESSION_ID)
+        phases = self._phases.pop(session_id, {})
+        status = attrs.get(keys.SESSION_STATUS, keys.STATUS_PENDING)
+        reason = attrs.get(keys.SESSION_REASON)
+        pending = status == keys.STATUS_PENDING
+        self.statuses[str(status)] += 1
+        submit_ts = span.start_time / _NS_PER_S
+        finalized_ts = None if pending else span.end_time / _NS_PER_S
+        total_s = None if pending else (span.end_time - span.start_time) / _NS_PER_S
+        derived: dict[str, Any] = {}
+        if total_s is not None:
+            derived[keys.SESSION_TOTAL_S] = total_s
+        record: dict[str, Any] = {
+            "task_id": _plain(attrs.get(keys.TASK_ID)),
+            "session_id": _plain(session_id),
+            "rank": self._rank,
+            "role": self._role,
+            "step": _plain(attrs.get(keys.STEP)),
+            "status": _plain(status),
+            "reason": _plain(reason),
+            "submit_ts": submit_ts,
+            "finalized_ts": finalized_ts,
+            "total_s": total_s,
+        }
+        submitted = attrs.get(keys.SESSION_SUBMIT_STEP)
+        if submitted is not None:
+            record["submit_step"] = _plain(submitted)
+        names = list(BUILTIN_PHASES) + [p for p in phases if p not in BUILTIN_PHASES]
+        phase_counts = {}
+        for name in names:
+            instances = phases.get(name, ())
+            seconds = sum(end - start for start, end in instances if end is not None) / _NS_PER_S
+            record[f"{name}_s"] = seconds
+            phase_counts[name] = len(instances)
+            if instances:
+                derived[f"{keys.SESSION_PREFIX}{name}_s"] = seconds
+                derived[f"{keys.SESSION_PREFIX}{name}_count"] = len(instances)
+        record["phase_counts"] = phase_counts
+        record["phases"] = {
+            name: [
+                {"start_ts": start / _NS_PER_S, "end_ts": None if end is None else end / _NS_PER_S}
+                for start, end in instances
+            ]
+            for name, instances in phases.items()
+        }
+        plen = len(keys.SESSION_COUNTER_PREFIX)
+        record["counters"] = {
+            utf8_text(k[plen:]): _plain(v)
+            for k, v in attrs.items() if k.startswith(keys.SESSION_COUNTER_PREFIX)
+        }
+        record["trace_id"] = f"{span.context.trace_id:032x}"
+        record["span_id"] = f"{span.context.span_id:016x}"
+        if self._records is not None:
+            try:
+                self._records.add(record)
+            except Exception as exc:  # noqa: BLE001 - the span goes on without its record
+                guard.count("session_records_lines_lost")
+                guard.report("session_records_write_error", "a session record could not be written: %r", exc)
+        if self._metrics is not None and not pending:
+            labels = {keys.SESSION_STATUS: record["status"]}
+            try:
+                self._metrics.session_duration.record(total_s, labels, context=_exemplar_context(span))
+                self._metrics.sessions.add(1, labels)
+            except Exception as exc:  # noqa: BLE001
+                guard.report("metrics_error", "session metrics could not be recorded: %r", exc)
+        return _with_attributes(span, derived)
+
+    def flush(self) -> None:
+        if self._records is not None:
+            self._records.flush()
+
+    def shutdown(self) -> None:
+        if self._records is not None:
+            self._records.close()
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        self.flush()
+        return True
+
+
+def _plain(value: Any) -> Any:
+    """A record field as JSON writes it: text as valid UTF-8 (a lone surrogate
+    escaped), integers within int64 (larger ones as their text)."""
+    kind = type(value)
+    if kind is str:
+        return utf8_text(value)
+    if kind is int and not INT64_MIN <= value <= INT64_MAX:
+        return str(value)
+    return value
+
+
+def _with_attributes(span: ReadableSpan, extra: dict[str, Any]) -> ReadableSpan:
+    """A copy of ``span`` with ``extra`` attributes (ReadableSpans are immutable)."""
+    if not extra:
+        return span
+    attributes = dict(span.attributes or {})
+    attributes.update(extra)
+    return ReadableSpan(
+        name=span.name,
+        context=span.context,
+        parent=span.parent,
+        resource=span.resource,
+        attributes=attributes,
+        events=span.events,
+        links=span.links,
+        kind=span.kind,
+        status=span.status,
+        start_time=span.start_time,
+        end_time=span.end_time,
+        instrumentation_scope=span.instrumentation_scope,
+    )
