@@ -63,6 +63,7 @@ from .perf_tracer import (  # noqa: E402 - AReaL's tracer objects
     SessionTracer,
     get_session_tracer,
 )
+from ._internal import diagnostics
 
 __version__ = "0.1.0"
 
@@ -135,7 +136,7 @@ def save(step: int | None = None, force: bool = False) -> None:
     try:
         _setup.save(step, force)
     except Exception as exc:  # noqa: BLE001
-        _guard.report("internal_error", "save failed: %r", exc)
+        _guard.report(diagnostics.INTERNAL_ERROR, "save failed: %r", exc)
 
 
 def shutdown() -> None:
@@ -147,7 +148,7 @@ def shutdown() -> None:
     try:
         _setup.shutdown()
     except Exception as exc:  # noqa: BLE001
-        _guard.report("internal_error", "shutdown failed: %r", exc)
+        _guard.report(diagnostics.INTERNAL_ERROR, "shutdown failed: %r", exc)
 
 
 def reset() -> None:
@@ -203,7 +204,7 @@ def run_summary() -> dict[str, Any] | None:
     try:
         return _setup.run_summary()
     except Exception as exc:  # noqa: BLE001
-        _guard.report("internal_error", "run_summary failed: %r", exc)
+        _guard.report(diagnostics.INTERNAL_ERROR, "run_summary failed: %r", exc)
         return None
 
 

@@ -65,6 +65,7 @@ from ._internal.payload import flatten_attributes, json_safe
 from ._internal.recording.spans import get_current
 from ._internal.state import STATE
 from ._internal.recording.tracking import current_id
+from ._internal import diagnostics
 
 __all__ = [
     "ProfilingError", "RequestEvent", "RequestEventRecorder", "active_run_id", "emit",
@@ -160,7 +161,7 @@ def reset_active_stage(token: StageToken | contextvars.Token | None) -> None:
     elif isinstance(token, contextvars.Token):
         var_token, previous, same_thread = token, None, True
     else:
-        guard.report("bad_stage_token", "reset_active_stage(): not a token: %r", token)
+        guard.report(diagnostics.BAD_STAGE_TOKEN, "reset_active_stage(): not a token: %r", token)
         return
     try:
         _stage_var.reset(var_token)
@@ -280,7 +281,7 @@ def _timestamp(value: Any) -> int:
             return int(value)
         except (ValueError, OverflowError):
             pass
-    guard.report("event_bad_timestamp", "request event timestamp_ns %r is not a number of "
+    guard.report(diagnostics.EVENT_BAD_TIMESTAMP, "request event timestamp_ns %r is not a number of "
                  "nanoseconds; the current time is used", value)
     return time.time_ns()
 
@@ -502,7 +503,7 @@ class RequestEventRecorder:
                 _check_writable(directory, given)  # before the active run is given up
                 logger.warning("otel_rl: request events were being recorded for run_id %r; "
                                "switching to run_id %r", self._run_id, run_id)
-                guard.count("profile_run_switched")
+                guard.count(diagnostics.PROFILE_RUN_SWITCHED)
                 self._deactivate()
             else:
                 _check_writable(directory, given)
@@ -525,7 +526,7 @@ class RequestEventRecorder:
             if not self._active:
                 return False, None
             if run_id is not None and run_id != self._run_id:
-                guard.report("profile_run_id_mismatch",
+                guard.report(diagnostics.PROFILE_RUN_ID_MISMATCH,
                              "stop for run_id %r ignored: request events are recorded for run_id %r",
                              run_id, self._run_id)
                 return False, None
@@ -566,11 +567,11 @@ class RequestEventRecorder:
             run_id = self._run_id
             if expected_run_id is not None and expected_run_id != run_id:
                 # Observed during another run: it belongs to none being recorded now.
-                guard.count("events_other_run")
+                guard.count(diagnostics.EVENTS_OTHER_RUN)
                 return
             if type(event_name) is not str:
                 if event_name is None:
-                    guard.report("event_error", "request event without an event_name dropped "
+                    guard.report(diagnostics.EVENT_ERROR, "request event without an event_name dropped "
                                  "(request_id %r)", request_id)
                     return
                 event_name = str(event_name)
@@ -610,7 +611,7 @@ class RequestEventRecorder:
                 span.add_event(event_name, attrs, ts)
             self._write(event_name, request_id, stage, names_file, ts, run_id, meta)
         except Exception as exc:  # noqa: BLE001 - profiling must never break serving
-            guard.report("event_error", "request event %r failed: %r", event_name, exc)
+            guard.report(diagnostics.EVENT_ERROR, "request event %r failed: %r", event_name, exc)
 
     def _write(self, event_name: str, request_id: Any, stage: str, names_file: str | None, ts: int,
                run_id: str | None, metadata: dict[str, Any]) -> None:
@@ -636,8 +637,8 @@ class RequestEventRecorder:
                 # Closed, so the next event opens the file again (the disk may recover).
                 self._close_fd()
                 self._dropped += 1
-                guard.count("events_lost")
-                guard.report("event_write_error", "cannot write request events to %s: %s",
+                guard.count(diagnostics.EVENTS_LOST)
+                guard.report(diagnostics.EVENT_WRITE_ERROR, "cannot write request events to %s: %s",
                              self._path or self._event_dir, exc)
 
     def _after_fork(self) -> None:

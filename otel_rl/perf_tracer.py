@@ -25,6 +25,7 @@ from ._internal import guard
 from ._internal import runtime as _setup
 from ._internal.recording.category import Category
 from ._internal.state import STATE
+from ._internal import diagnostics
 
 __all__ = ["PerfTraceCategory", "PerfTracer", "SessionTraceEvent", "SessionTracer", "get_session_tracer"]
 
@@ -90,7 +91,7 @@ class SessionTracer:
         try:
             method = _method(event)
         except Exception as exc:  # noqa: BLE001 - an event whose str() raises
-            guard.report("bad_session_event", "unusable session event %r: %r", type(event), exc)
+            guard.report(diagnostics.BAD_SESSION_EVENT, "unusable session event %r: %r", type(event), exc)
             return
         sessions.trace_session_event(method, session_id=session_id, **payload)
 

@@ -37,6 +37,7 @@ from ._internal.propagate import incoming
 from ._internal.recording.spans import LeanSpan, get_current
 from ._internal.propagate.asgi import ASGIMiddleware
 from ._internal.propagate.http_clients import aiohttp_trace_config, instrument_httpx, instrument_requests
+from ._internal import diagnostics
 
 __all__ = [
     "ASGIMiddleware", "CONTEXT_KWARG", "ENV_CARRIER_KEYS", "aiohttp_trace_config", "attach", "carry",
@@ -69,7 +70,7 @@ def inject(carrier: MutableMapping[str, str] | None = None) -> dict[str, str] | 
             # Its children in other processes get arrows from it in Perfetto.
             span.set_attribute(keys.CONTEXT_SENT, True)
     except Exception as exc:  # noqa: BLE001
-        guard.report("propagation_error", "inject failed: %r", exc)
+        guard.report(diagnostics.PROPAGATION_ERROR, "inject failed: %r", exc)
     return carrier
 
 
@@ -90,7 +91,7 @@ def extract(carrier: Mapping[str, str] | None) -> context_api.Context:
         carrier = carrier or {}
         return incoming.limit(propagate.extract(carrier), incoming.header_of(carrier))
     except Exception as exc:  # noqa: BLE001
-        guard.report("propagation_error", "extract failed: %r", exc)
+        guard.report(diagnostics.PROPAGATION_ERROR, "extract failed: %r", exc)
         return context_api.Context()
 
 

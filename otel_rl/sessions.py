@@ -23,6 +23,7 @@ from ._internal.payload import own_values
 from ._internal.recording.spans import LeanSpan, record_error
 from ._internal.state import STATE
 from ._internal.recording.tracking import PhaseOptions, current_id
+from ._internal import diagnostics
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -41,7 +42,7 @@ def register_task(task_id: Any = None) -> Any:
     try:
         return STATE.registry.register_task(task_id)
     except Exception as exc:  # noqa: BLE001 - guard.guarded, inlined on this hot path
-        guard.report("internal_error", "internal error in register_task: %r", exc)
+        guard.report(diagnostics.INTERNAL_ERROR, "internal error in register_task: %r", exc)
         return task_id
 
 
@@ -71,7 +72,7 @@ def register_session(task_id: Any = None) -> Any:
     try:
         return STATE.registry.register_session(task_id)
     except Exception as exc:  # noqa: BLE001 - guard.guarded, inlined on this hot path
-        guard.report("internal_error", "internal error in register_session: %r", exc)
+        guard.report(diagnostics.INTERNAL_ERROR, "internal error in register_session: %r", exc)
         return None
 
 
@@ -170,7 +171,7 @@ class trace_session_phase:  # noqa: N801 - AReaL's name; a class for speed
             span.__enter__()
             return span
         except Exception as exc:  # noqa: BLE001
-            guard.report("internal_error", "internal error starting a phase: %r", exc)
+            guard.report(diagnostics.INTERNAL_ERROR, "internal error starting a phase: %r", exc)
             self._span = None
             return None
 
@@ -187,7 +188,7 @@ class trace_session_phase:  # noqa: N801 - AReaL's name; a class for speed
                 record_error(span, exc)
             STATE.registry.end_phase(self._state, span, self.end_payload)
         except Exception as err:  # noqa: BLE001
-            guard.report("internal_error", "internal error ending a phase: %r", err)
+            guard.report(diagnostics.INTERNAL_ERROR, "internal error ending a phase: %r", err)
 
     async def __aenter__(self) -> LeanSpan | None:
         return self.__enter__()
@@ -262,7 +263,7 @@ def trace_session_event(method: str, session_id: Any = None, task_id: Any = None
                 return
         _session_event(registry, method, session_id, task_id, payload)
     except Exception as exc:  # noqa: BLE001 - inlined guard: this is a hot path
-        guard.report("internal_error", "internal error in trace_session_event: %r", exc)
+        guard.report(diagnostics.INTERNAL_ERROR, "internal error in trace_session_event: %r", exc)
 
 
 def _session_event(registry: Any, method: str, session_id: Any, task_id: Any,
@@ -299,7 +300,7 @@ def _session_event(registry: Any, method: str, session_id: Any, task_id: Any,
         else:
             registry.end_phase_by_name(state, phase, own_values(payload) if payload else None)
         return
-    guard.report("unknown_session_method", "unknown trace_session_event method %r; ignored", method)
+    guard.report(diagnostics.UNKNOWN_SESSION_METHOD, "unknown trace_session_event method %r; ignored", method)
 
 
 def _parse_phase_method(method: str) -> tuple[str, bool] | tuple[()]:

@@ -55,6 +55,7 @@ from ._internal.recording.spans import LeanSpan, get_current
 from ._internal.state import STATE
 from ._internal.recording.timer_stack import TIMER_FORMAT_VERSION, GaugeNode, TimerNode, TimerStack
 from .tracing import _record, _Resumed, trace_scope
+from ._internal import diagnostics
 
 __all__ = [
     "TIMER_FORMAT_VERSION", "GaugeNode", "TimerNode", "TimerStack", "add_metadata", "get_timer_root",
@@ -198,7 +199,7 @@ class _Timer:
             open_nodes.append(node)
             self._token = _frame_set((stack, root, node))
         except Exception as exc:  # noqa: BLE001 - never raise into the caller
-            guard.report("timer_error", "hierarchical_timer(%r): %r", self._name, exc)
+            guard.report(diagnostics.TIMER_ERROR, "hierarchical_timer(%r): %r", self._name, exc)
             node = None
         self._node = node
         span = None
@@ -207,7 +208,7 @@ class _Timer:
                 span = trace_scope(self._name)
                 span.__enter__()
             except Exception as exc:  # noqa: BLE001
-                guard.report("internal_error", "hierarchical_timer(%r) span: %r", self._name, exc)
+                guard.report(diagnostics.INTERNAL_ERROR, "hierarchical_timer(%r) span: %r", self._name, exc)
                 span = None
         self._span = span
         self._start = _perf_counter()
@@ -233,7 +234,7 @@ class _Timer:
                 except (ValueError, RuntimeError):
                     _restore_frame(self._token)
             except Exception as err:  # noqa: BLE001
-                guard.report("timer_error", "hierarchical_timer(%r): %r", self._name, err)
+                guard.report(diagnostics.TIMER_ERROR, "hierarchical_timer(%r): %r", self._name, err)
         outer = self._outer
         if outer is None:
             self._start = None
@@ -243,7 +244,7 @@ class _Timer:
             try:
                 span.__exit__(exc_type, exc, tb)
             except Exception as err:  # noqa: BLE001
-                guard.report("internal_error", "hierarchical_timer(%r) span: %r", self._name, err)
+                guard.report(diagnostics.INTERNAL_ERROR, "hierarchical_timer(%r) span: %r", self._name, err)
         return None
 
     async def __aenter__(self) -> Optional[TimerNode]:
@@ -295,7 +296,7 @@ class _Pieces:
             stack = timer_stack or _get_thread_timer()
             node = _open_node(stack, name)
         except Exception as exc:  # noqa: BLE001
-            guard.report("timer_error", "timed(%r): %r", name, exc)
+            guard.report(diagnostics.TIMER_ERROR, "timed(%r): %r", name, exc)
         self.stack, self.node = stack, node
         self.span = (LeanSpan(STATE.pipeline, name, get_current(), _INTERNAL)
                      if STATE.scopes_on else None)
@@ -446,12 +447,12 @@ def timed(func: FuncT, **kwargs: Any) -> FuncT:
 
 def _decorate(func: Any, name: str) -> Any:
     if not callable(func):
-        guard.report("timer_error", "timed(): %r is not callable; returned unchanged", type(func))
+        guard.report(diagnostics.TIMER_ERROR, "timed(): %r is not callable; returned unchanged", type(func))
         return func
     try:
         return _wrap(func, name)
     except Exception as exc:  # noqa: BLE001
-        guard.report("timer_error", "timed(%r): %r; returned unchanged", name, exc)
+        guard.report(diagnostics.TIMER_ERROR, "timed(%r): %r; returned unchanged", name, exc)
         return func
 
 
@@ -490,7 +491,7 @@ def set_gauge(name: str, value: float, timer_stack: Optional[TimerStack] = None,
     try:
         value = float(value)
     except (TypeError, ValueError):
-        guard.report("bad_gauge_value", "set_gauge(%r): %r is not a number; ignored", name, type(value))
+        guard.report(diagnostics.BAD_GAUGE_VALUE, "set_gauge(%r): %r is not a number; ignored", name, type(value))
         return
     if math.isnan(value):
         return

@@ -22,6 +22,7 @@ from ._internal.recording.spans import NULL_SCOPE, LeanSpan, attach, detach, get
 from ._internal.state import STATE
 from ._internal.control.torch_profiler import PROFILER as _TORCH, CudaSyncedScope
 from ._internal.recording.tracking import current_id, with_ids
+from ._internal import diagnostics
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -371,7 +372,7 @@ def _profiled(name: str, category: Any, args: Any, profiler_args: Any) -> Any:
                                     {k: v for k, v in profiler_args.items() if k not in _PROFILER_ARGS})
         return _ProfiledScope(span, f"step{step}-{_SAFE.sub('_', name)[:64]}", options)
     except Exception as exc:  # noqa: BLE001 - profiling never stops the scope
-        guard.report("internal_error", "internal error preparing a profiled scope: %r", exc)
+        guard.report(diagnostics.INTERNAL_ERROR, "internal error preparing a profiled scope: %r", exc)
         return span
 
 

@@ -13,6 +13,7 @@ import os
 import threading
 from collections import Counter
 from typing import Any, Callable, TypeVar
+from . import diagnostics
 
 logger = logging.getLogger("otel_rl")
 
@@ -72,7 +73,7 @@ def guarded(default: Any = None) -> Callable[[F], F]:
             try:
                 return fn(*args, **kwargs)
             except Exception as exc:  # noqa: BLE001 - the point is to swallow
-                report("internal_error", "internal error in %s: %r", fn.__qualname__, exc)
+                report(diagnostics.INTERNAL_ERROR, "internal error in %s: %r", fn.__qualname__, exc)
                 return default
 
         return inner  # type: ignore[return-value]
@@ -96,4 +97,4 @@ def ignored_arguments(api: str, kwargs: dict[str, Any]) -> None:
             if key in _ignored_seen:
                 continue
             _ignored_seen.add(key)
-        report("ignored_argument", "%s(): keyword argument %r is accepted and ignored", api, name)
+        report(diagnostics.IGNORED_ARGUMENT, "%s(): keyword argument %r is accepted and ignored", api, name)

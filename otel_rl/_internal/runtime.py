@@ -33,6 +33,7 @@ from .recording.record import id_value
 from .recording.spans import LeanTracer
 from .state import STATE
 from .recording.tracking import Registry
+from . import diagnostics
 
 logger = logging.getLogger("otel_rl")
 
@@ -68,14 +69,14 @@ class ProviderHook(SpanProcessor):
             try:
                 processor.on_start(span, parent_context=parent_context)
             except Exception as exc:  # noqa: BLE001
-                guard.report("processor_error", "span processor failed on start: %r", exc)
+                guard.report(diagnostics.PROCESSOR_ERROR, "span processor failed on start: %r", exc)
 
     def on_end(self, span: Any) -> None:
         for processor in self.delegates:
             try:
                 processor.on_end(span)
             except Exception as exc:  # noqa: BLE001
-                guard.report("processor_error", "span processor failed on end: %r", exc)
+                guard.report(diagnostics.PROCESSOR_ERROR, "span processor failed on end: %r", exc)
 
     def shutdown(self) -> None:
         pass
@@ -288,7 +289,7 @@ def _run_extra(method: str, timeout_s: float) -> bool:
         try:
             ok = getattr(output, method)(timeout_s) is not False and ok
         except Exception as exc:  # noqa: BLE001
-            guard.report("export_error", "an output failed to %s: %r", method, exc)
+            guard.report(diagnostics.EXPORT_ERROR, "an output failed to %s: %r", method, exc)
     return ok
 
 
@@ -357,7 +358,7 @@ def _final_summary(settings: Settings | None, comps: Components) -> None:
         summary.log(result, path)
         STATE.last_summary = result
     except Exception as exc:  # noqa: BLE001 - the summary must not fail shutdown
-        guard.report("internal_error", "the run summary failed: %r", exc)
+        guard.report(diagnostics.INTERNAL_ERROR, "the run summary failed: %r", exc)
 
 
 def run_summary() -> dict[str, Any] | None:
@@ -453,7 +454,7 @@ def _profiling_configure(settings: Settings) -> None:
     try:
         control.on_configure(settings)
     except Exception as exc:  # noqa: BLE001 - profiling must not stop training from starting
-        guard.report("control_error", "live profiling control not started: %r", exc)
+        guard.report(diagnostics.CONTROL_ERROR, "live profiling control not started: %r", exc)
 
 
 def _profiling_shutdown(settings: Settings | None, timeout_s: float) -> None:
@@ -463,7 +464,7 @@ def _profiling_shutdown(settings: Settings | None, timeout_s: float) -> None:
     try:
         control.on_shutdown(timeout_s)
     except Exception as exc:  # noqa: BLE001
-        guard.report("control_error", "live profiling control did not stop cleanly: %r", exc)
+        guard.report(diagnostics.CONTROL_ERROR, "live profiling control did not stop cleanly: %r", exc)
 
 
 _atexit_registered = False

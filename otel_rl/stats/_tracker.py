@@ -47,6 +47,7 @@ from .._internal.stats.reduce import (
     results,
 )
 from ..tracing import trace_scope
+from .._internal import diagnostics
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -283,7 +284,7 @@ class _Timing:
         try:
             self._tracker._record_scalars({self._key: elapsed})
         except Exception as error:  # noqa: BLE001 - timing must never fail the timed code
-            guard.report("internal_error", "record_timing(%r) failed: %r", self._key, error)
+            guard.report(diagnostics.INTERNAL_ERROR, "record_timing(%r) failed: %r", self._key, error)
         self._span.__exit__(exc_type, exc, tb)
 
     async def __aenter__(self) -> _Timing:
@@ -547,7 +548,7 @@ class StatsTracker:
                 entry.paired += 1
                 _accumulate(torch, entry, value, mask)
         for full in unpaired:
-            guard.report("stats_unpaired_value",
+            guard.report(diagnostics.STATS_UNPAIRED_VALUE,
                          "stats: stat() of `%s` was called more often than denominator `%s` since the last "
                          "export; the extra value is left out, as AReaL leaves it out (call denominator() "
                          "once per batch before its stat() calls)", full, denominator_key)
@@ -874,7 +875,7 @@ def export_all(reduce_group: Any = None, key_sync_group: Any = None, reset: bool
         merged.update(out)
         _logging.deliver(name, out, step, reduce_group=reduce_group, log=log)
     if duplicates:
-        guard.report("stats_duplicate_key", "stats keys exported by more than one tracker: %s",
+        guard.report(diagnostics.STATS_DUPLICATE_KEY, "stats keys exported by more than one tracker: %s",
                      sorted(duplicates))
     return merged
 
@@ -895,7 +896,7 @@ def commit(stats: dict[str, Any], step: int | None = None, *, tracker: str = "",
     try:
         values = {str(k): float(v) for k, v in stats.items()}
     except (TypeError, ValueError) as exc:
-        guard.report("stats_bad_value", "commit() got a value that is not a number: %r", exc)
+        guard.report(diagnostics.STATS_BAD_VALUE, "commit() got a value that is not a number: %r", exc)
         values = {}
         for k, v in stats.items():
             try:

@@ -52,6 +52,7 @@ from ..config import Settings, resolve
 from ..state import STATE
 from .torch_profiler import OPTIONS as TORCH_OPTIONS
 from .torch_profiler import PROFILER
+from .. import diagnostics
 
 logger = logging.getLogger("otel_rl")
 
@@ -189,7 +190,7 @@ def _acknowledge(seq: int, error: str | None = None) -> None:
     try:
         _write_json(_ack_path(control_dir), _snapshot(seq, error))
     except OSError as exc:
-        guard.report("control_error", "cannot write the control acknowledgement: %s", exc)
+        guard.report(diagnostics.CONTROL_ERROR, "cannot write the control acknowledgement: %s", exc)
 
 
 def _alive(ack: dict[str, Any]) -> bool:
@@ -269,7 +270,7 @@ def _apply_state(state: dict[str, Any]) -> str | None:
             events.stop()
     except ProfilingError as exc:
         problems.append(str(exc))
-        guard.report("control_apply_error", "request events not started here: %s", exc)
+        guard.report(diagnostics.CONTROL_APPLY_ERROR, "request events not started here: %s", exc)
     wanted = state.get("torch") or {}
     current = PROFILER.active_run_id()
     if wanted.get("active"):
@@ -307,7 +308,7 @@ class _Watcher:
             # control directory must not be able to start profiling.
             return files.read_own(path, _MAX_BODY)
         except files.UnsafePathError as exc:
-            guard.report("control_state_refused", "control state not followed: %s", exc)
+            guard.report(diagnostics.CONTROL_STATE_REFUSED, "control state not followed: %s", exc)
             return None
         except OSError:
             return None
@@ -317,7 +318,7 @@ class _Watcher:
             try:
                 self.tick()
             except Exception as exc:  # noqa: BLE001 - the watcher must outlive any one problem
-                guard.report("control_error", "control watcher: %r", exc)
+                guard.report(diagnostics.CONTROL_ERROR, "control watcher: %r", exc)
 
     def tick(self) -> None:
         data = self._read()
@@ -326,7 +327,7 @@ class _Watcher:
             try:
                 state = orjson.loads(data)
             except orjson.JSONDecodeError as exc:
-                guard.report("control_state_invalid", "unreadable control state %s: %s",
+                guard.report(diagnostics.CONTROL_STATE_INVALID, "unreadable control state %s: %s",
                              _state_path(self.control_dir), exc)
                 return
             if isinstance(state, dict) and isinstance(state.get("seq"), int):
@@ -461,7 +462,7 @@ def _stop(command: str, run_id: Any, with_torch: bool) -> dict[str, Any]:
                       state["torch"].get("run_id") if state["torch"].get("active") else None}
         known.discard(None)
         if run_id is not None and run_id not in known:
-            guard.report("profile_run_id_mismatch", "%s for run_id %r ignored: active: %s",
+            guard.report(diagnostics.PROFILE_RUN_ID_MISMATCH, "%s for run_id %r ignored: active: %s",
                          command, run_id, sorted(known) or "none")
             return {"ok": True, "command": command, "run_id": run_id, "stopped": False,
                     "message": f"no active profile with run_id {run_id!r} (active: "
@@ -613,7 +614,7 @@ def handle_request(method: str, target: str, body: bytes, headers: dict[str, str
     except ProfilingError as exc:
         return _error(exc.status, str(exc))
     except Exception as exc:  # noqa: BLE001 - never a traceback to the client, never a crash
-        guard.report("control_error", "control request failed: %r", exc)
+        guard.report(diagnostics.CONTROL_ERROR, "control request failed: %r", exc)
         return _error(500, f"internal error: {exc!r}")
 
 
@@ -763,7 +764,7 @@ class _Server(ThreadingHTTPServer):
         # One thread per connection, but only so many: beyond them a client is
         # told to come back, without a thread and without reading its request.
         if not self._slots.acquire(blocking=False):
-            guard.count("control_connections_refused")
+            guard.count(diagnostics.CONTROL_CONNECTIONS_REFUSED)
             try:
                 request.settimeout(_REFUSE_DRAIN_S)
                 request.sendall(_BUSY_RESPONSE)
@@ -903,7 +904,7 @@ def on_configure(settings: Settings) -> None:
         except OSError as exc:
             # Several ranks of one machine share the environment: one binds the port,
             # the others follow it through the control file.
-            guard.count("control_port_unavailable")
+            guard.count(diagnostics.CONTROL_PORT_UNAVAILABLE)
             logger.info("otel_rl: control port %s:%s not served by this process (%s); it follows "
                         "the job's control file", settings.control_host, settings.control_port, exc)
     if settings.control:
@@ -913,7 +914,7 @@ def on_configure(settings: Settings) -> None:
             _JOB.watcher = _Watcher(control_dir, settings.control_poll_ms / 1000.0)
         except OSError as exc:
             _JOB.control_dir = None
-            guard.report("control_error", "live profiling control off: cannot use %s: %s",
+            guard.report(diagnostics.CONTROL_ERROR, "live profiling control off: cannot use %s: %s",
                          control_dir, exc)
 
 

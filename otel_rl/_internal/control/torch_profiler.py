@@ -42,6 +42,7 @@ import orjson
 from .. import files, guard, keys
 from ..encode.chrome_trace import kineto_shift_us
 from ..state import STATE
+from .. import diagnostics
 
 #: Options a ``config`` object of ``/start_profile`` may set, with their settings.
 OPTIONS = {
@@ -163,20 +164,20 @@ class TorchProfiler:
         if window is None or not window.live:
             return None
         if run_id is not None and run_id != window.run_id:
-            guard.report("profile_run_id_mismatch",
+            guard.report(diagnostics.PROFILE_RUN_ID_MISMATCH,
                          "torch profiler stop for run_id %r ignored: the window is run_id %r",
                          run_id, window.run_id)
             return None
         try:
             return self._owner.submit(self._stop_here, window).result(timeout_s)
         except Exception as exc:  # noqa: BLE001
-            guard.report("torch_profiler_error", "torch profiler stop failed: %r", exc)
+            guard.report(diagnostics.TORCH_PROFILER_ERROR, "torch profiler stop failed: %r", exc)
             return None
 
     # --- step windows (step_scope) ------------------------------------------------------------
     def start_step(self, step: int) -> bool:
         if self._window is not None:
-            guard.report("torch_profiler_busy", "torch profiler window for step %s skipped: "
+            guard.report(diagnostics.TORCH_PROFILER_BUSY, "torch profiler window for step %s skipped: "
                          "window %r is running", step, self._window.run_id)
             return False
         return self._start_here(f"step{step}", False, None, None)
@@ -233,7 +234,7 @@ class TorchProfiler:
             try:
                 window.prof.stop()
             except Exception as exc:  # noqa: BLE001
-                guard.report("torch_profiler_error", "torch profiler stop failed: %r", exc)
+                guard.report(diagnostics.TORCH_PROFILER_ERROR, "torch profiler stop failed: %r", exc)
                 return None
         future = self._owner.submit(_export, window.prof, window.path, window.meta)
         future.add_done_callback(self._exported)
@@ -244,7 +245,7 @@ class TorchProfiler:
     def _exported(self, future: concurrent.futures.Future) -> None:
         exc = future.exception()
         if exc is not None:
-            guard.report("torch_trace_write_error", "torch profiler trace not written: %r", exc)
+            guard.report(diagnostics.TORCH_TRACE_WRITE_ERROR, "torch profiler trace not written: %r", exc)
         else:
             self.written.append(future.result())
 
@@ -270,7 +271,7 @@ class TorchProfiler:
             elif window.thread == threading.get_ident():
                 self.stop_step()
         if not self.wait_exports(timeout_s):
-            guard.report("torch_trace_write_error", "torch profiler traces still being written "
+            guard.report(diagnostics.TORCH_TRACE_WRITE_ERROR, "torch profiler traces still being written "
                          "after %.1f s at shutdown", timeout_s)
 
     def after_fork(self) -> None:
@@ -465,7 +466,7 @@ class CudaSyncedScope:
         try:
             self._start = cuda_mark()
         except Exception as exc:  # noqa: BLE001
-            guard.report("cuda_sync_error", "CUDA-synchronised timing failed: %r", exc)
+            guard.report(diagnostics.CUDA_SYNC_ERROR, "CUDA-synchronised timing failed: %r", exc)
         self._span = self._make()
         return self._span.__enter__()
 
@@ -475,7 +476,7 @@ class CudaSyncedScope:
             try:
                 span.set_attribute(keys.CUDA_ELAPSED_MS, cuda_elapsed_ms(self._start))
             except Exception as err:  # noqa: BLE001
-                guard.report("cuda_sync_error", "CUDA-synchronised timing failed: %r", err)
+                guard.report(diagnostics.CUDA_SYNC_ERROR, "CUDA-synchronised timing failed: %r", err)
         return span.__exit__(exc_type, exc, tb)
 
     async def __aenter__(self) -> Any:

@@ -34,6 +34,7 @@ from opentelemetry.trace.status import StatusCode
 
 from .. import guard, keys
 from ..payload import safe_str, utf8_text
+from .. import diagnostics
 
 #: Category and name of every flow event: Perfetto keys v1 flows on (id, cat, name).
 FLOW_CATEGORY = "rl.flow"
@@ -406,7 +407,7 @@ class ChromeTraceEncoder:
             try:
                 self._add(span, out)
             except Exception as exc:  # noqa: BLE001 - one odd span must not lose the rest
-                guard.report("chrome_trace_encode_error", "a span could not be encoded: %r", exc)
+                guard.report(diagnostics.CHROME_TRACE_ENCODE_ERROR, "a span could not be encoded: %r", exc)
         return out
 
     def finish(self) -> list[dict[str, Any]]:
@@ -420,7 +421,7 @@ class ChromeTraceEncoder:
             try:
                 self._release(key, out)
             except Exception as exc:  # noqa: BLE001
-                guard.report("chrome_trace_encode_error", "a span could not be encoded: %r", exc)
+                guard.report(diagnostics.CHROME_TRACE_ENCODE_ERROR, "a span could not be encoded: %r", exc)
         return out
 
     @property
@@ -471,7 +472,7 @@ class ChromeTraceEncoder:
         waiting.append((span, proc))
         self._buffered_count += 1
         while self._buffered_count > self._max_buffered:
-            guard.count("chrome_trace_sessions_released_early")
+            guard.count(diagnostics.CHROME_TRACE_SESSIONS_RELEASED_EARLY)
             self._release(next(iter(self._buffered)), out)
 
     def _release_stale(self, out: list[dict[str, Any]]) -> None:
@@ -726,7 +727,7 @@ class ChromeTraceEncoder:
                 elif len(siblings) < _MAX_WAITING_CHILDREN:
                     siblings.append(record + (span_id,))
                 else:
-                    guard.count("chrome_trace_flows_dropped")
+                    guard.count(diagnostics.CHROME_TRACE_FLOWS_DROPPED)
         if children:
             for child in children:
                 self._link(record, child, child[5], out)

@@ -22,6 +22,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 
 from .. import guard
 from ..payload import utf8_text
+from .. import diagnostics
 
 _FIXED64 = struct.Struct("<Q").pack
 _DOUBLE = struct.Struct("<d").pack
@@ -122,7 +123,7 @@ class OtlpTraceEncoder:
             try:
                 encoded = span_bytes(span)
             except Exception as exc:  # noqa: BLE001 - one bad span must not lose the batch
-                guard.report("export_error", "a span could not be encoded for OTLP: %r", exc)
+                guard.report(diagnostics.EXPORT_ERROR, "a span could not be encoded for OTLP: %r", exc)
                 continue
             resource = span.resource
             entry = groups.get(id(resource))
@@ -187,7 +188,7 @@ class OtlpTraceEncoder:
                     value_field = _any_value(value)
                 encoded = _field(tag, key_field + _field(b"\x12", value_field))
             except Exception as exc:  # noqa: BLE001
-                guard.report("export_error", "attribute %r could not be encoded for OTLP: %r", key, exc)
+                guard.report(diagnostics.EXPORT_ERROR, "attribute %r could not be encoded for OTLP: %r", key, exc)
                 continue
             if cacheable:
                 if len(cache) >= _ATTRIBUTE_CACHE_SIZE:

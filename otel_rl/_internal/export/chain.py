@@ -46,6 +46,7 @@ from ..config import ConfigError, Settings
 from .jsonl import JsonlAppender
 from .metrics_file import JsonlMetricExporter
 from .session_processor import SessionMetrics, SessionSpanProcessor
+from .. import diagnostics
 
 logger = logging.getLogger("otel_rl")
 
@@ -83,7 +84,7 @@ def traces_endpoint(environ: Any) -> str | None:
 
 def _warn_env(name: str, value: str, message: str, *args: Any) -> None:
     """One warning per variable and value (also counted as ``otlp_env_corrected``)."""
-    guard.count("otlp_env_corrected")
+    guard.count(diagnostics.OTLP_ENV_CORRECTED)
     if (name, value) not in _warned:
         _warned.add((name, value))
         logger.warning("otel_rl: " + message, *args)
@@ -297,7 +298,7 @@ class CountingSpanExporter(SpanExporter):
         try:
             result = self.inner.export(spans)
         except Exception as exc:  # noqa: BLE001 - counted like a refused batch
-            guard.report("export_error", "OTLP export failed: %r", exc)
+            guard.report(diagnostics.EXPORT_ERROR, "OTLP export failed: %r", exc)
             result = SpanExportResult.FAILURE
         if result is SpanExportResult.SUCCESS:
             self.exported += len(spans)
@@ -396,7 +397,7 @@ class ExportChain:
             try:
                 hook()
             except Exception as exc:  # noqa: BLE001
-                guard.report("export_error", "an exporter failed: %r", exc)
+                guard.report(diagnostics.EXPORT_ERROR, "an exporter failed: %r", exc)
 
     def flush(self, timeout_s: float) -> bool:
         """Writes the files (traces, session records, file metrics) now, and
@@ -422,10 +423,10 @@ class ExportChain:
                 # False only once shutdown has begun (the SDK's force_flush
                 # ignores its timeout): shutdown then accounts for the spans.
                 if not self.otlp_processor.force_flush(int(timeout_s * 1000)) and not self._closing:
-                    guard.report("otlp_flush_timeout", "OTLP export did not finish within %.1fs; "
+                    guard.report(diagnostics.OTLP_FLUSH_TIMEOUT, "OTLP export did not finish within %.1fs; "
                                  "spans stay queued (bounded) and are retried", timeout_s)
             except Exception as exc:  # noqa: BLE001
-                guard.report("export_error", "OTLP flush failed: %r", exc)
+                guard.report(diagnostics.EXPORT_ERROR, "OTLP flush failed: %r", exc)
         if self._metrics_over_network and not self._closing:
             self._flush_metrics(timeout_s)
 
@@ -433,7 +434,7 @@ class ExportChain:
         try:
             self.owned_meter_provider.force_flush(int(timeout_s * 1000))  # type: ignore[union-attr]
         except Exception as exc:  # noqa: BLE001
-            guard.report("metrics_error", "metrics flush failed: %r", exc)
+            guard.report(diagnostics.METRICS_ERROR, "metrics flush failed: %r", exc)
 
     def shutdown(self, timeout_s: float) -> None:
         """Writes and closes the files, then gives the network what is left of
@@ -522,7 +523,7 @@ class BackgroundFlush:
             try:
                 self._fn(timeout_s)
             except Exception as exc:  # noqa: BLE001
-                guard.report("export_error", "a background flush failed: %r", exc)
+                guard.report(diagnostics.EXPORT_ERROR, "a background flush failed: %r", exc)
 
     def stop(self, timeout_s: float) -> bool:
         """Runs no more; waits up to ``timeout_s`` for the run under way. ``False`` if it is still running."""
@@ -554,4 +555,4 @@ def bounded(fn: Any, timeout_s: float) -> None:
     thread.start()
     thread.join(timeout_s)
     if thread.is_alive():
-        guard.report("shutdown_timeout", "an exporter did not shut down within %.1fs", timeout_s)
+        guard.report(diagnostics.SHUTDOWN_TIMEOUT, "an exporter did not shut down within %.1fs", timeout_s)

@@ -26,6 +26,7 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from .. import guard
 from ..encode.chrome_trace import BATCH_MARKER, ChromeTraceEncoder, json_safe_value
 from .jsonl import AppendOnlyFile
+from .. import diagnostics
 
 
 # Objects whose locks must be new in a forked child: a lock held by the parent's
@@ -54,8 +55,8 @@ def _dumps(event: dict[str, Any]) -> bytes | None:
     try:
         return orjson.dumps({k: json_safe_value(v) for k, v in event.items()})
     except Exception as exc:  # noqa: BLE001 - one event never costs its batch
-        guard.count("trace_file_events_lost")
-        guard.report("trace_file_error", "a trace event could not be written: %r", exc)
+        guard.count(diagnostics.TRACE_FILE_EVENTS_LOST)
+        guard.report(diagnostics.TRACE_FILE_ERROR, "a trace event could not be written: %r", exc)
         return None
 
 
@@ -118,7 +119,7 @@ class ChromeTraceFileExporter(SpanExporter):
             self._file.open()
         except OSError as exc:
             # Not fatal: the next export tries again, and counts its failure.
-            guard.report("trace_file_error", "cannot open %s: %s", self.path, exc)
+            guard.report(diagnostics.TRACE_FILE_ERROR, "cannot open %s: %s", self.path, exc)
 
     def _after_fork_in_child(self) -> None:
         self._lock = threading.Lock()
@@ -138,7 +139,7 @@ class ChromeTraceFileExporter(SpanExporter):
             try:
                 events = self._encoder.encode(spans)
             except Exception as exc:  # noqa: BLE001
-                guard.report("trace_file_error", "cannot encode spans for %s: %r", self.path, exc)
+                guard.report(diagnostics.TRACE_FILE_ERROR, "cannot encode spans for %s: %r", self.path, exc)
                 return SpanExportResult.FAILURE
             return SpanExportResult.SUCCESS if self._write(events) else SpanExportResult.FAILURE
 
@@ -148,7 +149,7 @@ class ChromeTraceFileExporter(SpanExporter):
         try:
             data = _batch(events)
         except Exception as exc:  # noqa: BLE001
-            guard.report("trace_file_error", "cannot serialise trace events: %r", exc)
+            guard.report(diagnostics.TRACE_FILE_ERROR, "cannot serialise trace events: %r", exc)
             return False
         if self._hold:
             self._held += data
@@ -160,8 +161,8 @@ class ChromeTraceFileExporter(SpanExporter):
         try:
             self._file.write(data)
         except OSError as exc:
-            guard.count("trace_file_events_lost", count)
-            guard.report("trace_file_error", "cannot write %s: %s", self.path, exc)
+            guard.count(diagnostics.TRACE_FILE_EVENTS_LOST, count)
+            guard.report(diagnostics.TRACE_FILE_ERROR, "cannot write %s: %s", self.path, exc)
             return False
         self.lines_written += count
         return True
@@ -188,7 +189,7 @@ class ChromeTraceFileExporter(SpanExporter):
             try:
                 self._write(self._encoder.finish())
             except Exception as exc:  # noqa: BLE001
-                guard.report("trace_file_error", "cannot finish %s: %r", self.path, exc)
+                guard.report(diagnostics.TRACE_FILE_ERROR, "cannot finish %s: %r", self.path, exc)
             self._write_held()
             self._closed = True
             self._file.close()
@@ -237,7 +238,7 @@ class InPlaceBatchProcessor(SpanProcessor):
             return
         with self._lock:
             if len(self._spans) >= self._max_buffered:
-                guard.count("spans_dropped_file_buffer")
+                guard.count(diagnostics.SPANS_DROPPED_FILE_BUFFER)
                 return
             self._spans.append(span)
 
@@ -256,7 +257,7 @@ class InPlaceBatchProcessor(SpanProcessor):
                 try:
                     result = self.exporter.export(spans[i:i + step])
                 except Exception as exc:  # noqa: BLE001 - a foreign exporter may raise
-                    guard.report("export_error", "an exporter failed: %r", exc)
+                    guard.report(diagnostics.EXPORT_ERROR, "an exporter failed: %r", exc)
                     result = SpanExportResult.FAILURE
                 if result is SpanExportResult.SUCCESS:
                     self.exported += len(spans[i:i + step])
@@ -271,7 +272,7 @@ class InPlaceBatchProcessor(SpanProcessor):
         try:
             return self.exporter.force_flush(timeout_millis) and ok
         except Exception as exc:  # noqa: BLE001
-            guard.report("export_error", "an exporter failed to flush: %r", exc)
+            guard.report(diagnostics.EXPORT_ERROR, "an exporter failed to flush: %r", exc)
             return False
 
     def shutdown(self) -> None:
@@ -283,4 +284,4 @@ class InPlaceBatchProcessor(SpanProcessor):
         try:
             self.exporter.shutdown()
         except Exception as exc:  # noqa: BLE001
-            guard.report("export_error", "an exporter failed to shut down: %r", exc)
+            guard.report(diagnostics.EXPORT_ERROR, "an exporter failed to shut down: %r", exc)

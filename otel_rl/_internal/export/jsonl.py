@@ -11,6 +11,7 @@ import orjson
 
 from .. import files, guard
 from ..payload import json_safe
+from .. import diagnostics
 
 #: Bytes appended to each file by this process (path -> bytes), for the run summary.
 BYTES_WRITTEN: dict[str, int] = {}
@@ -140,12 +141,12 @@ class AppendOnlyFile:
         self._dirty = False  # a new file starts clean
         if deleted:
             if lines:
-                guard.count("deleted_file_lines_lost", lines)
-            guard.report("run_file_deleted", "%s was deleted while otel_rl was writing it: the %d lines "
+                guard.count(diagnostics.DELETED_FILE_LINES_LOST, lines)
+            guard.report(diagnostics.RUN_FILE_DELETED, "%s was deleted while otel_rl was writing it: the %d lines "
                          "this process wrote to it are lost (counted); later lines go to a new file "
                          "there", self.path, lines)
         else:
-            guard.report("run_file_moved", "%s was moved away (rotated?) while otel_rl was writing it: "
+            guard.report(diagnostics.RUN_FILE_MOVED, "%s was moved away (rotated?) while otel_rl was writing it: "
                          "its lines stay in the moved file, later lines go to a new file there",
                          self.path)
 

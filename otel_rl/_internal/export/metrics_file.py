@@ -10,6 +10,7 @@ from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult,
 from .. import guard
 from .jsonl import JsonlAppender
 from ..payload import INT64_MAX, INT64_MIN, utf8_text
+from .. import diagnostics
 
 
 class JsonlMetricExporter(MetricExporter):
@@ -27,8 +28,8 @@ class JsonlMetricExporter(MetricExporter):
             # The line is written as strict JSON (NaN as null, text as UTF-8).
             self._out.add(_strict(json.loads(metrics_data.to_json(indent=None))))
         except Exception as exc:  # noqa: BLE001 - never into the SDK's reader thread
-            guard.count("metrics_lines_lost")
-            guard.report("metrics_write_error", "cannot write metrics to %s: %r", self._out.path, exc)
+            guard.count(diagnostics.METRICS_LINES_LOST)
+            guard.report(diagnostics.METRICS_WRITE_ERROR, "cannot write metrics to %s: %r", self._out.path, exc)
             return MetricExportResult.FAILURE
         return MetricExportResult.SUCCESS if self._out.flush() else MetricExportResult.FAILURE
 

@@ -31,6 +31,7 @@ from opentelemetry.trace import SpanContext, SpanKind
 from .. import guard, keys
 from ..recording import privacy
 from ..recording.record import THREAD, ReadableBuilder, expand, record_from_readable, span_count
+from .. import diagnostics
 
 #: After shutdown's bound, how long the export thread gets to stop where it is.
 ABANDON_GRACE_S = 0.05
@@ -146,7 +147,7 @@ class Pipeline:
         """Queues a finished span: a record, or a ReadableSpan from other instrumentation."""
         queue = self.queue
         if len(queue) >= self.max_queue_size:
-            guard.count("spans_dropped_queue_full")
+            guard.count(diagnostics.SPANS_DROPPED_QUEUE_FULL)
             return
         queue.append(span)
         if len(queue) == self.wake_at:
@@ -161,7 +162,7 @@ class Pipeline:
         if current is not None and current is not self:
             current.enqueue(span)
         else:
-            guard.report("spans_after_shutdown", "a span ended after otel_rl was shut down; "
+            guard.report(diagnostics.SPANS_AFTER_SHUTDOWN, "a span ended after otel_rl was shut down; "
                          "not recorded")
 
     def sample_root(self, ctx: Any, trace_id: int, name: str, kind: SpanKind, attributes: Any) -> int:
@@ -170,7 +171,7 @@ class Pipeline:
         try:
             result = self._sampler.should_sample(ctx, trace_id, name, kind, attributes)
         except Exception:  # noqa: BLE001 - a broken sampler must not break training
-            guard.report("sampler_error", "sampler raised; span kept")
+            guard.report(diagnostics.SAMPLER_ERROR, "sampler raised; span kept")
             return 1
         return 1 if result.decision is Decision.RECORD_AND_SAMPLE else 0
 
@@ -216,7 +217,7 @@ class Pipeline:
                 done = self._cond.wait_for(lambda: self._flush_done >= target, deadline())
             seq = self._save_seq
         if not done:
-            guard.report("flush_timeout", "otel_rl could not process its queued spans within %.1fs",
+            guard.report(diagnostics.FLUSH_TIMEOUT, "otel_rl could not process its queued spans within %.1fs",
                          timeout_s)
             return False
         return self._await_exporter(seq if save else None, deadline, asked_at)
@@ -235,7 +236,7 @@ class Pipeline:
             shipper.abandon()
         if shipper.failed:
             return self._request(deadline(), save=True, wait=True)
-        guard.report("flush_timeout", "the exporter process did not flush within the bound")
+        guard.report(diagnostics.FLUSH_TIMEOUT, "the exporter process did not flush within the bound")
         return False
 
     def shutdown(self, timeout_s: float) -> bool:
@@ -278,8 +279,8 @@ class Pipeline:
         in_flight = max(0, self.spans_seen - self.spans_done)  # taken, not handed on
         self.spans_left = left_n
         if left_n or in_flight:
-            guard.count("spans_dropped_unprocessed_at_exit", left_n + in_flight)
-            guard.report("shutdown_timeout", "shutdown_timeout_ms ran out with %d spans not yet "
+            guard.count(diagnostics.SPANS_DROPPED_UNPROCESSED_AT_EXIT, left_n + in_flight)
+            guard.report(diagnostics.SHUTDOWN_TIMEOUT, "shutdown_timeout_ms ran out with %d spans not yet "
                          "exported; counted as dropped", left_n + in_flight)
 
     # --- export thread --------------------------------------------------------------
@@ -315,7 +316,7 @@ class Pipeline:
             try:
                 self._on_save()
             except Exception as exc:  # noqa: BLE001
-                guard.report("export_error", "the outputs could not be written: %r", exc)
+                guard.report(diagnostics.EXPORT_ERROR, "the outputs could not be written: %r", exc)
         return None
 
     def _check_shipper(self) -> None:
@@ -360,8 +361,8 @@ class Pipeline:
             self.spans_seen += n
             if drop:
                 self.spans_done += n
-                guard.count("spans_dropped_exporter_backlog", n)
-                guard.report("exporter_backlog", "the exporter process is behind by %d spans and "
+                guard.count(diagnostics.SPANS_DROPPED_EXPORTER_BACKLOG, n)
+                guard.report(diagnostics.EXPORTER_BACKLOG, "the exporter process is behind by %d spans and "
                              "more wait in the queue; dropping new spans (counted)",
                              shipper.max_pending - shipper.room())
                 continue
@@ -379,7 +380,7 @@ class Pipeline:
         try:
             return record_from_readable(span)
         except Exception as exc:  # noqa: BLE001
-            guard.report("export_error", "a span could not be processed: %r", exc)
+            guard.report(diagnostics.EXPORT_ERROR, "a span could not be processed: %r", exc)
             return None
 
     def _names_of(self, records: list[Any]) -> dict[int, str]:
@@ -399,12 +400,12 @@ class Pipeline:
                 if self._abandoned:
                     break
             elif time.monotonic() > stop_at:
-                guard.count("spans_dropped_unprocessed_at_exit", len(todo) - i)
+                guard.count(diagnostics.SPANS_DROPPED_UNPROCESSED_AT_EXIT, len(todo) - i)
                 break
             try:
                 sink.on_end(build(rec))
             except Exception as exc:  # noqa: BLE001
-                guard.report("export_error", "a span could not be processed: %r", exc)
+                guard.report(diagnostics.EXPORT_ERROR, "a span could not be processed: %r", exc)
             self.spans_done += 1
         else:
             if self._after_batch is not None:

@@ -49,6 +49,7 @@ from typing import Any
 from ... import environment_variables as ev
 from .. import guard
 from ..recording.record import make_marshalable, span_count
+from .. import diagnostics
 
 CONFIG_ENV = "OTEL_RL_EXPORTER_CONFIG"
 #: CPU priority of the exporter process relative to the training process.
@@ -266,7 +267,7 @@ class ExporterProcess:
                 return
             self.failed = True
             self._cond.notify_all()
-        guard.report("exporter_process_lost", "the exporter process made no progress for %.1fs "
+        guard.report(diagnostics.EXPORTER_PROCESS_LOST, "the exporter process made no progress for %.1fs "
                      "(stopped, or blocked on a stalled filesystem); stopped it and exporting in "
                      "the training process from now on", self.stall_s)
         proc = self._proc
@@ -327,7 +328,7 @@ class ExporterProcess:
                 try:
                     stats = json.loads(body)
                 except ValueError:
-                    guard.report("internal_error", "unreadable exporter acknowledgement")
+                    guard.report(diagnostics.INTERNAL_ERROR, "unreadable exporter acknowledgement")
                     stats = None
                 with self._cond:
                     if stats is not None:
@@ -346,7 +347,7 @@ class ExporterProcess:
                 return
             self.failed = True
             self._cond.notify_all()
-        guard.report("exporter_process_lost", "the exporter process is gone (%r); "
+        guard.report(diagnostics.EXPORTER_PROCESS_LOST, "the exporter process is gone (%r); "
                      "exporting in the training process from now on", exc)
 
     # --- caller side ------------------------------------------------------------------------
@@ -365,7 +366,7 @@ class ExporterProcess:
         if seq is None or self.wait_ack(seq, timeout_s):
             return True
         if not self.failed:
-            guard.report("flush_timeout", "the exporter process did not flush within %.1fs", timeout_s)
+            guard.report(diagnostics.FLUSH_TIMEOUT, "the exporter process did not flush within %.1fs", timeout_s)
         return False
 
     def close(self, timeout_s: float) -> None:
@@ -395,7 +396,7 @@ class ExporterProcess:
             proc.wait(max(0.0, end - time.monotonic()))
         except subprocess.TimeoutExpired:
             if not self.failed:
-                guard.report("shutdown_timeout", "the exporter process was still exporting when "
+                guard.report(diagnostics.SHUTDOWN_TIMEOUT, "the exporter process was still exporting when "
                              "shutdown_timeout_ms ran out (%.1fs were left for it); stopped",
                              timeout_s)
             proc.kill()
@@ -439,7 +440,7 @@ def _safe(record: tuple) -> tuple | None:
         marshal.dumps(record)
         return record
     except Exception as exc:  # noqa: BLE001 - one bad span must not stop the export thread
-        guard.report("export_error", "a span could not be shipped: %r", exc)
+        guard.report(diagnostics.EXPORT_ERROR, "a span could not be shipped: %r", exc)
         return None
 
 
@@ -539,7 +540,7 @@ def main() -> int:
         if payload is None:
             break
         if kind == b"B" and ended:
-            guard.count("spans_dropped_after_end", span_count(marshal.loads(payload)[1]))
+            guard.count(diagnostics.SPANS_DROPPED_AFTER_END, span_count(marshal.loads(payload)[1]))
             progress()
         elif kind == b"B":
             thread_names, records = marshal.loads(payload)
@@ -549,7 +550,7 @@ def main() -> int:
                 try:
                     sink.on_end(build(rec))
                 except Exception as exc:  # noqa: BLE001
-                    guard.report("export_error", "a span could not be processed: %r", exc)
+                    guard.report(diagnostics.EXPORT_ERROR, "a span could not be processed: %r", exc)
             chain.after_batch()
             progress()
         elif kind == b"F":

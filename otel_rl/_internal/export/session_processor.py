@@ -24,6 +24,7 @@ from opentelemetry.trace.status import StatusCode
 from .. import guard, keys
 from .jsonl import JsonlAppender
 from ..payload import INT64_MAX, INT64_MIN, utf8_text
+from .. import diagnostics
 
 #: Phases every record carries, even at zero (AReaL's fields).
 BUILTIN_PHASES = ("generate", "reward", "toolcall")
@@ -98,8 +99,8 @@ class SessionSpanProcessor(SpanProcessor):
                 span = self._on_session(span, attrs)
         except Exception as exc:  # noqa: BLE001 - what was derived is lost, never the span
             if kind == keys.KIND_SESSION:
-                guard.count("session_records_lines_lost")
-            guard.report("export_error", "a session's durations could not be derived: %r", exc)
+                guard.count(diagnostics.SESSION_RECORDS_LINES_LOST)
+            guard.report(diagnostics.EXPORT_ERROR, "a session's durations could not be derived: %r", exc)
         self._next.on_end(span)
 
     def _on_phase(self, span: ReadableSpan, attrs: Any) -> None:
@@ -110,7 +111,7 @@ class SessionSpanProcessor(SpanProcessor):
         if phases is None:
             if len(self._phases) >= self._max_pending:
                 self._phases.popitem(last=False)
-                guard.count("session_phases_evicted")
+                guard.count(diagnostics.SESSION_PHASES_EVICTED)
             phases = self._phases[session_id] = {}
         phases.setdefault(phase, []).append((span.start_time, None if interrupted else span.end_time))
         if self._metrics is not None:
@@ -179,15 +180,15 @@ class SessionSpanProcessor(SpanProcessor):
             try:
                 self._records.add(record)
             except Exception as exc:  # noqa: BLE001 - the span goes on without its record
-                guard.count("session_records_lines_lost")
-                guard.report("session_records_write_error", "a session record could not be written: %r", exc)
+                guard.count(diagnostics.SESSION_RECORDS_LINES_LOST)
+                guard.report(diagnostics.SESSION_RECORDS_WRITE_ERROR, "a session record could not be written: %r", exc)
         if self._metrics is not None and not pending:
             labels = {keys.SESSION_STATUS: record["status"]}
             try:
                 self._metrics.session_duration.record(total_s, labels, context=_exemplar_context(span))
                 self._metrics.sessions.add(1, labels)
             except Exception as exc:  # noqa: BLE001
-                guard.report("metrics_error", "session metrics could not be recorded: %r", exc)
+                guard.report(diagnostics.METRICS_ERROR, "session metrics could not be recorded: %r", exc)
         return _with_attributes(span, derived)
 
     def flush(self) -> None:

@@ -18,6 +18,7 @@ from typing import Any
 
 from .. import files, guard, keys
 from .jsonl import bytes_written
+from .. import diagnostics
 
 logger = logging.getLogger("otel_rl")
 
@@ -186,7 +187,7 @@ def write(settings: Any, summary: dict[str, Any]) -> str | None:
         os.replace(tmp, path)
         return path
     except OSError as exc:
-        guard.report("summary_write_error", "cannot write the run summary %s: %s", path, exc)
+        guard.report(diagnostics.SUMMARY_WRITE_ERROR, "cannot write the run summary %s: %s", path, exc)
         return None
 
 

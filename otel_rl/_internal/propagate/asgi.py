@@ -11,6 +11,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 from .. import guard, keys
 from . import incoming
 from ..state import STATE
+from .. import diagnostics
 
 
 def _headers_of(scope: dict[str, Any]) -> dict[str, str]:
@@ -54,7 +55,7 @@ class ASGIMiddleware:
             headers = _headers_of(scope)
             ctx = incoming.limit(propagate.extract(headers), headers.get("baggage"))
         except Exception as exc:  # noqa: BLE001 - serve the request regardless
-            guard.report("propagation_error", "extract from request headers failed: %r", exc)
+            guard.report(diagnostics.PROPAGATION_ERROR, "extract from request headers failed: %r", exc)
             ctx = context_api.Context()
         tracer = STATE.tracer if self.server_span and STATE.scopes_on else None
         if tracer is None:

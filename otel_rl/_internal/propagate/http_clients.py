@@ -12,6 +12,7 @@ from typing import Any
 from opentelemetry import propagate
 
 from .. import guard
+from .. import diagnostics
 
 
 def _inject_into(headers: Any) -> None:
@@ -23,7 +24,7 @@ def _inject_into(headers: Any) -> None:
             if name not in headers:
                 headers[name] = value
     except Exception as exc:  # noqa: BLE001 - a request must go out regardless
-        guard.report("propagation_error", "inject into request headers failed: %r", exc)
+        guard.report(diagnostics.PROPAGATION_ERROR, "inject into request headers failed: %r", exc)
 
 
 def instrument_httpx(client: Any) -> Any:

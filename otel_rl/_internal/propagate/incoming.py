@@ -17,6 +17,7 @@ from opentelemetry import context as context_api
 from ... import environment_variables as ev
 from .. import guard, keys
 from ..state import STATE
+from .. import diagnostics
 
 #: W3C Baggage limits.
 MAX_ENTRIES = 180
@@ -70,7 +71,7 @@ def limit(ctx: context_api.Context, header: str | None = None) -> context_api.Co
     header it was extracted from, lets entries the propagator left out be counted."""
     over = _over_header_limits(header)
     if over:
-        guard.count("baggage_trimmed", over)
+        guard.count(diagnostics.BAGGAGE_TRIMMED, over)
     bag = baggage_api.get_all(ctx)
     if not bag:
         return ctx
@@ -93,9 +94,9 @@ def limit(ctx: context_api.Context, header: str | None = None) -> context_api.Co
     if not dropped and not trimmed:
         return ctx
     if dropped:
-        guard.count("baggage_dropped", dropped)
+        guard.count(diagnostics.BAGGAGE_DROPPED, dropped)
     if trimmed:
-        guard.count("baggage_trimmed", trimmed)
+        guard.count(diagnostics.BAGGAGE_TRIMMED, trimmed)
     ctx = baggage_api.clear(ctx)
     for key, value in kept.items():
         ctx = baggage_api.set_baggage(key, value, ctx)

@@ -6,6 +6,7 @@ from enum import Enum
 from typing import Any
 
 from .. import guard
+from .. import diagnostics
 
 
 class Category(str, Enum):
@@ -64,6 +65,6 @@ def normalize_category(category: Any) -> str | None:
         if found is not None:
             return found.value
         return str(category) if stripped else Category.MISC.value
-    guard.report("bad_category_type", "category must be a Category or str, got %s",
+    guard.report(diagnostics.BAD_CATEGORY_TYPE, "category must be a Category or str, got %s",
                  type(category).__name__)
     return Category.MISC.value

@@ -25,6 +25,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from .. import guard, keys, payload
+from .. import diagnostics
 
 Redactor = Callable[[str, Any], Any]
 
@@ -123,7 +124,7 @@ def _call(fn: Redactor, key: str, value: Any) -> Any:
         return fn(key, value)
     except Exception as exc:  # noqa: BLE001 - a broken hook drops the value, never raises
         # The exception's type only: its message may quote the value.
-        guard.report("redactor_error", "the redactor raised %s on %s (the value is dropped)",
+        guard.report(diagnostics.REDACTOR_ERROR, "the redactor raised %s on %s (the value is dropped)",
                      type(exc).__name__, key)
         return _DROP
 
@@ -192,7 +193,7 @@ def redact_records(records: list[tuple]) -> list[tuple]:
         try:
             out.append(_redact_record(rec, fn))
         except Exception as exc:  # noqa: BLE001 - keep the span, without its payloads
-            guard.report("redactor_error", "payloads of a span could not be redacted (dropped): %s",
+            guard.report(diagnostics.REDACTOR_ERROR, "payloads of a span could not be redacted (dropped): %s",
                          type(exc).__name__)
             fields = list(rec)
             fields[ARGS] = None
@@ -240,7 +241,7 @@ def scrub_shapes(value: Any) -> Any:
     try:
         return _scrub(value, 0, [_MAX_NODES])
     except Exception:  # noqa: BLE001 - a mapping or sequence whose iteration raises
-        guard.count("content_redacted_unreadable")
+        guard.count(diagnostics.CONTENT_REDACTED_UNREADABLE)
         return keys.REDACTED_ITEMS.format(n="?")
 
 

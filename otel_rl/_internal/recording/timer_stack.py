@@ -18,6 +18,7 @@ import sys
 import time
 from collections.abc import Mapping
 from typing import Any, Dict, List, Optional
+from .. import diagnostics
 
 #: ``metadata.timer_format_version`` of every tree (ML-Agents' value).
 TIMER_FORMAT_VERSION = "0.1.0"
@@ -85,7 +86,7 @@ class TimerNode:
         except Exception as exc:  # noqa: BLE001 - never raise into the caller
             from ..guard import report
 
-            report("timer_error", "TimerNode.merge(): cannot read %r: %r", type(other), exc)
+            report(diagnostics.TIMER_ERROR, "TimerNode.merge(): cannot read %r: %r", type(other), exc)
             return
         target = self.get_child(root_name) if root_name else self
         pending = [(target, source)]
@@ -287,7 +288,7 @@ class TimerStack:
         except (TypeError, ValueError):
             from ..guard import report
 
-            report("bad_gauge_value", "set_gauge(%r): %r is not a number; ignored", name, type(value))
+            report(diagnostics.BAD_GAUGE_VALUE, "set_gauge(%r): %r is not a number; ignored", name, type(value))
             return
         if math.isnan(value):
             return

@@ -25,6 +25,7 @@ from .. import guard, keys
 from ..payload import safe_repr, safe_str, snapshot
 from .record import id_value
 from .spans import LeanSpan, new_span_id
+from .. import diagnostics
 
 
 _EMPTY_CONTEXT = Context()
@@ -225,7 +226,7 @@ class Registry:
             old = self.tasks.get(task_id)
             self.tasks[task_id] = state
         if old is not None:
-            guard.report("task_reregistered", "task %r registered twice; the first is ended", task_id)
+            guard.report(diagnostics.TASK_REREGISTERED, "task %r registered twice; the first is ended", task_id)
             self._end_task(old)
         return task_id
 
@@ -274,7 +275,7 @@ class Registry:
             task_id = current_id(keys.TASK_ID)
         task = self.tasks.get(task_id) if task_id is not None else None
         if task is None:
-            guard.report("session_without_task",
+            guard.report(diagnostics.SESSION_WITHOUT_TASK,
                          "session registered for unregistered task %r; registering it", task_id)
             task_id = self.register_task(task_id)
             task = self.tasks[task_id]
@@ -290,7 +291,7 @@ class Registry:
             if len(self.sessions) > self._max_pending:
                 _, evicted = self.sessions.popitem(last=False)
         if evicted is not None:
-            guard.count("sessions_evicted")
+            guard.count(diagnostics.SESSIONS_EVICTED)
             self._finalize(evicted, keys.STATUS_DROPPED, "evicted: too many pending sessions")
         return session_id
 
@@ -307,12 +308,12 @@ class Registry:
         state = self.sessions.get(session_id) if session_id is not None else None
         if state is None:
             if session_id is None:
-                guard.report("no_session", "%s outside any session; ignored", what)
+                guard.report(diagnostics.NO_SESSION, "%s outside any session; ignored", what)
             elif session_id in self._finalized:
-                guard.report("event_after_finalize", "%s for finalized session %r; ignored",
+                guard.report(diagnostics.EVENT_AFTER_FINALIZE, "%s for finalized session %r; ignored",
                              what, session_id)
             else:
-                guard.report("unknown_session", "%s for unknown session %r; ignored", what, session_id)
+                guard.report(diagnostics.UNKNOWN_SESSION, "%s for unknown session %r; ignored", what, session_id)
         return state
 
     # --- phases --------------------------------------------------------------------
@@ -320,7 +321,7 @@ class Registry:
         options = self.phase_options.get(phase)
         if options is not None and not options.allow_overlap:
             if any(phase_name(p) == phase for p in state.open_phases):
-                guard.report("overlapping_phase",
+                guard.report(diagnostics.OVERLAPPING_PHASE,
                              "phase %r started while another instance is open (register_phase "
                              "allow_overlap=False); both are recorded", phase)
 
@@ -362,7 +363,7 @@ class Registry:
                     span = phases.pop(i)
                     break
             else:
-                guard.report("phase_end_without_start", "mark_%s_end without a start; ignored", phase)
+                guard.report(diagnostics.PHASE_END_WITHOUT_START, "mark_%s_end without a start; ignored", phase)
                 return
         if type(span) is tuple:
             state.end_marked(span, now, payload=payload)
@@ -381,10 +382,10 @@ class Registry:
             state = self.sessions.pop(session_id, None)
         if state is None:
             if session_id in self._finalized:
-                guard.report("double_finalize",
+                guard.report(diagnostics.DOUBLE_FINALIZE,
                              "session %r finalized twice; the first status stands", session_id)
             else:
-                guard.report("unknown_session", "mark_finalized for unknown session %r; ignored",
+                guard.report(diagnostics.UNKNOWN_SESSION, "mark_finalized for unknown session %r; ignored",
                              session_id)
             return
         self._finalize(state, status, reason)
@@ -392,7 +393,7 @@ class Registry:
     def finalize_task(self, task_id: Any, status: str, reason: Any) -> None:
         task = self.tasks.get(task_id)
         if task is None:
-            guard.report("unknown_task", "mark_finalized for unknown task %r; ignored", task_id)
+            guard.report(diagnostics.UNKNOWN_TASK, "mark_finalized for unknown task %r; ignored", task_id)
             return
         task.finalize_requested = True
         with self._lock:
@@ -418,7 +419,7 @@ class Registry:
             # otherwise cost the whole metrics interval or the session's record.
             status = str.__str__(status) if isinstance(status, str) else safe_str(status)
         if status not in keys.FINAL_STATUSES and status != keys.STATUS_PENDING:
-            guard.report("unknown_status", "unknown session status %s; recorded as given",
+            guard.report(diagnostics.UNKNOWN_STATUS, "unknown session status %s; recorded as given",
                          safe_repr(status))
         failed = status == keys.STATUS_FAILED
         code = StatusCode.ERROR.value if failed else 0

@@ -26,6 +26,7 @@ from ..export.jsonl import JsonlAppender
 from ..state import STATE
 from .reduce import COUNT_SUFFIX
 from ..recording.tracking import current_id
+from .. import diagnostics
 
 logger = logging.getLogger("otel_rl")
 
@@ -117,7 +118,7 @@ def _call(backend: Any, method: str, *args: Any) -> None:
     try:
         fn(*args)
     except Exception as exc:  # noqa: BLE001 - a backend must never break training
-        guard.report("stats_backend_error", "stats backend %r failed in %s: %r", backend, method, exc)
+        guard.report(diagnostics.STATS_BACKEND_ERROR, "stats backend %r failed in %s: %r", backend, method, exc)
 
 
 # --------------------------------------------------------------------------- built-in backends
@@ -291,7 +292,7 @@ class _BuiltIns:
             try:
                 backend = build()
             except Exception as exc:  # noqa: BLE001
-                guard.report("stats_backend_error", "a stats backend could not be built: %r", exc)
+                guard.report(diagnostics.STATS_BACKEND_ERROR, "a stats backend could not be built: %r", exc)
                 backend = None
             if backend is not None:
                 backends.append(backend)
@@ -377,7 +378,7 @@ def current_step(step: Any = None) -> int | None:
     try:
         return int(step)
     except (TypeError, ValueError):
-        guard.report("stats_bad_step", "stats step %r is not an integer; logged without a step", step)
+        guard.report(diagnostics.STATS_BAD_STEP, "stats step %r is not an integer; logged without a step", step)
         return None
 
 
@@ -411,7 +412,7 @@ def deliver(tracker: str, values: Mapping[str, Any], step: Any, *, reduce_group:
                 return
         record = StatsRecord(tracker, current_step(step), shown, own_rank(), time.time_ns())
     except Exception as exc:  # noqa: BLE001
-        guard.report("stats_backend_error", "stats could not be logged: %r", exc)
+        guard.report(diagnostics.STATS_BACKEND_ERROR, "stats could not be logged: %r", exc)
         return
     for backend in backends:
         _call(backend, "log", record)

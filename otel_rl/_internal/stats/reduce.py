@@ -26,6 +26,7 @@ from typing import Any
 import orjson
 
 from .. import guard
+from .. import diagnostics
 
 logger = logging.getLogger("otel_rl")
 
@@ -91,7 +92,7 @@ def materialize(raw: Mapping[str, tuple[str, str, dict[str, Any]]]) -> dict[str,
     if pending:
         failed = _fill_from_tensors(pending)
         for key in [k for k, p in partials.items() if id(p) in failed]:
-            guard.report("stats_export_error", "stats key `%s` could not be read at export (%s); it is "
+            guard.report(diagnostics.STATS_EXPORT_ERROR, "stats key `%s` could not be read at export (%s); it is "
                          "left out", key, failed[id(partials[key])])
             del partials[key]
     return partials
@@ -180,7 +181,7 @@ def report_nonfinite(tracker: str, partials: Mapping[str, Partial], warned: set[
     for key, partial in partials.items():
         if not partial.nonfinite:
             continue
-        guard.count("stats_nonfinite_values", int(partial.nonfinite))
+        guard.count(diagnostics.STATS_NONFINITE_VALUES, int(partial.nonfinite))
         if key not in warned:
             warned.add(key)
             logger.warning("otel_rl.stats: %d NaN/inf value(s) were recorded for `%s` (tracker %r); as in "
@@ -245,7 +246,7 @@ def reduce_stats(local: Local, groups: Mapping[tuple[str, str], Any] | None = No
                 if group is None or not on_every_rank:
                     # AReaL raises here (RuntimeError); every rank of the group
                     # sees the same exchange, so all leave the key out alike.
-                    guard.report("stats_key_sync_group_missing",
+                    guard.report(diagnostics.STATS_KEY_SYNC_GROUP_MISSING,
                                  "stats key `%s` (tracker %r) has a per-key reduce_group on some ranks "
                                  "only; pass key_sync_group= to export() / export_all() to reduce it; "
                                  "it is left out", key, tracker)
@@ -299,7 +300,7 @@ def _merge(gathered: Iterable[Mapping[str, Mapping[str, Meta]]]) -> tuple[dict[s
 
 def _report_conflicts(conflicts: set[tuple[str, str]]) -> None:
     for tracker, key in sorted(conflicts):
-        guard.report("stats_inconsistent_key",
+        guard.report(diagnostics.STATS_INCONSISTENT_KEY,
                      "stats key `%s` (tracker %r) was recorded with different kinds, reduce types or "
                      "per-key reduce groups on different ranks; it is left out of the export", key, tracker)
 
@@ -429,6 +430,6 @@ def merge_worker_stats(worker_stats: Iterable[Mapping[str, Any]], *, keep_counts
         merged.update({key: int(value) for key, value in counts.items()})
     dropped -= merged.keys()
     if dropped:
-        guard.report("stats_merge_unweighted", "merge_worker_stats left out %s: no `__count` to weight them by "
+        guard.report(diagnostics.STATS_MERGE_UNWEIGHTED, "merge_worker_stats left out %s: no `__count` to weight them by "
                      "(only scalar() keys, min and max merge across workers)", sorted(dropped))
     return merged
