@@ -46,7 +46,7 @@ from .tracing import (
 )
 from . import stats  # noqa: E402 - AReaL stats_tracker names; imports neither torch nor numpy
 from . import events  # noqa: E402 - request events (sglang-omni's recorder names)
-from ._internal.control.operations import (  # noqa: E402 - live profiling control (sglang-omni's endpoints)
+from ._internal.control import (  # noqa: E402 - live profiling control (sglang-omni's endpoints)
     control_app,
     profile_status,
     serve_control,

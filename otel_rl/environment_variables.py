@@ -1,8 +1,8 @@
 """Environment variables read by otel_rl.
 
 Each constant names one variable; its default, type and unit live in the
-registry in :mod:`otel_rl._internal.config`, which is also what the README's
-table is generated from. Standard ``OTEL_*`` variables (``OTEL_SDK_DISABLED``,
+registry in :mod:`otel_rl._internal.config`, which is also what the table in
+``docs/reference.md`` is generated from (``scripts/gen_reference.py``). Standard ``OTEL_*`` variables (``OTEL_SDK_DISABLED``,
 ``OTEL_SERVICE_NAME``, ``OTEL_RESOURCE_ATTRIBUTES``, ``OTEL_EXPORTER_OTLP_*``,
 ``OTEL_TRACES_SAMPLER[_ARG]``, ``OTEL_BSP_*``, ``OTEL_PROPAGATORS``) keep their
 OpenTelemetry meaning and are read by the SDK.

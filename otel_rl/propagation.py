@@ -33,7 +33,8 @@ from opentelemetry import propagate
 from opentelemetry.trace.propagation import _SPAN_KEY
 
 from ._internal import guard, keys
-from ._internal.propagate import incoming
+from ._internal.propagate import carriers
+from ._internal.propagate.carriers import ENV_CARRIER_KEYS
 from ._internal.recording.spans import LeanSpan, get_current
 from ._internal.propagate.asgi import ASGIMiddleware
 from ._internal.propagate.http_clients import aiohttp_trace_config, instrument_httpx, instrument_requests
@@ -49,8 +50,6 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 #: The keyword argument :func:`propagating` functions take the caller's context in.
 CONTEXT_KWARG = "otel_rl_context"
-#: Environment variables of the OpenTelemetry environment carrier, by header name.
-ENV_CARRIER_KEYS = {"traceparent": "TRACEPARENT", "tracestate": "TRACESTATE", "baggage": "BAGGAGE"}
 
 
 def inject(carrier: MutableMapping[str, str] | None = None) -> dict[str, str] | MutableMapping[str, str]:
@@ -86,13 +85,7 @@ def extract(carrier: Mapping[str, str] | None) -> context_api.Context:
     Returns:
         An OpenTelemetry ``Context`` to pass to :func:`attach` or to a tracer.
     """
-    try:
-        # Incoming baggage keeps otel_rl's keys (and OTEL_RL_BAGGAGE_ALLOW's), within W3C limits.
-        carrier = carrier or {}
-        return incoming.limit(propagate.extract(carrier), incoming.header_of(carrier))
-    except Exception as exc:  # noqa: BLE001
-        guard.report(diagnostics.PROPAGATION_ERROR, "extract failed: %r", exc)
-        return context_api.Context()
+    return carriers.extract(carrier)
 
 
 @contextlib.contextmanager
@@ -148,9 +141,7 @@ def extract_env(environ: Mapping[str, str] | None = None) -> context_api.Context
     Args:
         environ: The environment to read; ``os.environ`` when omitted.
     """
-    environ = os.environ if environ is None else environ
-    headers = {header: environ[name] for header, name in ENV_CARRIER_KEYS.items() if environ.get(name)}
-    return extract(headers)
+    return carriers.extract_env(environ)
 
 
 # --- pools, executors, Ray: the context travels with the call --------------------------------

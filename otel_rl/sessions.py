@@ -22,7 +22,7 @@ from ._internal import guard, keys
 from ._internal.payload import own_values
 from ._internal.recording.spans import LeanSpan, record_error
 from ._internal.state import STATE
-from ._internal.recording.tracking import PhaseOptions, current_id
+from ._internal.recording.tracking import PHASES, PhaseOptions, current_id
 from ._internal import diagnostics
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -334,4 +334,4 @@ def register_phase(name: str, *, allow_overlap: bool = True) -> None:
         STATE.registry.phase_options[name] = _PHASES[name]
 
 
-_PHASES: dict[str, PhaseOptions] = {}
+_PHASES = PHASES  # kept in recording.tracking: configure() applies them to its registry

@@ -44,7 +44,6 @@ import math
 import os
 import threading
 import time
-from contextvars import ContextVar
 from typing import Any, Callable, Dict, Optional, TypeVar
 
 from opentelemetry.trace import SpanKind
@@ -53,8 +52,10 @@ from opentelemetry.trace.propagation import _SPAN_KEY
 from ._internal import guard, keys
 from ._internal.recording.spans import LeanSpan, get_current
 from ._internal.state import STATE
+from ._internal.recording.resumed import ResumedSpan, record_failure
+from ._internal.recording.timer_frames import FRAME, close_node, merge_gauges_into, open_node, restore_frame
 from ._internal.recording.timer_stack import TIMER_FORMAT_VERSION, GaugeNode, TimerNode, TimerStack
-from .tracing import _record, _Resumed, trace_scope
+from .tracing import trace_scope
 from ._internal import diagnostics
 
 __all__ = [
@@ -108,47 +109,10 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-# The innermost open block of the current thread / asyncio task: (stack, its root, node).
-_frame: ContextVar[Optional[tuple]] = ContextVar("otel_rl_timer_frame", default=None)
-_frame_get = _frame.get
-_frame_set = _frame.set
-_frame_reset = _frame.reset
-
-
-def _open_node(stack: TimerStack, name: str) -> TimerNode:
-    """The node for block ``name`` under the innermost open block of this context."""
-    frame = _frame_get()
-    if frame is not None and frame[0] is stack and frame[1] is stack.root:
-        parent = frame[2]
-    else:
-        open_nodes = stack.stack
-        parent = open_nodes[-1] if open_nodes else stack.root
-    node = parent.children.get(name)
-    if node is None:
-        node = parent.children[name] = TimerNode()
-    elif node in stack.stack:  # another instance is open right now (asyncio task, shared stack)
-        node.is_parallel = True
-    return node
-
-
-def _close_node(stack: TimerStack, node: TimerNode) -> None:
-    open_nodes = stack.stack
-    if open_nodes and open_nodes[-1] is node:
-        open_nodes.pop()
-        return
-    # Blocks of concurrent asyncio tasks close out of order; after reset_timers() it is gone.
-    for i in range(len(open_nodes) - 1, 0, -1):
-        if open_nodes[i] is node:
-            del open_nodes[i]
-            return
-
-
-def _restore_frame(token: Any) -> None:
-    try:
-        _frame.reset(token)
-    except (ValueError, RuntimeError):  # closed in another context than it was opened in
-        old = token.old_value
-        _frame_set(None if old is token.MISSING else old)
+# The innermost open block of this thread / asyncio task (see timer_frames), read on every block.
+_frame_get = FRAME.get
+_frame_set = FRAME.set
+_frame_reset = FRAME.reset
 
 
 def _resolve(timer_stack: Any) -> Any:
@@ -228,11 +192,11 @@ class _Timer:
                 if open_nodes and open_nodes[-1] is node:
                     open_nodes.pop()
                 else:
-                    _close_node(self._used, node)
+                    close_node(self._used, node)
                 try:
                     _frame_reset(self._token)
                 except (ValueError, RuntimeError):
-                    _restore_frame(self._token)
+                    restore_frame(self._token)
             except Exception as err:  # noqa: BLE001
                 guard.report(diagnostics.TIMER_ERROR, "hierarchical_timer(%r): %r", self._name, err)
         outer = self._outer
@@ -294,7 +258,7 @@ class _Pieces:
         node = stack = None
         try:
             stack = timer_stack or _get_thread_timer()
-            node = _open_node(stack, name)
+            node = open_node(stack, name)
         except Exception as exc:  # noqa: BLE001
             guard.report(diagnostics.TIMER_ERROR, "timed(%r): %r", name, exc)
         self.stack, self.node = stack, node
@@ -309,7 +273,7 @@ class _Pieces:
             self.stack.stack.append(node)
             token = _frame_set((self.stack, self.stack.root, node))
         if span is not None:
-            resumed = _Resumed(span)
+            resumed = ResumedSpan(span)
             resumed.__enter__()
         return token, resumed
 
@@ -318,8 +282,8 @@ class _Pieces:
         if resumed is not None:
             resumed.__exit__(None, None, None)
         if token is not None:
-            _close_node(self.stack, self.node)  # type: ignore[arg-type]
-            _restore_frame(token)
+            close_node(self.stack, self.node)  # type: ignore[arg-type]
+            restore_frame(token)
 
     def finish(self, exc: Optional[BaseException]) -> None:
         elapsed = _perf_counter() - self.start
@@ -329,7 +293,7 @@ class _Pieces:
         span = self.span
         if span is not None:
             if exc is not None:
-                _record(span, exc)
+                record_failure(span, exc)
             span.end()
 
 
@@ -518,17 +482,7 @@ def merge_gauges(gauges: Dict[str, Any], timer_stack: Optional[TimerStack] = Non
     """
     if kwargs:
         guard.ignored_arguments("merge_gauges", kwargs)
-    into = _resolve(timer_stack).gauges
-    for name, gauge in list(gauges.items()):
-        if isinstance(gauge, dict):
-            gauge = GaugeNode.from_dict(gauge)
-        elif isinstance(gauge, GaugeNode):
-            gauge = gauge.copy()
-        mine = into.get(name)
-        if mine is None:
-            into[name] = gauge
-        else:
-            mine.merge(gauge)
+    merge_gauges_into(_resolve(timer_stack).gauges, gauges)
 
 
 @guard.guarded()

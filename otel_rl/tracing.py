@@ -16,9 +16,11 @@ from opentelemetry.trace import SpanKind
 from opentelemetry.trace.propagation import _SPAN_KEY
 
 from ._internal import guard, keys
+from ._internal.recording import cuda_sync
 from ._internal.recording.category import Category, normalize_category
 from ._internal.payload import own_values
-from ._internal.recording.spans import NULL_SCOPE, LeanSpan, attach, detach, get_current, record_error
+from ._internal.recording.resumed import ResumedSpan as _Resumed, record_failure as _record
+from ._internal.recording.spans import NULL_SCOPE, LeanSpan, get_current
 from ._internal.state import STATE
 from ._internal.control.torch_profiler import PROFILER as _TORCH, CudaSyncedScope
 from ._internal.recording.tracking import current_id, with_ids
@@ -29,14 +31,18 @@ F = TypeVar("F", bound=Callable[..., Any])
 _get_current = get_current
 _INTERNAL = SpanKind.INTERNAL
 _SAFE = re.compile(r"[^A-Za-z0-9._-]+")
-#: ``OTEL_RL_CUDA_SYNC`` in effect (set at configure, only when CUDA is available).
+#: ``OTEL_RL_CUDA_SYNC`` in effect: a copy of the switch in ``recording.cuda_sync``
+#: (set at configure, only when CUDA is available), read as a plain global by every scope.
 _cuda_sync = False
 
 
-def set_cuda_sync(on: bool) -> None:
-    """Turns CUDA-synchronised timing of scopes, functions and steps on or off."""
+def _follow_cuda_sync(on: bool) -> None:
     global _cuda_sync
-    _cuda_sync = bool(on)
+    _cuda_sync = on
+
+
+cuda_sync.follow(_follow_cuda_sync)
+set_cuda_sync = cuda_sync.set_cuda_sync
 
 
 def _synced(name: str, category: Any, args: Any) -> CudaSyncedScope:
@@ -176,30 +182,6 @@ def trace_perf(name: str, category: Category | str | None = None, args: dict[str
         return wrapper  # type: ignore[return-value]
 
     return decorate
-
-
-class _Resumed:
-    """Makes ``span`` current only while a generator body runs, so a suspended
-    generator never leaks its span into the consumer's context."""
-
-    __slots__ = ("span", "token")
-
-    def __init__(self, span: LeanSpan) -> None:
-        self.span = span
-
-    def __enter__(self) -> None:
-        values = dict(_get_current())
-        values[_SPAN_KEY] = self.span
-        self.token = attach(context_api.Context(values))
-
-    def __exit__(self, *exc: Any) -> None:
-        detach(self.token)
-
-
-def _record(span: LeanSpan, exc: BaseException) -> None:
-    if isinstance(exc, GeneratorExit):
-        return
-    record_error(span, exc)
 
 
 @guard.guarded()

@@ -1,7 +1,9 @@
-"""Shared pytest fixtures."""
+"""Shared pytest fixtures (helpers shared by the modules live in ``support``)."""
 
 import pytest
 from receivers import GrpcReceiver, HttpReceiver
+from support import PROTOCOLS, receiver_for
+from support.capture import capture  # noqa: F401 - the fixture, for every module
 
 
 @pytest.fixture
@@ -18,11 +20,19 @@ def http_receiver():
         yield receiver
 
 
+@pytest.fixture(params=PROTOCOLS)
+def otlp_receiver(request):
+    """A running receiver of each OTLP protocol in turn (the test runs once per
+    protocol); ``receiver.protocol`` is its ``OTEL_EXPORTER_OTLP_PROTOCOL`` value."""
+    with receiver_for(request.param) as receiver:
+        yield receiver
+
+
 import otel_rl  # noqa: E402
 from opentelemetry.sdk.trace import TracerProvider  # noqa: E402
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor  # noqa: E402
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter  # noqa: E402
-from spans_util import as_dict  # noqa: E402
+from support import as_dict, read_sessions  # noqa: E402
 
 
 class Traced:
@@ -37,6 +47,11 @@ class Traced:
         """Flushes otel_rl and returns every finished span as a plain dict."""
         otel_rl.save(force=True)
         return [as_dict(s) for s in self.exporter.get_finished_spans()]
+
+    def sessions(self):
+        """Flushes otel_rl and returns the session records written so far."""
+        otel_rl.save(force=True)
+        return read_sessions(self.run_dir)
 
     @property
     def run_dir(self):

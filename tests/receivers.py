@@ -400,6 +400,9 @@ class GrpcReceiver(_Receiver):
     exporters together with ``insecure=True``.
     """
 
+    #: Its ``OTEL_EXPORTER_OTLP_PROTOCOL`` value.
+    protocol = "grpc"
+
     def __init__(
         self,
         *,
@@ -562,6 +565,9 @@ class HttpReceiver(_Receiver):
     response message, 404 for other paths, 415 for other content types.
     ``fail_with`` is an HTTP status code.
     """
+
+    #: Its ``OTEL_EXPORTER_OTLP_PROTOCOL`` value.
+    protocol = "http/protobuf"
 
     def __init__(self, *, port: int = 0, delay_s: float = 0.0, fail_with: int | None = None) -> None:
         super().__init__(port, delay_s, fail_with)

@@ -118,7 +118,9 @@ def two_rank_run(root: str) -> str:
     import subprocess
 
     if root not in _RUNS:
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "RANK"))}
+        from support import clean_env
+
+        env = clean_env()
         procs = [subprocess.Popen([sys.executable, __file__, root, str(rank), "1"], env=env,
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE) for rank in (0, 1)]
         for proc in procs:

@@ -8,6 +8,8 @@ import os
 import subprocess
 import sys
 
+from support import clean_env
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -18,7 +20,7 @@ def test_bench_quick_runs_every_workload(tmp_path):
     finally:
         sys.path.remove(ROOT)
     out = tmp_path / "b.json"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "PYTEST_"))}
+    env = clean_env(drop=("PYTEST_",))
     proc = subprocess.run(
         [sys.executable, "-m", "bench", "--quick", "--repeats", "1", "--out", str(out)],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,

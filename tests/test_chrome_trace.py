@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 import random
 from collections import defaultdict
 from typing import Any
@@ -10,60 +9,19 @@ from typing import Any
 import orjson
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import Event, ReadableSpan
-from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, SpanKind, TraceFlags
 from opentelemetry.trace.status import Status, StatusCode
 
 from otel_rl._internal import keys
-from otel_rl._internal.encode.chrome_trace import FLOW_CATEGORY, FLOW_SOURCE, ChromeTraceEncoder
+from otel_rl._internal.encode.chrome_markers import FLOW_CATEGORY, FLOW_SOURCE
+from otel_rl._internal.encode.chrome_trace import ChromeTraceEncoder
 from otel_rl._internal.encode.flows import FlowJoiner
+from support import T0_NS, SpanFactory
 
-# Span times are whole microseconds after a realistic epoch start, so ts and
+# Span times (support.SpanFactory) are whole microseconds after T0_NS, so ts and
 # ts + dur are exact floats and the nesting checks below can compare exactly.
-T0_NS = 1_700_000_000_000_000_000
 RANK0 = Resource({keys.SERVICE_NAME: "rollout-worker", keys.PROCESS_PID: 4242,
                   keys.RANK: 0, keys.ROLE: "rollout"})
-MAIN_THREAD = {keys.THREAD_ID: 140_000_000_001, keys.THREAD_NAME: "MainThread"}
-
-
-class SpanFactory:
-    """Builds finished ReadableSpans with explicit times, parents and attributes."""
-
-    def __init__(self) -> None:
-        self._ids = itertools.count(1)
-
-    def context(self, parent: SpanContext | None = None) -> SpanContext:
-        """A new span context, in the parent's trace if there is one."""
-        trace_id = parent.trace_id if parent is not None else next(self._ids)
-        return SpanContext(trace_id, next(self._ids), False, TraceFlags(TraceFlags.SAMPLED))
-
-    def span(self, name: str, start_us: float, end_us: float,
-             parent: ReadableSpan | SpanContext | None = None, *,
-             attrs: dict[str, Any] | None = None, resource: Resource = RANK0,
-             thread: dict[str, Any] | None = MAIN_THREAD, kind: SpanKind = SpanKind.INTERNAL,
-             events: tuple[Event, ...] = (), status: Status | None = None,
-             remote_parent: SpanContext | None = None, context: SpanContext | None = None,
-             scope: str = "otel_rl") -> ReadableSpan:
-        parent_ctx = remote_parent
-        if isinstance(parent, ReadableSpan):
-            parent_ctx = parent.context
-        elif parent is not None:
-            parent_ctx = parent
-        all_attrs = dict(thread or {})
-        all_attrs.update(attrs or {})
-        return ReadableSpan(
-            name=name,
-            context=context or self.context(parent_ctx),
-            parent=parent_ctx,
-            resource=resource,
-            attributes=all_attrs,
-            events=events,
-            kind=kind,
-            status=status or Status(StatusCode.UNSET),
-            start_time=T0_NS + round(start_us * 1000),
-            end_time=T0_NS + round(end_us * 1000),
-            instrumentation_scope=InstrumentationScope(scope),
-        )
 
 
 def by_end(spans: list[ReadableSpan]) -> list[ReadableSpan]:
@@ -129,7 +87,7 @@ def encloses(event: dict[str, Any], ts: float) -> bool:
 
 # --- complete events ------------------------------------------------------------------------
 def test_span_tree_round_trips_with_exact_timestamps_and_ids():
-    f = SpanFactory()
+    f = SpanFactory(RANK0)
     root = f.span("train_step", 0, 1000, attrs={keys.SPAN_KIND: "step", keys.STEP: 7})
     child = f.span("forward", 100, 400, root)
     # Nanoseconds are kept as fractional microseconds.
@@ -152,7 +110,7 @@ def test_span_tree_round_trips_with_exact_timestamps_and_ids():
 
 
 def test_category_is_rl_category_then_span_kind_then_span():
-    f = SpanFactory()
+    f = SpanFactory(RANK0)
     spans = [
         f.span("a", 0, 1, attrs={keys.CATEGORY: "compute", keys.SPAN_KIND: "scope"}),
         f.span("b", 2, 3, attrs={keys.SPAN_KIND: "phase"}),
@@ -163,7 +121,7 @@ def test_category_is_rl_category_then_span_kind_then_span():
 
 
 def test_status_appears_in_args_only_when_set():
-    f = SpanFactory()
+    f = SpanFactory(RANK0)
     spans = [f.span("ok", 0, 1),
              f.span("failed", 2, 3, status=Status(StatusCode.ERROR, "boom"))]
     events = encode_all(spans)
@@ -173,7 +131,7 @@ def test_status_appears_in_args_only_when_set():
 
 
 def test_attribute_values_are_made_json_safe():
-    f = SpanFactory()
+    f = SpanFactory(RANK0)
     span = f.span("odd", 0, 1, attrs={"blob": b"\x00\xff", "huge": 1 << 70,
                                       "seq": (1, 2.5, "x"), "flag": True})
     event = one(encode_all([span]), "odd")
@@ -184,7 +142,7 @@ def test_attribute_values_are_made_json_safe():
 
 
 def test_span_events_become_instant_events_on_the_span_track():
-    f = SpanFactory()
+    f = SpanFactory(RANK0)
     span = f.span("generate", 0, 100, events=(
         Event("first_token", {"tokens": 1}, T0_NS + 12_500),
         Event("done", None, T0_NS + 99_000)))
@@ -198,7 +156,7 @@ def test_span_events_become_instant_events_on_the_span_track():
 
 # --- processes and threads --------------------------------------------------------------
 def test_metadata_names_process_and_thread_once():
-    f = SpanFactory()
+    f = SpanFactory(RANK0)
     encoder = ChromeTraceEncoder()
     first = encoder.encode([f.span("a", 0, 1)])
     again = encoder.encode([f.span("b", 2, 3)])
@@ -214,7 +172,7 @@ def test_metadata_names_process_and_thread_once():
 
 
 def test_process_without_rank_is_named_after_its_service():
-    f = SpanFactory()
+    f = SpanFactory(RANK0)
     server = Resource({keys.SERVICE_NAME: "sglang", keys.PROCESS_PID: 77})
     events = encode_all([f.span("req", 0, 1, resource=server)])
     assert metadata(events, "process_name")[0]["args"]["name"] == "sglang"
@@ -222,7 +180,7 @@ def test_process_without_rank_is_named_after_its_service():
 
 
 def test_process_without_pid_gets_a_stable_synthetic_pid():
-    f = SpanFactory()
+    f = SpanFactory(RANK0)
     nopid = Resource({keys.SERVICE_NAME: "worker", keys.RANK: 3})
     first = one(encode_all([f.span("a", 0, 1, resource=nopid)]), "a")["pid"]
     second = one(encode_all([f.span("a", 0, 1, resource=nopid)]), "a")["pid"]
@@ -231,7 +189,7 @@ def test_process_without_pid_gets_a_stable_synthetic_pid():
 
 
 def test_two_resources_claiming_one_pid_get_two_tracks():
-    f = SpanFactory()
+    f = SpanFactory(RANK0)
     host_a = Resource({keys.SERVICE_NAME: "w", keys.PROCESS_PID: 1, "host.name": "a"})
     host_b = Resource({keys.SERVICE_NAME: "w", keys.PROCESS_PID: 1, "host.name": "b"})
     events = encode_all([f.span("a", 0, 1, resource=host_a), f.span("b", 0, 1, resource=host_b)])
@@ -240,7 +198,7 @@ def test_two_resources_claiming_one_pid_get_two_tracks():
 
 
 def test_spans_without_a_thread_are_grouped_by_instrumentation_scope():
-    f = SpanFactory()
+    f = SpanFactory(RANK0)
     events = encode_all([f.span("http", 0, 1, thread=None, scope="opentelemetry.instrumentation.httpx"),
                          f.span("work", 0, 1)])
     names = {e["tid"]: e["args"]["name"] for e in metadata(events, "thread_name")}
@@ -250,7 +208,7 @@ def test_spans_without_a_thread_are_grouped_by_instrumentation_scope():
 
 # --- lanes ------------------------------------------------------------------------------------
 def test_overlapping_spans_of_one_thread_go_to_named_lanes():
-    f = SpanFactory()
+    f = SpanFactory(RANK0)
     events = encode_all(by_end([f.span("session A", 0, 100), f.span("session B", 50, 150)]))
     a, b = one(events, "session A"), one(events, "session B")
     assert a["tid"] != b["tid"]
@@ -261,14 +219,14 @@ def test_overlapping_spans_of_one_thread_go_to_named_lanes():
 
 
 def test_a_span_only_nests_under_its_own_ancestors():
-    f = SpanFactory()
+    f = SpanFactory(RANK0)
     # "other" runs inside "long" on the same thread (asyncio) but is not its child.
     events = encode_all(by_end([f.span("long", 0, 100), f.span("other", 10, 20)]))
     assert one(events, "long")["tid"] != one(events, "other")["tid"]
 
 
 def test_two_hundred_interleaved_async_sessions_nest_properly():
-    f = SpanFactory()
+    f = SpanFactory(RANK0)
     rng = random.Random(7)
     spans: list[ReadableSpan] = []
     phases_of: dict[str, list[ReadableSpan]] = {}
@@ -314,7 +272,7 @@ def test_two_hundred_interleaved_async_sessions_nest_properly():
 
 
 def test_session_spans_wait_for_their_session_span():
-    f = SpanFactory()
+    f = SpanFactory(RANK0)
     session = f.span("session", 0, 100, attrs={keys.SPAN_KIND: "session", keys.SESSION_ID: "s1"})
     phase = f.span("generate", 10, 50, session,
                    attrs={keys.SPAN_KIND: "phase", keys.SESSION_ID: "s1"})
@@ -328,7 +286,7 @@ def test_session_spans_wait_for_their_session_span():
 
 
 def test_finish_releases_spans_whose_session_never_ended():
-    f = SpanFactory()
+    f = SpanFactory(RANK0)
     parent = f.span("session", 0, 100)  # never exported: the process died first
     phase = f.span("generate", 10, 50, parent, attrs={keys.SESSION_ID: "s1"})
     encoder = ChromeTraceEncoder()
@@ -337,7 +295,7 @@ def test_finish_releases_spans_whose_session_never_ended():
 
 
 def test_waiting_spans_are_bounded():
-    f = SpanFactory()
+    f = SpanFactory(RANK0)
     session = f.span("session", 0, 100)
     encoder = ChromeTraceEncoder(max_buffered_spans=10)
     phases = [f.span(f"p{i}", i, i + 1, session, attrs={keys.SESSION_ID: f"s{i}"})
@@ -350,9 +308,9 @@ def test_waiting_spans_are_bounded():
 
 
 def test_work_for_a_session_owned_by_another_process_is_not_held_back():
-    f = SpanFactory()
+    f = SpanFactory(RANK0)
     client_side = SpanContext(1, 0xABC, True, TraceFlags(1))
-    server_root = f.span("handle_request", 0, 100, remote_parent=client_side,
+    server_root = f.span("handle_request", 0, 100, parent=client_side,
                          kind=SpanKind.SERVER, attrs={keys.SESSION_ID: "s1"})
     prefill = f.span("prefill", 10, 40, server_root, attrs={keys.SESSION_ID: "s1"})
     encoder = ChromeTraceEncoder()
@@ -363,7 +321,7 @@ def test_work_for_a_session_owned_by_another_process_is_not_held_back():
 
 
 def test_lane_history_is_pruned_to_its_bounds():
-    f = SpanFactory()
+    f = SpanFactory(RANK0)
     encoder = ChromeTraceEncoder(max_intervals_per_lane=100, horizon_s=0.001)
     spans = [f.span(f"op{i}", i * 10, i * 10 + 5) for i in range(5_000)]
     events = encoder.encode(spans)
@@ -377,7 +335,7 @@ def test_lane_history_is_pruned_to_its_bounds():
 
 # --- flows --------------------------------------------------------------------------------
 def test_flow_links_a_task_to_a_session_drawn_on_another_track():
-    f = SpanFactory()
+    f = SpanFactory(RANK0)
     task = f.span("task", 0, 1_000, attrs={keys.SPAN_KIND: "task"})
     s1 = f.span("session", 10, 500, task, attrs={keys.SPAN_KIND: "session", keys.SESSION_ID: "a"})
     s2 = f.span("session", 20, 900, task, attrs={keys.SPAN_KIND: "session", keys.SESSION_ID: "b"})
@@ -399,21 +357,21 @@ def test_flow_links_a_task_to_a_session_drawn_on_another_track():
 
 
 def test_children_on_the_parent_track_need_no_flow():
-    f = SpanFactory()
+    f = SpanFactory(RANK0)
     root = f.span("step", 0, 100)
     events = encode_all(by_end([root, f.span("forward", 10, 20, root)]))
     assert flows(events) == {}
 
 
 def test_cross_process_children_get_one_flow_each_from_their_parent_when_joined():
-    f = SpanFactory()
+    f = SpanFactory(RANK0)
     server_res = Resource({keys.SERVICE_NAME: "inference-server", keys.PROCESS_PID: 900})
     other_res = Resource({keys.SERVICE_NAME: "inference-server", keys.PROCESS_PID: 901})
     # An INTERNAL parent whose context was sent to two processes (a broadcast).
     parent = f.span("trainer.update_weights", 0, 100, attrs={keys.CONTEXT_SENT: True})
     remote = SpanContext(parent.context.trace_id, parent.context.span_id, True, TraceFlags(1))
     children = [f.span("rollout.update_weights", 10, 90, kind=SpanKind.SERVER, resource=res,
-                       remote_parent=remote) for res in (server_res, other_res)]
+                       parent=remote) for res in (server_res, other_res)]
     # Each process encodes its own spans, as each writes its own file; the merge joins them.
     joiner = FlowJoiner()
     events = encode_all([parent]) + [e for child in children for e in encode_all([child])]
@@ -430,14 +388,14 @@ def test_cross_process_children_get_one_flow_each_from_their_parent_when_joined(
 
 
 def test_a_client_span_is_a_flow_source_without_being_marked():
-    f = SpanFactory()
+    f = SpanFactory(RANK0)
     client = f.span("POST /generate", 0, 100, kind=SpanKind.CLIENT)
     (source,) = [e for e in encode_all([client]) if e.get("name") == FLOW_SOURCE]
     assert source["args"]["span_id"] == f"{client.context.span_id:016x}"
 
 
 def test_flow_ids_are_unique_per_link():
-    f = SpanFactory()
+    f = SpanFactory(RANK0)
     spans = []
     for i in range(30):
         parent = f.span(f"task{i}", i * 100, i * 100 + 90)
@@ -449,7 +407,7 @@ def test_flow_ids_are_unique_per_link():
 
 
 def test_the_training_side_sorts_before_rollout_workers_each_by_rank():
-    f = SpanFactory()
+    f = SpanFactory(RANK0)
     procs = [("rollout", 0, 11), ("trainer", 0, 12), ("rollout", 1, 13), ("trainer", 1, 14), (None, 2, 15)]
     spans = []
     for role, rank, pid in procs:

@@ -5,12 +5,14 @@ from __future__ import annotations
 import subprocess
 import sys
 
+from support import clean_env
+
 import otel_rl
 
 
 def _run(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "otel_rl", *args], capture_output=True, text=True,
-                          timeout=60)
+                          timeout=60, env=clean_env())
 
 
 def test_version_prints_the_package_version():

@@ -11,10 +11,10 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import getpass
-import json
 from pathlib import Path
 
 import pytest
+from support import read_jsonl, read_trace, scrub_environ, slices
 
 import otel_rl as perf_tracer
 from otel_rl import Category, SessionTraceEvent
@@ -58,19 +58,13 @@ def _sessions(config: PerfTracerConfig, rank: int = 0) -> Path:
     return _areal_dir(config) / "session_tracer" / f"sessions-r{rank}.jsonl"
 
 
-def _events(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
 def _slices(path: Path) -> list[dict]:
-    return [e for e in _events(path) if e["ph"] in ("X", "i")]
+    return slices(read_trace(path), phases=("X", "i"))
 
 
 @pytest.fixture(autouse=True)
 def _clean_env(monkeypatch):
-    for name in ("OTEL_RL_ENABLED", "OTEL_RL_DIR", "OTEL_RL_LAYOUT", "OTEL_RL_RANKS",
-                 "AREAL_PERF_TRACER_RANKS", "OTEL_EXPORTER_OTLP_ENDPOINT", "RANK"):
-        monkeypatch.delenv(name, raising=False)
+    scrub_environ(monkeypatch)
 
 
 # --- configuration ----------------------------------------------------------------------------
@@ -179,7 +173,7 @@ def test_process_names_are_areal_process_names(tmp_path):
     with perf_tracer.trace_scope("s"):
         pass
     perf_tracer.save(force=True)
-    events = _events(_traces(config, 3, "actor"))
+    events = read_trace(_traces(config, 3, "actor"))
     names = {e["args"]["name"] for e in events if e.get("name") == "process_name"}
     sort = {e["args"]["sort_index"] for e in events if e.get("name") == "process_sort_index"}
     assert (names, sort) == ({"[actor] Rank 3, Process"}, {3})
@@ -313,7 +307,7 @@ def test_session_tracer_records_phases_and_finalize(tmp_path):
     asyncio.run(work())
     tracer.record_event(session_id, SessionTraceEvent.FINALIZED, status="accepted")
     tracer.flush(force=True)
-    (record,) = _events(_sessions(config))
+    (record,) = read_jsonl(_sessions(config))
     assert (record["status"], record["generate_s"] > 0, record["reward_s"] > 0) == ("accepted", True, True)
     assert [len(record["phases"][p]) for p in ("generate", "reward")] == [1, 1]
 
@@ -331,7 +325,7 @@ def test_session_tracer_marks_by_event_value_and_lists_open_sessions(tmp_path):
     tracer.record_event(first, SessionTraceEvent.FINALIZED, status="rejected", reason="stale")
     assert tracer.get_session_ids(41) == [second]
     tracer.flush(force=True)
-    (record,) = _events(_sessions(config))
+    (record,) = read_jsonl(_sessions(config))
     assert (record["task_id"], record["status"], record["reason"], record["counters"]) == (
         41, "rejected", "stale", {"turns": 2})
 
@@ -343,7 +337,7 @@ def test_workflow_executor_destroy_flushes_through_get_session_tracer(tmp_path):
     session = perf_tracer.register_session(task)
     perf_tracer.trace_session_event("mark_finalized", session_id=session, status="accepted")
     perf_tracer.get_session_tracer().flush(force=True)  # what WorkflowExecutor.destroy() does
-    assert [r["status"] for r in _events(_sessions(config))] == ["accepted"]
+    assert [r["status"] for r in read_jsonl(_sessions(config))] == ["accepted"]
 
 
 def test_a_failing_phase_still_records_its_end(tmp_path):
@@ -361,7 +355,7 @@ def test_a_failing_phase_still_records_its_end(tmp_path):
         asyncio.run(failing())
     tracer.record_event(session_id, SessionTraceEvent.FINALIZED, status="failed")
     tracer.flush(force=True)
-    (record,) = _events(_sessions(config))
+    (record,) = read_jsonl(_sessions(config))
     ((phase,),) = [record["phases"]["generate"]]
     assert phase["start_ts"] is not None and phase["end_ts"] is not None
 
@@ -450,7 +444,7 @@ def test_the_workflow_executor_pattern_records_every_session(tmp_path):
     rollout_batch([1, 2, 3])
     perf_tracer.get_session_tracer().flush(force=True)  # WorkflowExecutor.destroy()
     path = _areal_dir(config) / "session_tracer" / "rollout" / "sessions-r0.jsonl"
-    records = _events(path)
+    records = read_jsonl(path)
     by_task = {}
     for record in records:
         by_task.setdefault(record["task_id"], set()).add(record["status"])

@@ -17,9 +17,7 @@ import inspect
 import json
 import math
 import multiprocessing
-import os
 import pickle
-import subprocess
 import sys
 import threading
 import time
@@ -27,7 +25,7 @@ from unittest import mock
 
 import pytest
 from pytest import approx
-from spans_util import one
+from support import one, run_python
 
 import otel_rl
 from otel_rl import report, timers
@@ -143,8 +141,7 @@ with open(sys.argv[1], "w") as f:
     json.dump(get_timer_tree(), f, indent=4)
 """
     path = tmp_path / "timers.json"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "RANK"))}
-    subprocess.run([sys.executable, "-c", code, str(path)], check=True, env=env, timeout=120)
+    run_python(code, None, str(path), check=True, timeout=120)
     tree = json.loads(path.read_text())
     assert tree["name"] == "root" and tree["count"] == 1
     assert set(tree["children"]) == {"run_training.setup", "advance"}

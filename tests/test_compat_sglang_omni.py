@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import contextvars
 import dataclasses
-import json
 import os
 
 import pytest
+from support import read_jsonl
 
 import otel_rl
 from otel_rl import events
@@ -27,11 +27,6 @@ pytestmark = pytest.mark.usefixtures("recorder_stopped")
 @pytest.fixture
 def rec():
     return events.get_recorder()
-
-
-def lines(path) -> list[dict]:
-    with open(path, encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
 
 
 # --- module surface -------------------------------------------------------------------------------
@@ -53,7 +48,7 @@ def test_the_process_recorder_is_the_one_module_functions_drive(rec, tmp_path):
     assert events.is_active() and events.active_run_id() == "r"
     events.emit(request_id="q", stage=None, event_name="request_admission")
     assert events.stop() is True and not rec.is_active()
-    assert [e["event_name"] for e in lines(path)] == ["request_admission"]
+    assert [e["event_name"] for e in read_jsonl(path)] == ["request_admission"]
 
 
 # --- emit: sglang-omni's call form ----------------------------------------------------------------
@@ -61,7 +56,7 @@ def test_the_keyword_only_call_writes_one_line_with_exactly_the_seven_fields(rec
     path = rec.start("demo-run", str(tmp_path), "thinker")
     events.emit(request_id="req-123", stage="thinker", event_name="scheduler_first_emit",
                 metadata={"chunk_id": 0})
-    (line,) = lines(path)
+    (line,) = read_jsonl(path)
     assert list(line) == FIELDS
     assert (line["request_id"], line["stage"], line["event_name"], line["run_id"], line["pid"]) == (
         "req-123", "thinker", "scheduler_first_emit", "demo-run", os.getpid())
@@ -71,20 +66,20 @@ def test_a_metadata_dict_is_the_events_metadata(rec, tmp_path):
     path = rec.start("r", str(tmp_path), "thinker")
     events.emit(request_id="a", stage="thinker", event_name="stage_stream_chunk_sent",
                 metadata={"to_stage": "talker", "chunk_id": 3, "modality": "text"})
-    assert lines(path)[0]["metadata"] == {"to_stage": "talker", "chunk_id": 3, "modality": "text"}
+    assert read_jsonl(path)[0]["metadata"] == {"to_stage": "talker", "chunk_id": 3, "modality": "text"}
 
 
 def test_metadata_none_records_an_empty_metadata_object(rec, tmp_path):
     path = rec.start("r", str(tmp_path), "thinker")
     events.emit(request_id="a", stage="thinker", event_name="stage_dispatch", metadata=None)
-    assert lines(path)[0]["metadata"] == {}
+    assert read_jsonl(path)[0]["metadata"] == {}
 
 
 def test_a_given_timestamp_is_the_events_time_in_the_file(rec, tmp_path):
     path = rec.start("r", str(tmp_path), "coordinator")
     events.emit(request_id="a", stage="coordinator", event_name="session_unit_ready",
                 timestamp_ns=1_717_000_000_123_456_789)
-    (line,) = lines(path)
+    (line,) = read_jsonl(path)
     assert line["timestamp_ns"] == 1_717_000_000_123_456_789
     assert line["metadata"] == {}  # the time is not metadata
 
@@ -116,7 +111,7 @@ def test_otel_rls_short_form_still_works_beside_it(rec, tmp_path):
     path = rec.start("r", str(tmp_path), "engine")
     events.emit("scheduler_queue_enter", "req-1", "engine", batch=4)  # positional id and stage
     events.emit("stage_complete", request_id="req-1", stage="engine", output_tokens=9)
-    assert [(e["event_name"], e["request_id"], e["metadata"]) for e in lines(path)] == [
+    assert [(e["event_name"], e["request_id"], e["metadata"]) for e in read_jsonl(path)] == [
         ("scheduler_queue_enter", "req-1", {"batch": 4}),
         ("stage_complete", "req-1", {"output_tokens": 9})]
 
@@ -124,20 +119,20 @@ def test_otel_rls_short_form_still_works_beside_it(rec, tmp_path):
 def test_keyword_metadata_is_added_to_a_metadata_dict(rec, tmp_path):
     path = rec.start("r", str(tmp_path), "s")
     events.emit("stage_complete", request_id="a", metadata={"terminal": True}, next="talker")
-    assert lines(path)[0]["metadata"] == {"terminal": True, "next": "talker"}
+    assert read_jsonl(path)[0]["metadata"] == {"terminal": True, "next": "talker"}
 
 
 def test_a_metadata_value_that_is_not_a_mapping_stays_a_key_named_metadata(rec, tmp_path):
     path = rec.start("r", str(tmp_path), "s")
     events.emit("note", request_id="a", metadata="free text")
-    assert lines(path)[0]["metadata"] == {"metadata": "free text"}
+    assert read_jsonl(path)[0]["metadata"] == {"metadata": "free text"}
 
 
 def test_a_timestamp_that_is_not_a_number_is_reported_and_the_current_time_used(rec, tmp_path):
     path = rec.start("r", str(tmp_path), "s")
     before = events.time.time_ns()
     events.emit(request_id="a", stage="s", event_name="x", timestamp_ns="soon")
-    assert lines(path)[0]["timestamp_ns"] >= before
+    assert read_jsonl(path)[0]["timestamp_ns"] >= before
     assert otel_rl.diagnostics()["event_bad_timestamp"] == 1
 
 
@@ -223,7 +218,7 @@ def test_stages_joining_the_run_share_the_first_stages_file(rec, tmp_path):
     assert rec.start("r0", str(tmp_path), "thinker") == first
     for stage in ("preprocessing", "image_encoder", "thinker"):
         rec.emit(request_id="a", stage=stage, event_name="stage_dispatch")
-    assert [e["stage"] for e in lines(first)] == ["preprocessing", "image_encoder", "thinker"]
+    assert [e["stage"] for e in read_jsonl(first)] == ["preprocessing", "image_encoder", "thinker"]
     assert os.listdir(tmp_path) == [os.path.basename(first)]
 
 
@@ -235,8 +230,8 @@ def test_starting_another_run_rotates_to_it_with_a_warning(rec, tmp_path, caplog
     rec.emit(request_id="a", stage="thinker", event_name="after")
     assert rec.active_run_id() == "r1" and rec.active_path() == new != old
     assert "switching to run_id 'r1'" in caplog.text
-    assert [(e["run_id"], e["event_name"]) for e in lines(old)] == [("r0", "before")]
-    assert [(e["run_id"], e["event_name"]) for e in lines(new)] == [("r1", "after")]
+    assert [(e["run_id"], e["event_name"]) for e in read_jsonl(old)] == [("r0", "before")]
+    assert [(e["run_id"], e["event_name"]) for e in read_jsonl(new)] == [("r1", "after")]
 
 
 def test_close_unlocked_ends_the_run(rec, tmp_path):
@@ -259,7 +254,7 @@ def test_a_new_recorder_runs_independently_of_the_process_recorder(tmp_path):
     events.emit(request_id="a", stage="s", event_name="not_recorded")  # the process recorder is off
     assert not events.is_active() and events.get_recorder().active_run_id() is None
     fresh.stop()
-    assert [e["event_name"] for e in lines(path)] == ["mine"]
+    assert [e["event_name"] for e in read_jsonl(path)] == ["mine"]
 
 
 # --- a time observed now, recorded later (duplex session events) ---------------------------------
@@ -279,7 +274,7 @@ def test_an_event_expected_for_the_active_run_is_recorded_at_its_time(rec, tmp_p
     run_id, ts = rec.capture_active_run_timestamp_ns()
     rec.emit(request_id="a", stage="coordinator", event_name="session_unit_ready",
              timestamp_ns=ts, expected_run_id=run_id)
-    assert [(e["event_name"], e["timestamp_ns"]) for e in lines(path)] == [("session_unit_ready", ts)]
+    assert [(e["event_name"], e["timestamp_ns"]) for e in read_jsonl(path)] == [("session_unit_ready", ts)]
 
 
 def test_an_event_expected_for_an_earlier_run_is_dropped(rec, tmp_path):
@@ -296,14 +291,14 @@ def test_an_event_expected_for_an_earlier_run_is_dropped(rec, tmp_path):
 def test_stage_none_takes_the_start_stage_where_none_is_bound(rec, tmp_path):
     path = rec.start("r0", str(tmp_path), "thinker")
     events.emit(request_id="r1", stage=None, event_name="scheduler_prefill_start")
-    assert lines(path)[0]["stage"] == "thinker"
+    assert read_jsonl(path)[0]["stage"] == "thinker"
 
 
 def test_stage_none_takes_the_first_stage_to_start_not_a_later_joiner(rec, tmp_path):
     path = rec.start("r0", str(tmp_path), "preprocessing")
     rec.start("r0", str(tmp_path), "decode")
     events.emit(request_id="r1", stage=None, event_name="from_main")
-    assert lines(path)[0]["stage"] == "preprocessing"
+    assert read_jsonl(path)[0]["stage"] == "preprocessing"
 
 
 def test_stage_none_takes_the_bound_stage_before_the_start_stage(rec, tmp_path):
@@ -311,13 +306,13 @@ def test_stage_none_takes_the_bound_stage_before_the_start_stage(rec, tmp_path):
     token = events.set_active_stage("encoder")
     events.emit(request_id="r1", stage=None, event_name="encoder_start")
     events.reset_active_stage(token)
-    assert lines(path)[0]["stage"] == "encoder"
+    assert read_jsonl(path)[0]["stage"] == "encoder"
 
 
 def test_stage_none_is_unknown_without_a_binding_or_start_stage(rec, tmp_path):
     rec.start("r0", str(tmp_path))
     events.emit(request_id="r1", stage=None, event_name="x")
-    assert [e["stage"] for e in lines(tmp_path / os.listdir(tmp_path)[0])] == ["unknown"]
+    assert [e["stage"] for e in read_jsonl(tmp_path / os.listdir(tmp_path)[0])] == ["unknown"]
 
 
 def test_an_explicit_stage_wins_over_the_binding(rec, tmp_path):
@@ -325,7 +320,7 @@ def test_an_explicit_stage_wins_over_the_binding(rec, tmp_path):
     token = events.set_active_stage("thinker")
     events.emit(request_id="r1", stage="talker", event_name="stage_hop_sent")
     events.reset_active_stage(token)
-    assert lines(path)[0]["stage"] == "talker"
+    assert read_jsonl(path)[0]["stage"] == "talker"
 
 
 def test_set_active_stage_takes_its_argument_by_the_name_stage():
@@ -363,7 +358,7 @@ def test_a_binding_follows_a_copied_context_into_another_thread(rec, tmp_path):
                               kwargs={"request_id": "a", "stage": None, "event_name": "x"})
     worker.start()
     worker.join()
-    assert lines(path)[0]["stage"] == "encoder"
+    assert read_jsonl(path)[0]["stage"] == "encoder"
 
 
 # --- metadata serialisation -----------------------------------------------------------------------
@@ -410,7 +405,7 @@ def test_a_tensor_nested_in_metadata_is_summarised_too(rec, tmp_path):
     path = rec.start("r", str(tmp_path), "encoder")
     rec.emit(request_id="a", stage="encoder", event_name="encoder_end",
              metadata={"outputs": {"hidden": BigTensor()}, "items": [BigTensor()]})
-    meta = lines(path)[0]["metadata"]
+    meta = read_jsonl(path)[0]["metadata"]
     assert meta["outputs"]["hidden"]["__tensor_summary__"] is True
     assert meta["items"][0]["shape"] == [1024, 4096]
 
@@ -446,7 +441,7 @@ def test_model_path_events_carry_a_monotonic_reading_and_the_boot_id(rec, tmp_pa
     monkeypatch.setattr(events, "read_host_boot_id", lambda: "boot-test")
     events.emit_model_path_start("request-on")
     events.emit_model_path_end("request-on", status="success")
-    got = lines(path)
+    got = read_jsonl(path)
     assert [e["event_name"] for e in got] == ["model_path_start", "model_path_end"]
     assert all(e["metadata"]["clock"] == "CLOCK_MONOTONIC" and e["metadata"]["monotonic_ns"] == 123456
                and e["metadata"]["host_boot_id"] == "boot-test" for e in got)

@@ -3,21 +3,15 @@
 from __future__ import annotations
 
 import asyncio
-import json
-import os
 import threading
 
+from support import read_sessions
 from waiting import wait_until
 
 import otel_rl
 
 THREADS, SESSIONS_PER_THREAD = 16, 50
 ASYNC_TASKS, SESSIONS_PER_TASK = 500, 4
-
-
-def _records(run_dir):
-    with open(os.path.join(run_dir, "sessions-r0.jsonl")) as f:
-        return [json.loads(line) for line in f]
 
 
 def _all_written(sessions):
@@ -56,7 +50,7 @@ def test_sessions_from_many_threads_keep_their_own_ids(traced):
         thread.join()
     wait_until(lambda: _all_written(THREADS * SESSIONS_PER_THREAD), timeout=60, what="every record written")
     spans = traced.spans()
-    records = _records(traced.run_dir)
+    records = read_sessions(traced.run_dir)
     assert len(records) == THREADS * SESSIONS_PER_THREAD
     assert len({r["session_id"] for r in records}) == len(records)
     assert all(r["phase_counts"] == {"generate": 1, "reward": 1, "toolcall": 0} for r in records)
@@ -90,7 +84,7 @@ def test_thousands_of_concurrent_asyncio_sessions_keep_their_own_ids(traced):
     asyncio.run(main())
     wait_until(lambda: _all_written(ASYNC_TASKS * SESSIONS_PER_TASK), timeout=60, what="every record written")
     spans = traced.spans()
-    records = _records(traced.run_dir)
+    records = read_sessions(traced.run_dir)
     assert len(records) == ASYNC_TASKS * SESSIONS_PER_TASK
     assert all(r["status"] == "accepted" and r["phase_counts"]["generate"] == 1 for r in records)
     sessions, phases = _phase_spans_by_session(spans)

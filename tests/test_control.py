@@ -458,7 +458,7 @@ def test_a_truncated_body_is_rejected(server):
 
 
 def test_a_client_that_stalls_is_cut_off_after_the_io_timeout():
-    from otel_rl._internal.control.operations import ControlServer
+    from otel_rl._internal.control import ControlServer
 
     server = ControlServer("127.0.0.1", 0, None, io_timeout_s=0.3)
     try:
@@ -474,7 +474,7 @@ def test_a_client_that_stalls_is_cut_off_after_the_io_timeout():
 
 
 def test_connections_beyond_the_bound_are_refused_and_counted():
-    from otel_rl._internal.control.operations import ControlServer
+    from otel_rl._internal.control import ControlServer
 
     server = ControlServer("127.0.0.1", 0, None, max_connections=2, io_timeout_s=30)
     idle = [socket.create_connection(("127.0.0.1", server.port), timeout=30) for _ in range(2)]

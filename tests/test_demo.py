@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from collections import Counter
@@ -11,6 +10,7 @@ from importlib.util import find_spec
 from pathlib import Path
 
 import pytest
+from support import clean_env, read_jsonl, read_trace, slices
 
 needs_torch = pytest.mark.skipif(find_spec("torch") is None, reason="the demo needs torch")
 
@@ -19,11 +19,7 @@ REJECT_REASONS = {"stale_weight", "truncated", "zero_advantage"}
 
 
 def _env(**extra: str) -> dict[str, str]:
-    # The ambient OTEL_* / RANK settings of whoever runs the tests must not leak in.
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("OTEL_", "RANK", "FORCE_COLOR", "TRACEPARENT", "TRACESTATE", "BAGGAGE"))}
-    env.update({"NO_COLOR": "1", "COLUMNS": "120"}, **extra)
-    return env
+    return clean_env(NO_COLOR="1", COLUMNS="120", **extra)
 
 
 def _demo(root: Path, *args: str, env: dict[str, str] | None = None,
@@ -34,12 +30,8 @@ def _demo(root: Path, *args: str, env: dict[str, str] | None = None,
     return subprocess.run(command, env=env or _env(), capture_output=True, text=True, timeout=180)
 
 
-def _events(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
 def _spans(path: Path) -> list[dict]:
-    return [e for e in _events(path) if e.get("ph") == "X"]
+    return slices(read_trace(path))
 
 
 class Run:
@@ -48,7 +40,7 @@ class Run:
         self.run_dir = run_dir
 
     def sessions(self) -> list[dict]:
-        return [r for path in sorted(self.run_dir.glob("sessions-*.jsonl")) for r in _events(path)]
+        return [r for path in sorted(self.run_dir.glob("sessions-*.jsonl")) for r in read_jsonl(path)]
 
     def trainer_spans(self) -> list[dict]:
         return _spans(self.run_dir / "traces-trainer-r0.jsonl")
@@ -131,7 +123,7 @@ def test_worker_spans_join_the_trace_of_the_trainer_step_that_sent_the_request(r
 
 
 def test_trainer_exports_rollout_stats_once_per_step_matching_the_session_records(run: Run) -> None:
-    rollout = [line for line in _events(run.run_dir / "stats-trainer-r0.jsonl") if line["tracker"] == "rollout"]
+    rollout = [line for line in read_jsonl(run.run_dir / "stats-trainer-r0.jsonl") if line["tracker"] == "rollout"]
     assert [line["step"] for line in rollout] == list(range(STEPS))
     # Every step trains on TASKS x SAMPLES sessions, so the mean of the per-step
     # acceptance averages is the share of accepted session records.
@@ -143,7 +135,7 @@ def test_trainer_exports_rollout_stats_once_per_step_matching_the_session_record
 def test_every_worker_records_engine_request_events_for_its_sessions(run: Run) -> None:
     files = sorted((run.run_dir / "events").glob("events_engine_*.jsonl"))
     assert len(files) == WORKERS
-    events = [e for path in files for e in _events(path)]
+    events = [e for path in files for e in read_jsonl(path)]
     assert {tuple(e) for e in events} == {
         ("request_id", "stage", "event_name", "timestamp_ns", "run_id", "pid", "metadata")}
     sessions = {r["session_id"] for r in run.sessions()}
@@ -158,7 +150,7 @@ def test_convert_merges_the_three_processes_into_one_perfetto_file(run: Run, tmp
     result = subprocess.run([sys.executable, "-m", "otel_rl.cli", "convert", str(run.run_dir), "-o", str(out)],
                             env=_env(), capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
-    events = json.loads(out.read_text())["traceEvents"]
+    events = read_trace(out)
     names = {e["args"]["name"] for e in events if e.get("ph") == "M" and e["name"] == "process_name"}
     assert names == {"[trainer] Rank 0, Process", "[rollout] Rank 0, Process", "[rollout] Rank 1, Process"}
     assert len({e["pid"] for e in events if e.get("ph") == "X"}) == 3
@@ -176,7 +168,7 @@ def test_summary_names_the_run_directory_and_what_it_left_there(run: Run) -> Non
 
 
 def test_the_run_directory_holds_the_merged_trace_of_every_process(run: Run) -> None:
-    events = json.loads((run.run_dir / "trace.json").read_text())["traceEvents"]
+    events = read_trace(run.run_dir / "trace.json")
     names = {e["args"]["name"] for e in events if e.get("ph") == "M" and e["name"] == "process_name"}
     assert names == {"[trainer] Rank 0, Process", "[rollout] Rank 0, Process", "[rollout] Rank 1, Process"}
 
@@ -196,7 +188,7 @@ def test_the_printed_commands_work_as_printed(run: Run, tmp_path: Path) -> None:
                             text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     merged = json.loads((tmp_path / "trace.json").read_text())["traceEvents"]
-    original = json.loads((run.run_dir / "trace.json").read_text())["traceEvents"]
+    original = read_trace(run.run_dir / "trace.json")
     # The merged trace already in the directory is not read again: no event twice.
     assert len([e for e in merged if e.get("ph") == "X"]) == len([e for e in original if e.get("ph") == "X"])
 
@@ -255,7 +247,7 @@ def test_a_bad_otel_rl_variable_is_reported_naming_it_without_a_traceback(tmp_pa
 
 
 def test_every_flow_in_the_merged_trace_pairs_and_the_trainer_points_at_each_worker(run: Run) -> None:
-    events = json.loads((run.run_dir / "trace.json").read_text())["traceEvents"]
+    events = read_trace(run.run_dir / "trace.json")
     starts = Counter(e["id"] for e in events if e.get("ph") == "s")
     ends = Counter(e["id"] for e in events if e.get("ph") == "f")
     assert ends and starts == ends and set(starts.values()) == {1}
@@ -293,7 +285,7 @@ def test_the_report_counts_each_engine_request_once_though_workers_reuse_ids(run
     assert ids and {rid.split("@")[1] for rid in ids} == {f"rollout-r{r}" for r in range(WORKERS)}
 
 
-def test_a_session_timeline_shows_only_its_own_workers_engine_events(run: Run) -> None:
+def test_a_session_timeline_shows_only_its_own_workers_engineread_jsonl(run: Run) -> None:
     from otel_rl import report
 
     data = report.load([str(run.run_dir)])

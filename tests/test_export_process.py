@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 import collections
-import json
 import os
 import signal
-import subprocess
-import sys
-import textwrap
-import time
 
 from opentelemetry.sdk.trace import TracerProvider
+from support import export_to, read_trace, run_python, slice_names, slices
+from waiting import wait_until
 
 import otel_rl
 from otel_rl.convert import main as convert_main
@@ -37,11 +34,10 @@ def _workload():
     otel_rl.trace_session_event("mark_finalized", status="failed", reason="judge down")
 
 
-def _capture_and_export(receiver, protocol, monkeypatch, tmp_path, export_process, replay=None):
+def _capture_and_export(receiver, monkeypatch, tmp_path, export_process, replay=None):
     """Runs the workload (or replays captured spans) with one export path; returns
     the records of the finished spans and the spans the receiver got."""
-    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint)
-    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", protocol)
+    export_to(monkeypatch, receiver)
     otel_rl.configure(fileroot=str(tmp_path), tracer_provider=TracerProvider(shutdown_on_exit=False),
                       export_process=export_process)
     pipeline = STATE.pipeline
@@ -66,10 +62,9 @@ def _capture_and_export(receiver, protocol, monkeypatch, tmp_path, export_proces
 
 def test_the_exporter_process_sends_exactly_what_in_process_export_sends(
         grpc_receiver, http_receiver, monkeypatch, tmp_path):
-    captured, via_process = _capture_and_export(grpc_receiver, "grpc", monkeypatch, tmp_path / "a", True)
+    captured, via_process = _capture_and_export(grpc_receiver, monkeypatch, tmp_path / "a", True)
     assert len(captured) == 6
-    _, in_process = _capture_and_export(http_receiver, "http/protobuf", monkeypatch, tmp_path / "b",
-                                        False, captured)
+    _, in_process = _capture_and_export(http_receiver, monkeypatch, tmp_path / "b", False, captured)
     for spans in (via_process, in_process):
         for span in spans:
             span["resource"].pop("process.pid", None)
@@ -92,14 +87,13 @@ def test_spans_survive_the_exporter_process_dying(tmp_path):
             pass
     run_dir = otel_rl.settings().run_dir
     otel_rl.shutdown()
-    with open(os.path.join(run_dir, "traces-r0.jsonl")) as f:
-        names = [e["name"] for e in map(json.loads, f) if e["ph"] == "X"]
+    names = slice_names(os.path.join(run_dir, "traces-r0.jsonl"))
     assert sorted(names) == ["after"] * 10 + ["before"] * 10
     assert otel_rl.diagnostics()["exporter_process_lost"] == 1
 
 
 def test_a_sigkilled_training_process_leaves_every_shipped_span_on_disk(tmp_path):
-    code = textwrap.dedent("""
+    result = run_python("""
         import os, signal, time, otel_rl
         otel_rl.configure(export_interval_ms=20)
         for i in range(150):
@@ -107,21 +101,16 @@ def test_a_sigkilled_training_process_leaves_every_shipped_span_on_disk(tmp_path
                 pass
         otel_rl.save(force=True)  # shipped (and written by the exporter process)
         os.kill(os.getpid(), signal.SIGKILL)
-    """)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
-    env["OTEL_RL_DIR"] = str(tmp_path)
-    result = subprocess.run([sys.executable, "-c", code], env=env, timeout=60)
+    """, {"OTEL_RL_DIR": str(tmp_path)})
     assert result.returncode == -signal.SIGKILL
     path = tmp_path / "default" / "trial0" / "traces-r0.jsonl"
-    for _ in range(100):  # the orphaned exporter finishes on end-of-file
-        if path.exists() and path.read_text().count('"ph":"X"') == 150:
-            break
-        time.sleep(0.1)
-    events = [json.loads(line) for line in path.read_text().splitlines()]
-    assert sum(1 for e in events if e["ph"] == "X") == 150
+    # The orphaned exporter finishes on end-of-file.
+    wait_until(lambda: path.exists() and path.read_text().count('"ph":"X"') == 150,
+               what="the orphaned exporter to write every span")
+    assert len(slices(read_trace(path))) == 150
     out = tmp_path / "merged.json"
     assert convert_main([str(path), "-o", str(out), "-q"]) == 0
-    assert sum(1 for e in json.loads(out.read_text())["traceEvents"] if e["ph"] == "X") == 150
+    assert len(slices(read_trace(out))) == 150
 
 
 def test_a_forked_child_records_its_own_spans_under_its_own_pid(tmp_path):
@@ -142,8 +131,7 @@ def test_a_forked_child_records_its_own_spans_under_its_own_pid(tmp_path):
     assert os.WEXITSTATUS(status) == 0
     run_dir = otel_rl.settings().run_dir
     otel_rl.shutdown()
-    with open(os.path.join(run_dir, "traces-r0.jsonl")) as f:
-        events = [e for e in map(json.loads, f) if e["ph"] == "X"]
+    events = slices(read_trace(os.path.join(run_dir, "traces-r0.jsonl")))
     pids = {e["name"]: e["pid"] for e in events}
     assert sorted(e["name"] for e in events) == ["child.work", "parent.before_fork"]
     assert pids["child.work"] == pid
@@ -164,8 +152,7 @@ def test_payloads_marshal_cannot_hold_are_summarised_not_lost(tmp_path):
         pass
     run_dir = otel_rl.settings().run_dir
     otel_rl.shutdown()
-    with open(os.path.join(run_dir, "traces-r0.jsonl")) as f:
-        events = {e["name"]: e for e in map(json.loads, f) if e["ph"] == "X"}
+    events = {e["name"]: e for e in slices(read_trace(os.path.join(run_dir, "traces-r0.jsonl")))}
     assert sorted(events) == ["odd", "plain"]
     assert events["odd"]["args"]["level"] == 3
     assert events["odd"]["args"]["handle"].startswith("<object object")

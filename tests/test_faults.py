@@ -7,11 +7,9 @@ what the fault used to cost (seconds) and leave wide room for a loaded machine.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -19,9 +17,11 @@ import time
 
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
+from support import (clean_env, export_to, read_json, read_sessions, read_trace, slice_names, slices,
+                     unreachable_endpoint)
+from waiting import reap_children, wait_until
 
 import otel_rl
-from waiting import reap_children
 from otel_rl._internal import guard, keys
 from otel_rl._internal.state import STATE
 
@@ -62,28 +62,11 @@ def _sessions(n, status="accepted"):
 
 
 def _names(settings):
-    with open(settings.file_path(keys.TRACES_FILE)) as f:
-        return [e["name"] for e in map(json.loads, f) if e["ph"] == "X"]
+    return slice_names(settings.file_path(keys.TRACES_FILE))
 
 
 def _read_summary(settings):
-    with open(settings.file_path(keys.SUMMARY_FILE)) as f:
-        return json.load(f)
-
-
-def _unreachable_endpoint():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return f"http://127.0.0.1:{sock.getsockname()[1]}"
-
-
-def _wait_until(condition, timeout=30.0):
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.01)
-    return True
+    return read_json(settings.file_path(keys.SUMMARY_FILE))
 
 
 def _timed(fn, *args, **kwargs):
@@ -93,10 +76,7 @@ def _timed(fn, *args, **kwargs):
 
 
 def _env(tmp_path, **extra):
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "RANK"))}
-    env["OTEL_RL_DIR"] = str(tmp_path)
-    env.update(extra)
-    return env
+    return clean_env(OTEL_RL_DIR=str(tmp_path), **extra)
 
 
 # --- stalls ----------------------------------------------------------------------------------
@@ -105,7 +85,7 @@ def _env(tmp_path, **extra):
 def test_save_does_not_wait_for_an_unreachable_metrics_endpoint(monkeypatch, tmp_path):
     # The stats gauges go to an OTLP endpoint nobody listens on: flushing them
     # retried for 6.5-7.5 s inside every save().
-    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", _unreachable_endpoint())
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", unreachable_endpoint())
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
     _configure(tmp_path, shutdown_timeout_ms=1000)
     took = []
@@ -125,8 +105,8 @@ def test_a_step_save_returns_without_waiting_for_the_exporter_process(tmp_path):
     # (31-43 us of wall time each on the training thread).
     took = _timed(otel_rl.save, 0)
     assert took < 0.1, took
-    assert _wait_until(lambda: os.path.exists(settings.file_path(keys.TRACES_FILE))
-                       and len(_names(settings)) == 30_000)
+    wait_until(lambda: os.path.exists(settings.file_path(keys.TRACES_FILE))
+               and len(_names(settings)) == 30_000)
 
 
 def test_the_first_save_does_not_wait_for_the_exporter_process_to_start(tmp_path):
@@ -144,8 +124,7 @@ def test_a_forced_save_still_writes_everything_before_it_returns(tmp_path):
     _sessions(3)
     otel_rl.save(force=True)
     assert _names(settings).count("work") == 500
-    with open(settings.file_path(keys.SESSIONS_FILE)) as f:
-        assert [json.loads(line)["status"] for line in f] == ["accepted"] * 3
+    assert [r["status"] for r in read_sessions(settings.file_path(keys.SESSIONS_FILE))] == ["accepted"] * 3
 
 
 def test_a_stopped_exporter_process_is_given_up_on_and_export_goes_on_here(tmp_path):
@@ -158,7 +137,7 @@ def test_a_stopped_exporter_process_is_given_up_on_and_export_goes_on_here(tmp_p
         otel_rl.save(force=True)
         return os.path.exists(settings.file_path(keys.TRACES_FILE)) and _names(settings).count("before") == 10
 
-    assert _wait_until(before_written)
+    wait_until(before_written)
     proc = STATE.pipeline.shipper._proc
     os.kill(proc.pid, signal.SIGSTOP)
     try:
@@ -216,13 +195,13 @@ def test_sigterm_during_shutdown_lets_it_finish_then_dies_of_the_signal(tmp_path
     proc = subprocess.run([sys.executable, "-c", SIGTERM_IN_SHUTDOWN], capture_output=True, text=True,
                           timeout=60, env=_env(tmp_path, OTEL_RL_ENABLED="1",
                                                OTEL_RL_SHUTDOWN_TIMEOUT_MS="4000",
-                                               OTEL_EXPORTER_OTLP_ENDPOINT=_unreachable_endpoint(),
+                                               OTEL_EXPORTER_OTLP_ENDPOINT=unreachable_endpoint(),
                                                OTEL_EXPORTER_OTLP_PROTOCOL="grpc"))
     ended = time.monotonic()
     assert proc.returncode == -signal.SIGTERM, proc.stderr
     exit_at = float(proc.stdout.split("EXIT_AT")[1].split()[0])
     assert ended - exit_at < 4.0 + 1.5
-    summary = json.loads((tmp_path / "default" / "trial0" / "summary-r0.json").read_text())
+    summary = read_json(tmp_path / "default" / "trial0" / "summary-r0.json")
     # Built after the exporter process reported its end, not from stale numbers.
     assert summary["exporter_process"]["final_numbers"] is True
     assert summary["spans"]["exported_file"] == 100 + 3 and summary["sessions"] == {"accepted": 2}
@@ -257,10 +236,9 @@ def test_a_multiprocessing_pool_exits_at_once_and_keeps_its_workers_spans(tmp_pa
     took, pids = float(fields[0]), {int(p) for p in fields[1:]}
     assert took < 2.5, took  # the bound is 5 s; about 0.1 s unloaded
     run_dir = tmp_path / "default" / "trial0"
-    with open(run_dir / "traces-r0.jsonl") as f:
-        events = [e for e in map(json.loads, f) if e["ph"] == "X"]
-    assert sorted(e["args"]["i"] for e in events if e["name"] == "worker.task") == list(range(20))
-    summaries = {json.loads(p.read_text())["pid"] for p in run_dir.glob("summary-r0-pid*.json")}
+    events = slices(read_trace(run_dir / "traces-r0.jsonl"), "worker.task")
+    assert sorted(e["args"]["i"] for e in events) == list(range(20))
+    summaries = {read_json(p)["pid"] for p in run_dir.glob("summary-r0-pid*.json")}
     # Every worker that recorded spans leaves its summary (an idle one records nothing:
     # a busy machine may hand all 20 tasks to one worker).
     assert pids and pids <= summaries
@@ -346,17 +324,14 @@ print("EXIT_AT", time.monotonic(), flush=True)
 """
 
 
-@pytest.mark.parametrize("protocol", ["grpc", "http/protobuf"])
-def test_a_healthy_collector_gives_a_complete_run_and_a_prompt_exit(grpc_receiver, http_receiver, tmp_path,
-                                                                    protocol):
-    receiver = grpc_receiver if protocol == "grpc" else http_receiver
+def test_a_healthy_collector_gives_a_complete_run_and_a_prompt_exit(otlp_receiver, tmp_path):
     result = subprocess.run([sys.executable, "-c", HEALTHY], capture_output=True, text=True, timeout=60,
-                            env=_env(tmp_path, OTEL_EXPORTER_OTLP_ENDPOINT=receiver.endpoint,
-                                     OTEL_EXPORTER_OTLP_PROTOCOL=protocol,
+                            env=_env(tmp_path, OTEL_EXPORTER_OTLP_ENDPOINT=otlp_receiver.endpoint,
+                                     OTEL_EXPORTER_OTLP_PROTOCOL=otlp_receiver.protocol,
                                      OTEL_RL_SHUTDOWN_TIMEOUT_MS=str(LONG_BOUND_MS)))
     ended = time.monotonic()
     assert result.returncode == 0, result.stderr
-    summary = json.loads((tmp_path / "default" / "trial0" / "summary-r0.json").read_text())
+    summary = read_json(tmp_path / "default" / "trial0" / "summary-r0.json")
     assert summary["complete"], summary
     assert summary["spans"]["exported_otlp"] == summary["spans"]["recorded"] == 5 * (1 + 3 * 2 + 100)
     assert "did not finish" not in result.stderr and "Channel closed" not in result.stderr
@@ -376,8 +351,7 @@ def test_a_healthy_collector_gives_a_complete_run_and_a_prompt_exit(grpc_receive
 ])
 def test_an_invalid_batch_processor_setting_falls_back_with_one_warning(grpc_receiver, monkeypatch, tmp_path,
                                                                        capfd, name, value):
-    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", grpc_receiver.endpoint)
-    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
+    export_to(monkeypatch, grpc_receiver)
     monkeypatch.setenv(name, value)
     settings = _configure(tmp_path)
     _scopes(5)
@@ -395,7 +369,7 @@ def test_an_invalid_batch_processor_setting_falls_back_with_one_warning(grpc_rec
 @pytest.mark.parametrize("protocol", ["grpc", "http/protobuf"])
 def test_an_unreachable_collector_logs_one_warning_per_exporter(monkeypatch, tmp_path, capfd, caplog,
                                                                  protocol):
-    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", _unreachable_endpoint())
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", unreachable_endpoint())
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", protocol)
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "1500")  # ms: each export retries once, then fails
     monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "100")
@@ -410,7 +384,7 @@ def test_an_unreachable_collector_logs_one_warning_per_exporter(monkeypatch, tmp
         otel_rl.save(force=True)  # also brings the exporter process's counts
         return otel_rl.run_summary()["problems"].get("otlp_traces_exporter_log", 0) >= 3
 
-    assert _wait_until(several_failed, timeout=30)
+    wait_until(several_failed, timeout=30)
     with caplog.at_level(logging.WARNING):
         otel_rl.shutdown()
     summary = _read_summary(settings)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 import json
 import os
 import zlib
@@ -11,35 +10,22 @@ from typing import Any
 
 import pytest
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SpanExportResult
-from opentelemetry.trace import SpanContext, TraceFlags
 
 from otel_rl._internal import guard, keys
-from otel_rl._internal.encode.chrome_trace import BATCH_MARKER
+from otel_rl._internal.encode.chrome_markers import BATCH_MARKER
 from otel_rl._internal.export.file_exporter import ChromeTraceFileExporter, InPlaceBatchProcessor
+from support import SpanFactory, read_trace
 
-T0_NS = 1_700_000_000_000_000_000
 RESOURCE = Resource({keys.SERVICE_NAME: "trainer", keys.PROCESS_PID: 31337, keys.RANK: 2})
-_ids = itertools.count(1)
-
-
-def make_span(name: str, start_us: int = 0, end_us: int = 10, *, sampled: bool = True,
-              parent: ReadableSpan | None = None, attrs: dict[str, Any] | None = None) -> ReadableSpan:
-    flags = TraceFlags(TraceFlags.SAMPLED if sampled else 0)
-    trace_id = parent.context.trace_id if parent is not None else next(_ids)
-    return ReadableSpan(
-        name, SpanContext(trace_id, next(_ids), False, flags),
-        parent.context if parent is not None else None, RESOURCE,
-        {keys.THREAD_ID: 1, keys.THREAD_NAME: "MainThread", **(attrs or {})},
-        start_time=T0_NS + start_us * 1000, end_time=T0_NS + end_us * 1000)
+make_span = SpanFactory(RESOURCE, thread={keys.THREAD_ID: 1, keys.THREAD_NAME: "MainThread"}).span
 
 
 def read_events(path: Path) -> list[dict[str, Any]]:
     """Every line of the file, each of which must be one JSON object."""
-    data = path.read_bytes()
-    assert data.endswith(b"\n"), "the file must end with a complete line"
-    return [json.loads(line) for line in data.decode().splitlines()]
+    assert path.read_bytes().endswith(b"\n"), "the file must end with a complete line"
+    return read_trace(path)
 
 
 def names(events: list[dict[str, Any]]) -> list[str]:

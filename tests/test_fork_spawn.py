@@ -3,7 +3,6 @@ the export thread is busy) and spawn / forkserver children configured from the e
 
 from __future__ import annotations
 
-import json
 import multiprocessing
 import os
 import threading
@@ -12,6 +11,7 @@ import time
 import fault_workers
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
+from support import read_json, read_trace, slices
 from waiting import reap_children, wait_until
 
 import otel_rl
@@ -22,11 +22,6 @@ from otel_rl._internal import guard, keys
 def _fresh_counters():
     yield
     guard.clear()
-
-
-def _events(path):
-    with open(path) as f:
-        return [e for e in map(json.loads, f) if e["ph"] == "X"]
 
 
 @pytest.mark.parametrize("method", ["spawn", "forkserver"])
@@ -48,11 +43,11 @@ def test_children_started_by_spawn_or_forkserver_configure_from_the_environment(
         proc.join(60)
         assert proc.exitcode == 0
     run_dir = tmp_path / "default" / "trial0"
-    events = [e for path in sorted(run_dir.glob("traces-rollout-r*.jsonl")) for e in _events(path)]
+    events = [e for path in sorted(run_dir.glob("traces-rollout-r*.jsonl")) for e in slices(read_trace(path))]
     by_pid = {proc.pid: [e["name"] for e in events if e["pid"] == proc.pid] for proc in procs}
     assert by_pid == {proc.pid: ["child.work"] * 30 for proc in procs}
     assert len(events) == 60  # the parent (not configured) recorded nothing
-    summaries = [json.loads(p.read_text()) for p in run_dir.glob("summary-rollout-r*.json")]
+    summaries = [read_json(p) for p in run_dir.glob("summary-rollout-r*.json")]
     assert summaries and all(s["pid"] in by_pid and s["spans"]["recorded"] == 30 for s in summaries)
     if method == "spawn":
         assert sorted(s["rank"] for s in summaries) == [0, 1]
@@ -99,12 +94,12 @@ def test_forks_while_the_export_thread_is_busy_neither_deadlock_nor_duplicate(tm
         thread.join()
     settings = otel_rl.settings()
     otel_rl.shutdown()
-    events = _events(settings.file_path(keys.TRACES_FILE))
+    events = slices(read_trace(settings.file_path(keys.TRACES_FILE)))
     parent = [e for e in events if e["name"] == "parent.work"]
     assert len(parent) == made["n"] and {e["pid"] for e in parent} == {os.getpid()}
     for pid in children:
         mine = [e for e in events if e["pid"] == pid]
         assert [e["name"] for e in mine] == ["child.work"] * 40
-        summary = json.loads(open(os.path.join(settings.run_dir, f"summary-r0-pid{pid}.json")).read())
+        summary = read_json(os.path.join(settings.run_dir, f"summary-r0-pid{pid}.json"))
         assert summary["spans"]["recorded"] == 40
-    assert json.loads(open(settings.file_path(keys.SUMMARY_FILE)).read())["pid"] == os.getpid()
+    assert read_json(settings.file_path(keys.SUMMARY_FILE))["pid"] == os.getpid()

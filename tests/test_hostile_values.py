@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import json
 import os
 import uuid
 import weakref
 
 import pytest
+from support import read_json, read_jsonl, read_sessions, read_trace, slices
 
 import otel_rl
 from otel_rl._internal import guard
@@ -37,26 +37,14 @@ def _configure(tmp_path, export_process=False, **kwargs):
     return otel_rl.settings().run_dir
 
 
-def _read_jsonl(path):
-    if not os.path.exists(path):
-        return []
-    with open(path, encoding="utf-8") as f:  # strict UTF-8: a lone surrogate would not decode
-        return [json.loads(line) for line in f]
-
-
 def _finish(run_dir):
     """Writes everything and returns (trace events, session records, summary, problems)."""
     otel_rl.save(force=True)
     problems = otel_rl.diagnostics()
     otel_rl.shutdown()
-    with open(os.path.join(run_dir, "summary-r0.json")) as f:
-        summary = json.load(f)
-    return (_read_jsonl(os.path.join(run_dir, "traces-r0.jsonl")),
-            _read_jsonl(os.path.join(run_dir, "sessions-r0.jsonl")), summary, problems)
-
-
-def _slices(events, name):
-    return [e for e in events if e.get("ph") == "X" and e["name"] == name]
+    # The readers decode strict UTF-8: a lone surrogate written as is would not decode.
+    return (read_trace(os.path.join(run_dir, "traces-r0.jsonl")), read_sessions(run_dir),
+            read_json(os.path.join(run_dir, "summary-r0.json")), problems)
 
 
 def _session(task_id=None):
@@ -76,8 +64,8 @@ def test_a_lone_surrogate_in_args_keeps_every_other_span_of_its_batch_in_the_tra
     with otel_rl.trace_scope("odd", args={"path": LONE_SURROGATE, LONE_SURROGATE: 1}):
         pass
     events, _, summary, _ = _finish(run_dir)
-    assert len(_slices(events, "fine")) == 1000
-    (odd,) = _slices(events, "odd")
+    assert len(slices(events, "fine")) == 1000
+    (odd,) = slices(events, "odd")
     assert odd["args"]["path"] == LONE_SURROGATE_WRITTEN
     assert odd["args"][LONE_SURROGATE_WRITTEN] == 1
     assert summary["spans"]["dropped_total"] == 0 and summary["complete"]
@@ -88,7 +76,7 @@ def test_a_lone_surrogate_in_a_span_name_keeps_the_span(tmp_path):
     with otel_rl.trace_scope(LONE_SURROGATE):
         pass
     events, _, summary, _ = _finish(run_dir)
-    assert len(_slices(events, LONE_SURROGATE_WRITTEN)) == 1
+    assert len(slices(events, LONE_SURROGATE_WRITTEN)) == 1
     assert summary["complete"]
 
 
@@ -100,7 +88,7 @@ def test_a_lone_surrogate_in_a_rejection_reason_keeps_the_session_span_and_recor
     events, records, summary, _ = _finish(run_dir)
     (record,) = records
     assert (record["status"], record["reason"]) == ("rejected", LONE_SURROGATE_WRITTEN)
-    (session,) = _slices(events, "session")
+    (session,) = slices(events, "session")
     assert session["args"]["rl.session.reason"] == LONE_SURROGATE_WRITTEN
     assert summary["complete"] and summary["export_errors"] == 0
 
@@ -117,8 +105,8 @@ def test_a_task_id_and_counter_outside_int64_keep_the_session_span_and_record(tm
     # written as their decimal text everywhere, so they still match across files.
     assert record["task_id"] == str(BIG_ID)
     assert record["counters"] == {"tokens": str(10**30)}
-    (session,) = _slices(events, "session")
-    (task,) = _slices(events, "task")
+    (session,) = slices(events, "session")
+    (task,) = slices(events, "task")
     assert session["args"]["rl.task.id"] == task["args"]["rl.task.id"] == str(BIG_ID)
     assert summary["sessions"] == {"accepted": 1}
     assert summary["complete"] and summary["export_errors"] == 0
@@ -145,7 +133,7 @@ def test_a_reason_whose_str_raises_still_finalizes_the_session(tmp_path):
     (record,) = records
     assert record["status"] == "failed"
     assert "Unprintable" in record["reason"]
-    assert len(_slices(events, "session")) == 1
+    assert len(slices(events, "session")) == 1
     assert "internal_error" not in problems
     assert summary["sessions"] == {"failed": 1}
 
@@ -159,7 +147,7 @@ def test_a_nan_status_keeps_the_session_and_the_metrics_interval(tmp_path):
     (record,) = records
     assert record["status"] == "nan"
     assert problems.get("unknown_status") == 1
-    metrics = _read_jsonl(os.path.join(run_dir, "metrics-r0.jsonl"))
+    metrics = read_jsonl(os.path.join(run_dir, "metrics-r0.jsonl"))
     names = {m["name"] for line in metrics for rm in line["resource_metrics"]
              for sm in rm["scope_metrics"] for m in sm["metrics"]}
     assert "rl.session.duration" in names
@@ -180,7 +168,7 @@ def test_a_nan_metric_label_is_written_as_null_not_lost(tmp_path):
     assert exporter.export(reader.get_metrics_data()) is MetricExportResult.SUCCESS
     exporter.shutdown()
     provider.shutdown()
-    (line,) = _read_jsonl(str(path))
+    (line,) = read_jsonl(str(path))
     point = line["resource_metrics"][0]["scope_metrics"][0]["metrics"][0]["data"]["data_points"][0]
     assert point["attributes"] == {"status": None, "path": LONE_SURROGATE_WRITTEN}
 
@@ -203,8 +191,8 @@ def test_a_100000_deep_payload_keeps_its_span_and_its_session(tmp_path):
     otel_rl.trace_session_event("mark_generate_end", session_id=session_id)
     otel_rl.trace_session_event("mark_finalized", session_id=session_id, status="accepted")
     events, records, summary, _ = _finish(run_dir)
-    assert len(_slices(events, "deep")) == 1
-    assert len(_slices(events, "generate")) == 1
+    assert len(slices(events, "deep")) == 1
+    assert len(slices(events, "generate")) == 1
     assert [r["status"] for r in records] == ["accepted"]
     assert summary["complete"] and summary["export_errors"] == 0
 
@@ -214,7 +202,7 @@ def test_an_object_whose_repr_raises_is_recorded_by_its_type(tmp_path):
     with otel_rl.trace_scope("odd", args={"obj": Unprintable()}):
         pass
     events, _, summary, _ = _finish(run_dir)
-    (odd,) = _slices(events, "odd")
+    (odd,) = slices(events, "odd")
     assert "Unprintable" in odd["args"]["obj"]
     assert summary["complete"]
 
@@ -368,6 +356,6 @@ def test_a_tensor_in_args_is_not_kept_alive_by_a_span_waiting_for_export(tmp_pat
     gc.collect()
     assert alive() is None
     events, _, _, _ = _finish(run_dir)
-    (scope,) = _slices(events, "scope")
+    (scope,) = slices(events, "scope")
     assert scope["args"]["t.shape"] == [2, 3]
 

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
-import os
 import socket
 import subprocess
 import sys
 import textwrap
 
 import pytest
+from support import clean_env, read_trace
 
 from otel_rl.convert import main as convert_main
 
@@ -48,8 +47,7 @@ def merged(tmp_path_factory):
     """Runs WORLD ranks, converts their run directory; returns (printed ranks, trace events, run dir)."""
     pytest.importorskip("torch.distributed")
     root = tmp_path_factory.mktemp("ranks")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "RANK", "LOCAL_RANK"))}
-    env.update({"OTEL_RL_DIR": str(root), "OTEL_RL_EXPERIMENT": "exp", "OTEL_RL_TRIAL": "t1"})
+    env = clean_env(OTEL_RL_DIR=str(root), OTEL_RL_EXPERIMENT="exp", OTEL_RL_TRIAL="t1")
     port = str(_free_port())
     procs = [subprocess.Popen([sys.executable, "-c", RANK_SCRIPT, str(rank), str(WORLD), port], env=env,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -59,7 +57,7 @@ def merged(tmp_path_factory):
         assert proc.returncode == 0, err
     out = root / "trace.json"
     assert convert_main([str(root / "exp" / "t1"), "-o", str(out)]) == 0
-    return [int(stdout) for stdout, _ in outputs], json.loads(out.read_text())["traceEvents"], root / "exp" / "t1"
+    return [int(stdout) for stdout, _ in outputs], read_trace(out), root / "exp" / "t1"
 
 
 def merged_root(merged):

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import Event, ReadableSpan
+from opentelemetry.sdk.trace import Event
 from opentelemetry.attributes import BoundedAttributes
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import Link, SpanContext, SpanKind, TraceFlags, TraceState
@@ -19,6 +19,7 @@ from opentelemetry.trace.status import Status, StatusCode
 
 from otel_rl._internal import guard
 from otel_rl._internal.encode.otlp import OtlpTraceEncoder
+from support import SpanFactory
 
 RESOURCE = Resource({"service.name": "trainer", "rl.rank": 3})
 SCOPE = InstrumentationScope("otel_rl", "0.1.0")
@@ -48,14 +49,15 @@ def _fresh_counters():
     guard.clear()
 
 
+_SPANS = SpanFactory(RESOURCE, thread=None, scope=SCOPE)
+
+
 def _span(name="scope", *, trace_id=0x0AF7651916CD43DD8448EB211C80319C, span_id=0x00F067AA0BA902B7,
-          parent=None, attrs=None, events=(), links=(), kind=SpanKind.INTERNAL,
-          status=Status(StatusCode.UNSET), state=TraceState(), resource=RESOURCE, scope=SCOPE):
-    return ReadableSpan(
-        name=name, context=SpanContext(trace_id, span_id, False, TraceFlags(1), state),
-        parent=parent, resource=resource, attributes=attrs, events=events, links=links, kind=kind,
-        status=status, start_time=1_700_000_000_123_456_789, end_time=1_700_000_000_223_456_789,
-        instrumentation_scope=scope)
+          state=TraceState(), **options):
+    """A span with fixed ids and times (sub-microsecond parts included); ``options``
+    as :meth:`support.SpanFactory.span` takes them."""
+    return _SPANS.span(name, 123_456.789, 223_456.789,
+                       context=SpanContext(trace_id, span_id, False, TraceFlags(1), state), **options)
 
 
 def _mine(spans):

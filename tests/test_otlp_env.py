@@ -4,14 +4,12 @@ them itself (timeout in milliseconds, ``compression=none``), against real receiv
 from __future__ import annotations
 
 import logging
-import os
-import subprocess
-import sys
 import time
 
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
 from receivers import GrpcReceiver
+from support import run_python
 
 import otel_rl
 from otel_rl._internal import guard
@@ -22,12 +20,6 @@ from otel_rl._internal.export.chain import DEFAULT_OTLP_TIMEOUT_S, otlp_timeout_
 def _fresh_counters():
     yield
     guard.clear()
-
-
-def _run(code, env):
-    full = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "RANK"))}
-    full.update(env)
-    return subprocess.run([sys.executable, "-c", code], env=full, capture_output=True, text=True, timeout=60)
 
 
 SCRIPT = """
@@ -43,7 +35,7 @@ print(otel_rl.run_summary()["spans"]["exported_otlp"], otel_rl.run_summary()["pr
 
 def test_compression_none_does_not_stop_grpc_export_from_starting(grpc_receiver, tmp_path):
     # The SDK's gRPC exporter raises InvalidCompressionValueException on "none".
-    result = _run(SCRIPT, {"OTEL_RL_DIR": str(tmp_path), "OTEL_EXPORTER_OTLP_ENDPOINT": grpc_receiver.endpoint,
+    result = run_python(SCRIPT, {"OTEL_RL_DIR": str(tmp_path), "OTEL_EXPORTER_OTLP_ENDPOINT": grpc_receiver.endpoint,
                            "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc", "OTEL_EXPORTER_OTLP_COMPRESSION": "none"})
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["5", "0"]
@@ -52,7 +44,7 @@ def test_compression_none_does_not_stop_grpc_export_from_starting(grpc_receiver,
 
 
 def test_gzip_from_the_traces_variable_reaches_the_http_receiver_compressed(http_receiver, tmp_path):
-    result = _run(SCRIPT, {"OTEL_RL_DIR": str(tmp_path), "OTEL_EXPORTER_OTLP_ENDPOINT": http_receiver.endpoint,
+    result = run_python(SCRIPT, {"OTEL_RL_DIR": str(tmp_path), "OTEL_EXPORTER_OTLP_ENDPOINT": http_receiver.endpoint,
                            "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
                            "OTEL_EXPORTER_OTLP_COMPRESSION": "none",
                            "OTEL_EXPORTER_OTLP_TRACES_COMPRESSION": "gzip"})
@@ -63,7 +55,7 @@ def test_gzip_from_the_traces_variable_reaches_the_http_receiver_compressed(http
 
 
 def test_an_unknown_compression_warns_once_and_sends_uncompressed(grpc_receiver, tmp_path):
-    result = _run(SCRIPT, {"OTEL_RL_DIR": str(tmp_path), "OTEL_EXPORTER_OTLP_ENDPOINT": grpc_receiver.endpoint,
+    result = run_python(SCRIPT, {"OTEL_RL_DIR": str(tmp_path), "OTEL_EXPORTER_OTLP_ENDPOINT": grpc_receiver.endpoint,
                            "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc", "OTEL_EXPORTER_OTLP_COMPRESSION": "zstd9"})
     assert result.returncode == 0, result.stderr
     assert len(grpc_receiver.wait_for_spans(5)) == 5

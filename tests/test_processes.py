@@ -6,22 +6,15 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
 
 from opentelemetry.sdk.trace import TracerProvider
+from support import clean_env, export_to, run_python
 
 import otel_rl
 
 
-def _run(code: str, env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
-    full_env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "RANK"))}
-    full_env.update(env)
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code), *args], env=full_env,
-                          capture_output=True, text=True, timeout=60)
-
-
 def test_env_vars_alone_enable_tracing_and_export(grpc_receiver, tmp_path):
-    result = _run("""
+    result = run_python("""
         import otel_rl
         with otel_rl.trace_scope("from_env"):
             pass
@@ -36,7 +29,7 @@ def test_env_vars_alone_enable_tracing_and_export(grpc_receiver, tmp_path):
 
 
 def test_otel_service_name_is_honoured(grpc_receiver, tmp_path):
-    result = _run("""
+    result = run_python("""
         import otel_rl
         with otel_rl.trace_scope("x"):
             pass
@@ -48,31 +41,30 @@ def test_otel_service_name_is_honoured(grpc_receiver, tmp_path):
 
 
 def test_importing_otel_rl_does_not_import_torch():
-    result = _run("import sys, otel_rl; print('torch' in sys.modules)", {})
+    result = run_python("import sys, otel_rl; print('torch' in sys.modules)", {})
     assert result.stdout.strip() == "False"
 
 
 def test_without_the_env_var_nothing_is_configured(tmp_path):
-    result = _run("import otel_rl; print(otel_rl.is_configured())", {"OTEL_RL_DIR": str(tmp_path)})
+    result = run_python("import otel_rl; print(otel_rl.is_configured())", {"OTEL_RL_DIR": str(tmp_path)})
     assert result.stdout.strip() == "False"
 
 
 def test_a_bad_env_value_fails_at_import_naming_the_variable(tmp_path):
-    result = _run("import otel_rl", {"OTEL_RL_ENABLED": "1", "OTEL_RL_FLUSH_THRESHOLD": "lots"})
+    result = run_python("import otel_rl", {"OTEL_RL_ENABLED": "1", "OTEL_RL_FLUSH_THRESHOLD": "lots"})
     assert result.returncode != 0
     assert "OTEL_RL_FLUSH_THRESHOLD" in result.stderr
 
 
 def test_inject_extract_joins_a_subprocess_span_to_the_session(grpc_receiver, monkeypatch, tmp_path):
-    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", grpc_receiver.endpoint)
-    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
+    export_to(monkeypatch, grpc_receiver)
     otel_rl.configure(fileroot=str(tmp_path), tracer_provider=TracerProvider(shutdown_on_exit=False))
     otel_rl.set_task_id(otel_rl.register_task())
     session_id = otel_rl.register_session()
     otel_rl.set_session_id(session_id)
     with otel_rl.trace_session_phase("generate"):
         headers = otel_rl.inject({})
-        result = _run("""
+        result = run_python("""
             import json, sys, otel_rl
             with otel_rl.attach(json.loads(sys.argv[1])):
                 with otel_rl.trace_scope("server.generate"):
@@ -94,7 +86,7 @@ def test_inject_extract_joins_a_subprocess_span_to_the_session(grpc_receiver, mo
 
 
 def test_an_application_provider_installed_globally_gets_otel_rl_spans(tmp_path):
-    result = _run("""
+    result = run_python("""
         from opentelemetry import trace
         from opentelemetry.sdk.trace import TracerProvider
         from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -122,11 +114,9 @@ def test_opentelemetry_instrument_runs_otel_rl_on_the_distro_provider_without_du
 
     instrument = shutil.which("opentelemetry-instrument", path=os.path.dirname(sys.executable))
     assert instrument, "opentelemetry-distro is part of the test extra"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "RANK"))}
-    env.update({"OTEL_RL_DIR": str(tmp_path), "OTEL_EXPORTER_OTLP_ENDPOINT": grpc_receiver.endpoint,
-                "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc", "OTEL_TRACES_EXPORTER": "otlp",
-                "OTEL_METRICS_EXPORTER": "none", "OTEL_LOGS_EXPORTER": "none",
-                "OTEL_BSP_SCHEDULE_DELAY": "50"})
+    env = clean_env(OTEL_RL_DIR=str(tmp_path), OTEL_EXPORTER_OTLP_ENDPOINT=grpc_receiver.endpoint,
+                    OTEL_EXPORTER_OTLP_PROTOCOL="grpc", OTEL_TRACES_EXPORTER="otlp",
+                    OTEL_METRICS_EXPORTER="none", OTEL_LOGS_EXPORTER="none", OTEL_BSP_SCHEDULE_DELAY="50")
     code = "import otel_rl\nwith otel_rl.trace_scope('under-instrument'):\n    pass\nprint(otel_rl.is_enabled())"
     result = subprocess.run([instrument, sys.executable, "-c", code], env=env,
                             capture_output=True, text=True, timeout=60)

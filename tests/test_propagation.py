@@ -20,7 +20,7 @@ import httpx
 import pytest
 import requests
 from opentelemetry import trace
-from spans_util import one
+from support import one
 
 import otel_rl
 from otel_rl.propagation import (

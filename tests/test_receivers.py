@@ -28,6 +28,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcess
 from opentelemetry.trace import Link, SpanContext, SpanKind, TraceFlags
 from opentelemetry.trace.status import Status, StatusCode
 from receivers import GrpcReceiver, HttpReceiver, any_value_to_python
+from support import make_span
 
 RESOURCE_ATTRS = {"service.name": "receiver-spec", "deployment.environment": "test"}
 SCOPE = "receiver-spec"
@@ -189,12 +190,8 @@ def points_named(points: list[dict], *names: str) -> list[dict]:
 
 
 def finished_span(name: str):
-    """An ended SDK span, from a provider with no processor (nothing is exported automatically)."""
-    provider = TracerProvider(resource=Resource(RESOURCE_ATTRS))
-    with provider.get_tracer(SCOPE).start_as_current_span(name) as span:
-        pass
-    provider.shutdown()
-    return span
+    """An ended span of the receiver-spec resource and scope."""
+    return make_span(name, resource=Resource(RESOURCE_ATTRS), scope=SCOPE, thread=None)
 
 
 def export_directly(exporter, span) -> SpanExportResult:
@@ -202,6 +199,20 @@ def export_directly(exporter, span) -> SpanExportResult:
         return exporter.export([span])
     finally:
         exporter.shutdown()
+
+
+def span_exporter(receiver, **kwargs):
+    """The SDK's span exporter of the receiver's protocol, pointed at it."""
+    if receiver.protocol == "grpc":
+        return GrpcSpanExporter(endpoint=receiver.endpoint, insecure=True, **kwargs)
+    return HttpSpanExporter(endpoint=receiver.traces_endpoint, **kwargs)
+
+
+def metric_exporter(receiver):
+    """The SDK's metric exporter of the receiver's protocol, pointed at it."""
+    if receiver.protocol == "grpc":
+        return GrpcMetricExporter(endpoint=receiver.endpoint, insecure=True)
+    return HttpMetricExporter(endpoint=receiver.metrics_endpoint)
 
 
 def export_one_span_over_http(receiver: HttpReceiver, **exporter_kwargs) -> SpanExportResult:
@@ -218,45 +229,24 @@ def refuses_connections(port: int) -> bool:
 # ---------------------------------------------------------------- spans
 
 
-def test_grpc_receiver_decodes_parent_and_child_spans_exported_by_simple_processor(grpc_receiver):
-    provider = tracer_provider(SimpleSpanProcessor(GrpcSpanExporter(endpoint=grpc_receiver.endpoint, insecure=True)))
-    try:
-        parent, child = record_parent_and_child(provider)
-        received = grpc_receiver.wait_for_spans(2, timeout=5)
-    finally:
-        provider.shutdown()
-
-    assert received == expected_span_dicts(parent, child)
-
-
-def test_http_receiver_decodes_parent_and_child_spans_exported_by_batch_processor(http_receiver):
-    provider = tracer_provider(BatchSpanProcessor(HttpSpanExporter(endpoint=http_receiver.traces_endpoint)))
+@pytest.mark.parametrize("processor", [SimpleSpanProcessor, BatchSpanProcessor])
+def test_receiver_decodes_parent_and_child_spans(otlp_receiver, processor):
+    provider = tracer_provider(processor(span_exporter(otlp_receiver)))
     try:
         parent, child = record_parent_and_child(provider)
         assert provider.force_flush(5_000)
-        received = http_receiver.wait_for_spans(2, timeout=5)
+        received = otlp_receiver.wait_for_spans(2, timeout=5)
     finally:
         provider.shutdown()
 
     assert received == expected_span_dicts(parent, child)
 
 
-def test_grpc_receiver_keeps_python_types_of_span_attribute_values(grpc_receiver):
-    provider = tracer_provider(SimpleSpanProcessor(GrpcSpanExporter(endpoint=grpc_receiver.endpoint, insecure=True)))
+def test_receiver_keeps_python_types_of_span_attribute_values(otlp_receiver):
+    provider = tracer_provider(SimpleSpanProcessor(span_exporter(otlp_receiver)))
     try:
         parent, child = record_parent_and_child(provider)
-        received = grpc_receiver.wait_for_spans(2, timeout=5)
-    finally:
-        provider.shutdown()
-
-    assert attribute_types(received) == attribute_types(expected_span_dicts(parent, child))
-
-
-def test_http_receiver_keeps_python_types_of_span_attribute_values(http_receiver):
-    provider = tracer_provider(SimpleSpanProcessor(HttpSpanExporter(endpoint=http_receiver.traces_endpoint)))
-    try:
-        parent, child = record_parent_and_child(provider)
-        received = http_receiver.wait_for_spans(2, timeout=5)
+        received = otlp_receiver.wait_for_spans(2, timeout=5)
     finally:
         provider.shutdown()
 
@@ -280,24 +270,12 @@ def test_receiver_keeps_each_accepted_request_as_its_protobuf_message(grpc_recei
 # ---------------------------------------------------------------- metrics
 
 
-def test_grpc_receiver_collects_counter_and_histogram_points(grpc_receiver):
-    provider = meter_provider(GrpcMetricExporter(endpoint=grpc_receiver.endpoint, insecure=True))
+def test_receiver_collects_counter_and_histogram_points(otlp_receiver):
+    provider = meter_provider(metric_exporter(otlp_receiver))
     try:
         record_counter_and_histogram(provider)
         assert provider.force_flush(5_000)
-        points = grpc_receiver.wait_for_metrics({"rl.episodes", "rl.step.duration"}, timeout=5)
-    finally:
-        provider.shutdown()
-
-    assert points_named(points, "rl.episodes", "rl.step.duration") == [EXPECTED_COUNTER_POINT, EXPECTED_HISTOGRAM_POINT]
-
-
-def test_http_receiver_collects_counter_and_histogram_points(http_receiver):
-    provider = meter_provider(HttpMetricExporter(endpoint=http_receiver.metrics_endpoint))
-    try:
-        record_counter_and_histogram(provider)
-        assert provider.force_flush(5_000)
-        points = http_receiver.wait_for_metrics({"rl.episodes", "rl.step.duration"}, timeout=5)
+        points = otlp_receiver.wait_for_metrics({"rl.episodes", "rl.step.duration"}, timeout=5)
     finally:
         provider.shutdown()
 
@@ -356,43 +334,32 @@ def test_http_receiver_answers_404_for_unknown_paths(http_receiver):
 # ---------------------------------------------------------------- fault knobs
 
 
-def test_grpc_receiver_fail_with_rejects_exports_without_recording_them():
-    with GrpcReceiver(fail_with=grpc.StatusCode.INVALID_ARGUMENT) as receiver:  # not retried by the exporter
-        exporter = GrpcSpanExporter(endpoint=receiver.endpoint, insecure=True, timeout=2)
-        result = export_directly(exporter, finished_span("rejected"))
-
-        assert result is SpanExportResult.FAILURE
-        assert receiver.export_calls == 1
-        assert receiver.trace_requests == []
+#: A failure of each protocol that its exporter does not retry.
+NOT_RETRIED = {"grpc": grpc.StatusCode.INVALID_ARGUMENT, "http/protobuf": 400}  # 4xx other than 429
 
 
-def test_http_receiver_fail_with_rejects_exports_without_recording_them():
-    with HttpReceiver(fail_with=400) as receiver:  # 4xx other than 429 is not retried
-        result = export_one_span_over_http(receiver)
+def test_receiver_fail_with_rejects_exports_without_recording_them(otlp_receiver):
+    otlp_receiver.fail_with = NOT_RETRIED[otlp_receiver.protocol]
+    result = export_directly(span_exporter(otlp_receiver, timeout=2), finished_span("rejected"))
 
-        assert result is SpanExportResult.FAILURE
-        assert receiver.export_calls == 1
-        assert receiver.trace_requests == []
+    assert result is SpanExportResult.FAILURE
+    assert otlp_receiver.export_calls == 1
+    assert otlp_receiver.trace_requests == []
 
 
-@pytest.mark.parametrize("receiver_class", [GrpcReceiver, HttpReceiver])
-def test_delay_s_holds_each_export_before_answering(receiver_class):
-    with receiver_class(delay_s=0.3) as receiver:
-        if receiver_class is GrpcReceiver:
-            exporter = GrpcSpanExporter(endpoint=receiver.endpoint, insecure=True, timeout=5)
-        else:
-            exporter = HttpSpanExporter(endpoint=receiver.traces_endpoint, timeout=5)
-        provider = tracer_provider(SimpleSpanProcessor(exporter))
-        try:
-            started = time.monotonic()
-            with provider.get_tracer(SCOPE).start_as_current_span("slow"):
-                pass
-            elapsed = time.monotonic() - started
-        finally:
-            provider.shutdown()
+def test_delay_s_holds_each_export_before_answering(otlp_receiver):
+    otlp_receiver.delay_s = 0.3
+    provider = tracer_provider(SimpleSpanProcessor(span_exporter(otlp_receiver, timeout=5)))
+    try:
+        started = time.monotonic()
+        with provider.get_tracer(SCOPE).start_as_current_span("slow"):
+            pass
+        elapsed = time.monotonic() - started
+    finally:
+        provider.shutdown()
 
-        assert elapsed >= 0.3
-        assert [span["name"] for span in receiver.spans()] == ["slow"]
+    assert elapsed >= 0.3
+    assert [span["name"] for span in otlp_receiver.spans()] == ["slow"]
 
 
 def test_wait_for_spans_raises_assertion_error_naming_what_arrived(grpc_receiver):

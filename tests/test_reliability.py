@@ -16,6 +16,7 @@ import time
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
 from receivers import GrpcReceiver
+from support import clean_env, export_to, read_json, slice_names, start_python, unreachable_endpoint
 
 import otel_rl
 from otel_rl._internal import guard
@@ -52,18 +53,11 @@ def _fresh_counters():
     guard.clear()
 
 
-def _env(tmp_path, **extra):
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "RANK"))}
-    env.update({"OTEL_RL_ENABLED": "1", "OTEL_RL_DIR": str(tmp_path),
-                "OTEL_RL_SHUTDOWN_TIMEOUT_MS": str(int(BOUND_S * 1000))})
-    env.update(extra)
-    return {k: v for k, v in env.items() if v is not None}
-
-
 def _start(tmp_path, body, **env):
-    code = PRELUDE + textwrap.dedent(body)
-    return subprocess.Popen([sys.executable, "-c", code], env=_env(tmp_path, **env), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    """The PRELUDE and ``body`` in a process of its own (``None`` in ``env`` unsets a variable)."""
+    return start_python(PRELUDE + textwrap.dedent(body), {
+        "OTEL_RL_ENABLED": "1", "OTEL_RL_DIR": str(tmp_path),
+        "OTEL_RL_SHUTDOWN_TIMEOUT_MS": str(int(BOUND_S * 1000)), **env})
 
 
 def _wait_line(proc, prefix):
@@ -80,23 +74,16 @@ def _exit_seconds(proc):
     return time.monotonic() - float(line.split()[1])
 
 
-def _unreachable_endpoint():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return f"http://127.0.0.1:{sock.getsockname()[1]}"
-
-
 def _run_dir(tmp_path):
     return tmp_path / "default" / "trial0"
 
 
 def _span_names(tmp_path):
-    with open(_run_dir(tmp_path) / "traces-r0.jsonl") as f:
-        return [e["name"] for e in map(json.loads, f) if e["ph"] == "X"]
+    return slice_names(_run_dir(tmp_path) / "traces-r0.jsonl")
 
 
 def _summary(tmp_path):
-    return json.loads((_run_dir(tmp_path) / "summary-r0.json").read_text())
+    return read_json(_run_dir(tmp_path) / "summary-r0.json")
 
 
 @pytest.mark.parametrize("protocol", ["grpc", "http/protobuf"])
@@ -104,7 +91,7 @@ def test_exit_is_bounded_when_the_collector_is_down_from_the_start(tmp_path, pro
     proc = _start(tmp_path, """
         scopes(2000)
         exiting()
-    """, OTEL_EXPORTER_OTLP_ENDPOINT=_unreachable_endpoint(), OTEL_EXPORTER_OTLP_PROTOCOL=protocol)
+    """, OTEL_EXPORTER_OTLP_ENDPOINT=unreachable_endpoint(), OTEL_EXPORTER_OTLP_PROTOCOL=protocol)
     took = _exit_seconds(proc)
     assert proc.returncode == 0, proc.stderr.read()
     print(f"exit took {took:.2f} s (bound {BOUND_S} s)")
@@ -133,8 +120,7 @@ def test_exit_is_bounded_when_the_collector_is_slow(tmp_path):
 def test_spans_recorded_while_the_collector_is_away_are_delivered_when_it_returns(monkeypatch, tmp_path):
     receiver = GrpcReceiver().start()
     try:
-        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint)
-        monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
+        export_to(monkeypatch, receiver)
         monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "20000")  # ms: retries span the outage
         otel_rl.configure(fileroot=str(tmp_path), tracer_provider=TracerProvider(shutdown_on_exit=False),
                           shutdown_timeout_ms=10_000)
@@ -148,7 +134,7 @@ def test_spans_recorded_while_the_collector_is_away_are_delivered_when_it_return
             if name == "before":
                 receiver.wait_for_spans(20)
             if name == "during":
-                time.sleep(1.0)
+                _refuse_one_connection(receiver.port)  # an export met the outage
                 receiver.start()  # the same port
         spans = receiver.wait_for_spans(60, timeout=25)
         otel_rl.shutdown()
@@ -170,7 +156,7 @@ def test_sigterm_to_the_process_group_flushes_within_the_bound(tmp_path):
         sessions(3)
         print("READY", flush=True)
         time.sleep(60)
-    """, OTEL_RL_ENABLED=None, OTEL_EXPORTER_OTLP_ENDPOINT=_unreachable_endpoint(),
+    """, OTEL_RL_ENABLED=None, OTEL_EXPORTER_OTLP_ENDPOINT=unreachable_endpoint(),
         OTEL_EXPORTER_OTLP_PROTOCOL="grpc")
     _wait_line(proc, "READY")
     sent = time.monotonic()
@@ -210,7 +196,7 @@ def test_an_uncaught_exception_flushes_what_was_recorded_within_the_bound(tmp_pa
         sessions(2, status="failed")
         exiting()
         raise RuntimeError("training diverged")
-    """, OTEL_RL_ENABLED=None, OTEL_EXPORTER_OTLP_ENDPOINT=_unreachable_endpoint(),
+    """, OTEL_RL_ENABLED=None, OTEL_EXPORTER_OTLP_ENDPOINT=unreachable_endpoint(),
         OTEL_EXPORTER_OTLP_PROTOCOL="grpc")
     took = _exit_seconds(proc)
     assert proc.returncode == 1 and "training diverged" in proc.stderr.read()
@@ -218,6 +204,18 @@ def test_an_uncaught_exception_flushes_what_was_recorded_within_the_bound(tmp_pa
     assert took < BOUND_S + SLACK_S, took
     assert _span_names(tmp_path).count("work") == 100
     assert _summary(tmp_path)["sessions"] == {"failed": 2}
+
+
+def _refuse_one_connection(port, timeout=30.0):
+    """Listens on ``port`` (its collector stopped) until an exporter connects, and drops
+    the connection unanswered: proof that a send was attempted during the outage."""
+    with socket.create_server(("127.0.0.1", port)) as server:
+        server.settimeout(timeout)
+        try:
+            connection, _ = server.accept()
+        except TimeoutError:
+            raise AssertionError(f"no export attempt reached port {port} in {timeout:g} s") from None
+        connection.close()
 
 
 def _wait_gone(pid, timeout=30.0):
@@ -262,9 +260,8 @@ def test_after_sigkill_every_line_is_readable_and_convert_and_report_accept_the_
     with open(run_dir / "sessions-r0.jsonl") as f:
         assert sum(1 for _ in f) >= 60
     assert convert_main([str(run_dir), "-o", str(tmp_path / "merged.json"), "-q"]) == 0
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "RANK"))}
     result = subprocess.run([sys.executable, "-m", "otel_rl.report", str(run_dir), "--format", "json",
                              "--out", str(tmp_path / "r.json")], capture_output=True, text=True,
-                            timeout=60, env=env)
+                            timeout=60, env=clean_env())
     assert result.returncode == 0, result.stderr
     assert json.loads((tmp_path / "r.json").read_text())

@@ -11,6 +11,7 @@ import shutil
 
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
+from support import read_trace, slices
 
 import otel_rl
 from otel_rl._internal import files, guard, keys
@@ -40,11 +41,6 @@ def _scopes(n, name):
             pass
 
 
-def _span_events(path, name):
-    with open(path) as f:
-        return [e for e in map(json.loads, f) if e.get("ph") == "X" and e.get("name") == name]
-
-
 # --- a run directory deleted, a file rotated, while the job writes -----------------------------
 @pytest.mark.parametrize("export_process", [True, False])
 def test_a_deleted_run_directory_is_recreated_and_what_it_held_is_counted_as_lost(tmp_path,
@@ -53,14 +49,14 @@ def test_a_deleted_run_directory_is_recreated_and_what_it_held_is_counted_as_los
     _scopes(20, "before")
     otel_rl.save(force=True)
     traces = settings.file_path(keys.TRACES_FILE)
-    assert len(_span_events(traces, "before")) == 20
+    assert len(slices(read_trace(traces), "before")) == 20
     shutil.rmtree(settings.run_dir)
     _scopes(30, "after")
     otel_rl.shutdown()
     summary = otel_rl.run_summary()
     # The later spans are on disk, in a file re-created where the old one was ...
-    assert len(_span_events(traces, "after")) == 30
-    assert _span_events(traces, "before") == []
+    assert len(slices(read_trace(traces), "after")) == 30
+    assert slices(read_trace(traces), "before") == []
     with open(settings.file_path(keys.SUMMARY_FILE)) as f:
         assert json.load(f)["complete"] is False
     # ... and the lines that went with the deleted file are counted, not reported complete.
@@ -90,8 +86,8 @@ def test_a_rotated_trace_file_keeps_its_lines_and_later_lines_go_to_a_new_file(t
     _scopes(15, "after")
     otel_rl.shutdown()
     summary = otel_rl.run_summary()
-    assert len(_span_events(traces + ".1", "before")) == 10
-    assert len(_span_events(traces, "after")) == 15 and _span_events(traces, "before") == []
+    assert len(slices(read_trace(traces + ".1"), "before")) == 10
+    assert len(slices(read_trace(traces), "after")) == 15 and slices(read_trace(traces), "before") == []
     # Nothing was lost: rotation is reported once, not counted as a loss.
     assert summary["problems"]["run_file_moved"] >= 1
     assert summary["records_lost"] == 0 and summary["complete"] is True
@@ -217,4 +213,4 @@ def test_a_group_writable_run_directory_of_this_user_is_accepted(tmp_path):
     settings = _configure(tmp_path)
     _scopes(2, "x")
     otel_rl.shutdown()
-    assert len(_span_events(settings.file_path(keys.TRACES_FILE), "x")) == 2
+    assert len(slices(read_trace(settings.file_path(keys.TRACES_FILE)), "x")) == 2

@@ -6,13 +6,13 @@ from __future__ import annotations
 import json
 import logging
 import os
-import socket
 import subprocess
 import sys
-import textwrap
 
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
+from support import (clean_env, export_to, read_json, read_sessions, read_trace, run_python, slices,
+                     unreachable_endpoint)
 
 import otel_rl
 from otel_rl._internal import guard
@@ -53,19 +53,11 @@ def _configure(tmp_path, **kw):
 
 
 def _read_summary(settings):
-    with open(settings.file_path(keys.SUMMARY_FILE)) as f:
-        return json.load(f)
+    return read_json(settings.file_path(keys.SUMMARY_FILE))
 
 
 def _trace_events(settings):
-    with open(settings.file_path(keys.TRACES_FILE)) as f:
-        return [e for e in map(json.loads, f) if e["ph"] == "X"]
-
-
-def _unreachable_endpoint():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return f"http://127.0.0.1:{sock.getsockname()[1]}"
+    return slices(read_trace(settings.file_path(keys.TRACES_FILE)))
 
 
 @pytest.mark.parametrize("export_process", [True, False])
@@ -79,8 +71,7 @@ def test_the_summary_file_matches_the_files_on_disk(tmp_path, export_process):
     assert summary["final"] and summary["complete"]
     assert summary["spans"]["recorded"] == summary["spans"]["exported_file"] == len(events)
     assert summary["spans"]["dropped"] == {}
-    with open(settings.file_path(keys.SESSIONS_FILE)) as f:
-        statuses = sorted(json.loads(line)["status"] for line in f)
+    statuses = sorted(r["status"] for r in read_sessions(settings.file_path(keys.SESSIONS_FILE)))
     by_status = summary["sessions"]
     assert sorted(s for s, n in by_status.items() for _ in range(n)) == statuses
     assert by_status == {"accepted": 2, "pending": 1, "rejected": 1}
@@ -104,22 +95,21 @@ def test_run_summary_while_configured_reports_numbers_as_of_the_last_save(tmp_pa
     otel_rl.shutdown()
 
 
-def test_spans_exported_over_otlp_are_counted_as_the_receiver_got_them(grpc_receiver, monkeypatch, tmp_path):
-    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", grpc_receiver.endpoint)
-    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
+def test_spans_exported_over_otlp_are_counted_as_the_receiver_got_them(otlp_receiver, monkeypatch, tmp_path):
+    export_to(monkeypatch, otlp_receiver)
     _configure(tmp_path)
     _sessions(["accepted"])
     _scopes(40)
     otel_rl.shutdown()
     summary = otel_rl.run_summary()
-    received = len(grpc_receiver.spans())
+    received = len(otlp_receiver.spans())
     assert summary["spans"]["otlp_enabled"]
     assert summary["spans"]["exported_otlp"] == received == summary["spans"]["recorded"]
     assert summary["complete"]
 
 
 def test_an_unreachable_collector_is_reported_as_lost_spans_with_a_warning(monkeypatch, tmp_path, caplog):
-    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", _unreachable_endpoint())
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", unreachable_endpoint())
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
     _configure(tmp_path, shutdown_timeout_ms=1500)
     _scopes(30)
@@ -164,18 +154,14 @@ def test_a_lost_exporter_process_is_reported_and_its_spans_still_counted(tmp_pat
 
 
 def test_the_summary_is_logged_and_written_at_interpreter_exit(tmp_path):
-    code = textwrap.dedent("""
+    result = run_python("""
         import logging, otel_rl
         logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
         otel_rl.configure(role="rollout", rank=3)
         for _ in range(5):
             with otel_rl.trace_scope("x"):
                 pass
-    """)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "RANK"))}
-    env["OTEL_RL_DIR"] = str(tmp_path)
-    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                            timeout=60)
+    """, {"OTEL_RL_DIR": str(tmp_path)})
     assert result.returncode == 0, result.stderr
     path = tmp_path / "default" / "trial0" / "summary-rollout-r3.json"
     lines = [line for line in result.stderr.splitlines() if "run summary" in line]
@@ -191,10 +177,9 @@ def test_converter_and_report_leave_the_summary_file_alone(tmp_path):
     assert os.path.exists(settings.file_path(keys.SUMMARY_FILE))
     out = tmp_path / "merged.json"
     assert convert_main([settings.run_dir, "-o", str(out), "-q", "--strict"]) == 0
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "RANK"))}
     result = subprocess.run([sys.executable, "-m", "otel_rl.report", settings.run_dir, "--format", "json",
                              "--out", str(tmp_path / "r.json")], capture_output=True, text=True,
-                            timeout=60, env=env)
+                            timeout=60, env=clean_env())
     assert result.returncode == 0, result.stderr
     assert "summary" not in result.stderr
 
@@ -213,5 +198,4 @@ def test_a_full_disk_is_reported_as_lost_trace_events_and_training_goes_on(tmp_p
     assert summary["spans"]["dropped"] == {"file_write_error": 23}
     assert summary["spans"]["exported_file"] == 0 and summary["problems"]["trace_file_error"] >= 1
     assert summary["sessions"] == {"accepted": 1} and not summary["complete"]
-    with open(settings.file_path(keys.SESSIONS_FILE)) as f:
-        assert [json.loads(line)["status"] for line in f] == ["accepted"]
+    assert [r["status"] for r in read_sessions(settings.file_path(keys.SESSIONS_FILE))] == ["accepted"]

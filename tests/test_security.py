@@ -18,6 +18,7 @@ import httpx
 import pytest
 from opentelemetry import baggage
 from receivers import GrpcReceiver, _MetricsServicer, _TraceServicer
+from support import clean_env, export_to, read_sessions, read_trace, run_python, scrub_environ
 
 import otel_rl
 from otel_rl import events
@@ -39,37 +40,23 @@ def _clean_policy():
     guard.clear()
 
 
-def _clean_env(monkeypatch):
-    for name in list(os.environ):
-        if name.startswith(("OTEL_", "TRACEPARENT", "BAGGAGE")):
-            monkeypatch.delenv(name, raising=False)
-
-
 def _export_to(monkeypatch, receiver):
-    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint)
-    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
+    export_to(monkeypatch, receiver)
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_INSECURE", "true")
+
+
+def _files(root, pattern):
+    return glob.glob(os.path.join(str(root), "**", pattern), recursive=True)
 
 
 def _trace_events(root, name):
     """The Chrome trace events called ``name`` in every traces file under ``root``."""
-    found = []
-    for path in glob.glob(os.path.join(str(root), "**", "traces-*.jsonl"), recursive=True):
-        with open(path) as f:
-            for line in f:
-                event = json.loads(line)
-                if event.get("name") == name:
-                    found.append(event)
-    return found
+    return [e for path in _files(root, "traces-*.jsonl") for e in read_trace(path) if e.get("name") == name]
 
 
 def _session_records(root):
     """Every session record in every sessions file under ``root``."""
-    records = []
-    for path in glob.glob(os.path.join(str(root), "**", "sessions-*.jsonl"), recursive=True):
-        with open(path) as f:
-            records += [json.loads(line) for line in f]
-    return records
+    return [r for path in _files(root, "sessions-*.jsonl") for r in read_sessions(path)]
 
 
 def _record_scope(tmp_path, args, **settings):
@@ -83,7 +70,7 @@ def _record_scope(tmp_path, args, **settings):
 
 # --- content capture ---------------------------------------------------------------------------
 def test_prompt_text_in_args_is_redacted_by_default_in_the_trace_file(tmp_path, monkeypatch):
-    _clean_env(monkeypatch)
+    scrub_environ(monkeypatch)
     args = _record_scope(tmp_path, {"prompt": SECRET_PROMPT, "n": 3})
     assert args["prompt"] == f"<redacted: {len(SECRET_PROMPT)} chars>"
     assert args["n"] == 3
@@ -92,7 +79,7 @@ def test_prompt_text_in_args_is_redacted_by_default_in_the_trace_file(tmp_path, 
 
 
 def test_token_ids_nested_completions_and_message_lists_are_redacted(tmp_path, monkeypatch):
-    _clean_env(monkeypatch)
+    scrub_environ(monkeypatch)
     args = _record_scope(tmp_path, {"input_ids": [5, 6, 7], "sample": {"completion": "abcd", "reward": 1.0},
                                     "messages": [{"role": "user", "content": SECRET_PROMPT}]})
     assert args["input_ids"] == "<redacted: 3 items>"
@@ -102,7 +89,7 @@ def test_token_ids_nested_completions_and_message_lists_are_redacted(tmp_path, m
 
 
 def test_gen_ai_content_attributes_are_redacted_but_usage_stays(tmp_path, monkeypatch):
-    _clean_env(monkeypatch)
+    scrub_environ(monkeypatch)
     otel_rl.configure(fileroot=str(tmp_path))
     with otel_rl.trace_scope("gen") as span:
         span.set_attribute("gen_ai.input.messages", SECRET_PROMPT)
@@ -114,7 +101,7 @@ def test_gen_ai_content_attributes_are_redacted_but_usage_stays(tmp_path, monkey
 
 
 def test_phase_payloads_are_redacted_on_the_phase_span(tmp_path, monkeypatch):
-    _clean_env(monkeypatch)
+    scrub_environ(monkeypatch)
     otel_rl.configure(fileroot=str(tmp_path))
     task = otel_rl.register_task()
     sid = otel_rl.register_session(task)
@@ -130,7 +117,7 @@ def test_phase_payloads_are_redacted_on_the_phase_span(tmp_path, monkeypatch):
 
 
 def test_request_event_metadata_is_redacted_in_the_events_file_and_on_the_span(tmp_path, monkeypatch):
-    _clean_env(monkeypatch)
+    scrub_environ(monkeypatch)
     otel_rl.configure(fileroot=str(tmp_path))
     events.start(event_dir=str(tmp_path / "ev"))
     with otel_rl.trace_scope("request"):
@@ -146,7 +133,7 @@ def test_request_event_metadata_is_redacted_in_the_events_file_and_on_the_span(t
 
 
 def test_capture_content_on_records_the_text(tmp_path, monkeypatch):
-    _clean_env(monkeypatch)
+    scrub_environ(monkeypatch)
     monkeypatch.setenv("OTEL_RL_CAPTURE_CONTENT", "true")
     args = _record_scope(tmp_path, {"prompt": SECRET_PROMPT})
     assert args["prompt"] == SECRET_PROMPT
@@ -163,7 +150,7 @@ def test_the_genai_switch_decides_when_otel_rl_capture_is_unset():
 
 
 def test_content_reaches_the_otlp_receiver_redacted(tmp_path, monkeypatch, grpc_receiver):
-    _clean_env(monkeypatch)
+    scrub_environ(monkeypatch)
     _export_to(monkeypatch, grpc_receiver)
     _record_scope(tmp_path, {"prompt": SECRET_PROMPT})
     (span,) = [s for s in grpc_receiver.wait_for_spans(1) if s["name"] == "gen"]
@@ -184,7 +171,7 @@ def _all_run_text(root):
 
 @pytest.mark.parametrize("key", ["conversation", "chat", "history", "turns"])
 def test_a_message_list_under_any_key_is_redacted_in_the_trace_file(tmp_path, monkeypatch, key):
-    _clean_env(monkeypatch)
+    scrub_environ(monkeypatch)
     args = _record_scope(tmp_path, {key: CHAT, "n": 3})
     assert SECRET_PROMPT not in _all_run_text(tmp_path)
     assert "you are terse" not in _all_run_text(tmp_path)
@@ -199,7 +186,7 @@ def test_a_message_list_under_any_key_is_redacted_in_the_trace_file(tmp_path, mo
     {"sample": {"turns": ({"role": "assistant", "tool_calls": [{"arguments": SECRET_PROMPT}]},)}},
 ])
 def test_content_fields_at_any_depth_are_redacted(tmp_path, monkeypatch, payload):
-    _clean_env(monkeypatch)
+    scrub_environ(monkeypatch)
     _record_scope(tmp_path, payload)
     text = _all_run_text(tmp_path)
     assert "<redacted: " in text
@@ -207,7 +194,7 @@ def test_content_fields_at_any_depth_are_redacted(tmp_path, monkeypatch, payload
 
 
 def test_shape_redaction_keeps_numbers_and_leaves_the_callers_payload_alone(tmp_path, monkeypatch):
-    _clean_env(monkeypatch)
+    scrub_environ(monkeypatch)
     chat = [dict(m) for m in CHAT]
     args = _record_scope(tmp_path, {"scores": [{"reward": 1.5, "label": "ok"}], "chat": chat})
     assert args["scores"] == str([{"reward": 1.5, "label": "ok"}])
@@ -215,7 +202,7 @@ def test_shape_redaction_keeps_numbers_and_leaves_the_callers_payload_alone(tmp_
 
 
 def test_a_message_list_in_request_event_metadata_is_redacted_in_the_events_file(tmp_path, monkeypatch):
-    _clean_env(monkeypatch)
+    scrub_environ(monkeypatch)
     otel_rl.configure(fileroot=str(tmp_path))
     events.start(event_dir=str(tmp_path / "ev"))
     with otel_rl.trace_scope("request"):
@@ -231,7 +218,7 @@ def test_a_message_list_in_request_event_metadata_is_redacted_in_the_events_file
 
 
 def test_a_message_list_in_a_phase_payload_is_redacted(tmp_path, monkeypatch):
-    _clean_env(monkeypatch)
+    scrub_environ(monkeypatch)
     otel_rl.configure(fileroot=str(tmp_path))
     sid = otel_rl.register_session(otel_rl.register_task())
     otel_rl.trace_session_event("mark_generate_start", sid, history=CHAT)
@@ -244,7 +231,7 @@ def test_a_message_list_in_a_phase_payload_is_redacted(tmp_path, monkeypatch):
 
 
 def test_a_message_list_reaches_the_otlp_receiver_redacted(tmp_path, monkeypatch, grpc_receiver):
-    _clean_env(monkeypatch)
+    scrub_environ(monkeypatch)
     _export_to(monkeypatch, grpc_receiver)
     _record_scope(tmp_path, {"conversation": CHAT})
     (span,) = [s for s in grpc_receiver.wait_for_spans(1) if s["name"] == "gen"]
@@ -253,7 +240,7 @@ def test_a_message_list_reaches_the_otlp_receiver_redacted(tmp_path, monkeypatch
 
 
 def test_capture_content_on_keeps_message_lists(tmp_path, monkeypatch):
-    _clean_env(monkeypatch)
+    scrub_environ(monkeypatch)
     monkeypatch.setenv("OTEL_RL_CAPTURE_CONTENT", "true")
     args = _record_scope(tmp_path, {"conversation": CHAT})
     assert args["conversation"] == str(CHAT)
@@ -262,7 +249,7 @@ def test_capture_content_on_keeps_message_lists(tmp_path, monkeypatch):
 # --- attribute value length limit ----------------------------------------------------------------
 def test_the_standard_length_limit_cuts_strings_in_the_file_and_over_otlp(tmp_path, monkeypatch,
                                                                         grpc_receiver):
-    _clean_env(monkeypatch)
+    scrub_environ(monkeypatch)
     monkeypatch.setenv("OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT", "16")
     _export_to(monkeypatch, grpc_receiver)
     args = _record_scope(tmp_path, {"note": "x" * 100, "tags": ["y" * 40, "z"]})
@@ -273,20 +260,20 @@ def test_the_standard_length_limit_cuts_strings_in_the_file_and_over_otlp(tmp_pa
 
 
 def test_the_span_specific_limit_wins_over_the_general_one(tmp_path, monkeypatch):
-    _clean_env(monkeypatch)
+    scrub_environ(monkeypatch)
     monkeypatch.setenv("OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT", "16")
     monkeypatch.setenv("OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT", "8")
     assert _record_scope(tmp_path, {"note": "x" * 100})["note"] == "x" * 8
 
 
 def test_without_a_limit_strings_are_cut_at_4096(tmp_path, monkeypatch):
-    _clean_env(monkeypatch)
+    scrub_environ(monkeypatch)
     assert _record_scope(tmp_path, {"note": "x" * 5000})["note"] == "x" * 4096
 
 
 # --- redaction hook ----------------------------------------------------------------------------
 def test_the_redactor_rewrites_payload_values_before_export(tmp_path, monkeypatch):
-    _clean_env(monkeypatch)
+    scrub_environ(monkeypatch)
     seen = []
 
     def redact(key, value):
@@ -301,14 +288,14 @@ def test_the_redactor_rewrites_payload_values_before_export(tmp_path, monkeypatc
 
 
 def test_a_value_the_redactor_maps_to_none_is_dropped(tmp_path, monkeypatch):
-    _clean_env(monkeypatch)
+    scrub_environ(monkeypatch)
     otel_rl.set_redactor(lambda key, value: None if key == "rl.args.token" else value)
     args = _record_scope(tmp_path, {"token": "hunter2", "n": 1})
     assert "token" not in args and args["n"] == 1
 
 
 def test_a_redactor_that_raises_drops_the_value_and_is_counted(tmp_path, monkeypatch):
-    _clean_env(monkeypatch)
+    scrub_environ(monkeypatch)
 
     def broken(key, value):
         if key == "rl.args.bad":
@@ -362,8 +349,7 @@ def test_otlp_headers_and_the_control_token_never_reach_logs_files_or_the_export
         tmp_path, http_receiver):
     if not os.path.exists("/proc/self/environ"):
         pytest.skip("reads the exporter process's environment from /proc")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "RANK", "TRACEPARENT", "BAGGAGE"))}
-    env.update({
+    env = clean_env({
         "OTEL_RL_DIR": str(tmp_path), "OTEL_EXPORTER_OTLP_ENDPOINT": http_receiver.endpoint,
         "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
         "OTEL_EXPORTER_OTLP_HEADERS": "x-api-key=SECRETHEADER1",
@@ -425,7 +411,7 @@ def _modes(root):
 
 
 def test_run_files_are_owner_only_by_default(tmp_path, monkeypatch):
-    _clean_env(monkeypatch)
+    scrub_environ(monkeypatch)
     run_dir = _run_everything(tmp_path)
     modes = _modes(run_dir)
     names = " ".join(modes)
@@ -438,7 +424,7 @@ def test_run_files_are_owner_only_by_default(tmp_path, monkeypatch):
 
 
 def test_the_file_mode_setting_relaxes_files_and_directories(tmp_path, monkeypatch):
-    _clean_env(monkeypatch)
+    scrub_environ(monkeypatch)
     monkeypatch.setenv("OTEL_RL_FILE_MODE", "0640")
     old = os.umask(0o022)
     try:
@@ -482,28 +468,28 @@ def _asgi_baggage(headers):
 
 
 def test_foreign_baggage_keys_from_a_request_are_dropped_and_counted(monkeypatch):
-    _clean_env(monkeypatch)
+    scrub_environ(monkeypatch)
     seen = _asgi_baggage({"baggage": "rl.task.id=7,rl.session.id=3,tenant=acme,rl.step=2,admin=1"})
     assert seen == {"rl.task.id": "7", "rl.session.id": "3", "rl.step": "2"}
     assert otel_rl.diagnostics()["baggage_dropped"] == 2
 
 
 def test_allowed_baggage_keys_are_kept(monkeypatch):
-    _clean_env(monkeypatch)
+    scrub_environ(monkeypatch)
     monkeypatch.setenv("OTEL_RL_BAGGAGE_ALLOW", "tenant, region")
     seen = _asgi_baggage({"baggage": "rl.task.id=7,tenant=acme,region=eu,admin=1"})
     assert seen == {"rl.task.id": "7", "tenant": "acme", "region": "eu"}
 
 
 def test_a_star_allows_every_baggage_key(tmp_path, monkeypatch):
-    _clean_env(monkeypatch)
+    scrub_environ(monkeypatch)
     monkeypatch.setenv("OTEL_RL_BAGGAGE_ALLOW", "*")
     assert baggage.get_all(extract({"baggage": "a=1,b=2"})) == {"a": "1", "b": "2"}
     assert "baggage_dropped" not in otel_rl.diagnostics()
 
 
 def test_baggage_over_the_w3c_entry_limit_is_trimmed_and_counted(monkeypatch):
-    _clean_env(monkeypatch)
+    scrub_environ(monkeypatch)
     monkeypatch.setenv("OTEL_RL_BAGGAGE_ALLOW", "*")
     header = ",".join(f"k{i}={i}" for i in range(200))
     seen = _asgi_baggage({"baggage": header})
@@ -512,7 +498,7 @@ def test_baggage_over_the_w3c_entry_limit_is_trimmed_and_counted(monkeypatch):
 
 
 def test_a_baggage_header_over_8192_bytes_is_counted(monkeypatch):
-    _clean_env(monkeypatch)
+    scrub_environ(monkeypatch)
     header = "rl.task.id=1," + ",".join(f"pad{i}={'v' * 90}" for i in range(100))
     assert len(header) > 8192
     assert baggage.get_all(extract({"baggage": header})) == {}
@@ -520,7 +506,7 @@ def test_a_baggage_header_over_8192_bytes_is_counted(monkeypatch):
 
 
 def test_the_environment_carrier_is_limited_too(monkeypatch):
-    _clean_env(monkeypatch)
+    scrub_environ(monkeypatch)
     from otel_rl.propagation import extract_env
 
     ctx = extract_env({"BAGGAGE": "rl.task.id=9,secret=1"})
@@ -575,14 +561,11 @@ TLS_SCRIPT = textwrap.dedent("""
 
 def _run_tls_script(tmp_path, receiver, **extra_env):
     """TLS_SCRIPT in a fresh process exporting to ``receiver`` over https, configured only by env."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "RANK"))}
-    env.update({
+    return run_python(TLS_SCRIPT, {
         "OTEL_RL_DIR": str(tmp_path / "runs"), "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc",
         "OTEL_EXPORTER_OTLP_ENDPOINT": f"https://127.0.0.1:{receiver.port}",
         "OTEL_EXPORTER_OTLP_INSECURE": "false", **extra_env,
-    })
-    return subprocess.run([sys.executable, "-c", TLS_SCRIPT], env=env, capture_output=True,
-                          text=True, timeout=120)
+    }, timeout=120)
 
 
 def test_spans_reach_a_tls_receiver_configured_only_by_standard_variables(tmp_path):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 
 import pytest
@@ -11,7 +10,9 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from spans_util import by_name, one
+from support import by_name, one, read_jsonl, read_sessions
+from support.capture import MAIN_THREAD as MAIN
+from support.capture import S, span_hex, trace_hex
 
 import otel_rl
 
@@ -22,16 +23,6 @@ RECORD_FIELDS = {
 }
 
 
-def records(traced_or_dir) -> list[dict]:
-    run_dir = traced_or_dir if isinstance(traced_or_dir, str) else traced_or_dir.run_dir
-    otel_rl.save(force=True)
-    path = os.path.join(run_dir, "sessions-r0.jsonl")
-    if not os.path.exists(path):
-        return []
-    with open(path) as f:
-        return [json.loads(line) for line in f]
-
-
 def start_session(task_id=None):
     task_id = otel_rl.register_task(task_id)
     otel_rl.set_task_id(task_id)
@@ -40,46 +31,71 @@ def start_session(task_id=None):
     return task_id, session_id
 
 
-def test_a_finalized_session_writes_one_areal_compatible_record(traced):
+# Tests taking ``capture`` state whole spans and records: ids count up from 1 and
+# the clock reads 1 s, 2 s, ... (S each), one step per read (support/capture.py).
+# start_session() reads it three times: the task's start (1 s), the session's
+# (2 s), and once making the session's span object current (3 s).
+
+#: The ids every span inside the first session of the first task carries.
+IDS = {"rl.task.id": 0, "rl.session.id": 0}
+
+
+def task_span(end_s, *, accepted=0, rejected=0, failed=0, acceptance_rate=0.0):
+    """The span of task 0 (trace 1, span 1, started at 1 s) with one session."""
+    return {"name": "task", "trace_id": 1, "span_id": 1, "parent_id": None,
+            "start_ns": 1 * S, "end_ns": end_s * S,
+            "attributes": {**MAIN, "rl.span.kind": "task", "rl.task.id": 0, "rl.task.sessions": 1,
+                           "rl.task.accepted": accepted, "rl.task.rejected": rejected,
+                           "rl.task.failed": failed, "rl.task.dropped": 0,
+                           "rl.task.acceptance_rate": acceptance_rate}}
+
+
+def test_a_finalized_session_writes_one_areal_compatible_record(capture):
     task_id, session_id = start_session()
-    with otel_rl.trace_session_phase("generate"):
+    with otel_rl.trace_session_phase("generate"):  # 4 s to 5 s
         pass
-    with otel_rl.trace_session_phase("reward"):
+    with otel_rl.trace_session_phase("reward"):  # 6 s to 7 s
         pass
-    otel_rl.trace_session_event("mark_finalized", session_id=session_id, status="accepted")
-    (record,) = records(traced)
-    assert set(record) == RECORD_FIELDS
-    assert (record["task_id"], record["session_id"], record["rank"], record["status"]) == (
-        task_id, session_id, 0, "accepted")
-    assert record["phase_counts"] == {"generate": 1, "reward": 1, "toolcall": 0}
-    assert record["toolcall_s"] == 0.0
-    assert record["total_s"] == pytest.approx(record["finalized_ts"] - record["submit_ts"], abs=1e-6)
+    otel_rl.trace_session_event("mark_finalized", session_id=session_id, status="accepted")  # 8 s
+    assert capture.sessions() == [{
+        "task_id": 0, "session_id": 0, "rank": 0, "role": "", "step": None,
+        "status": "accepted", "reason": None, "submit_ts": 2.0, "finalized_ts": 8.0, "total_s": 6.0,
+        "generate_s": 1.0, "reward_s": 1.0, "toolcall_s": 0.0,
+        "phase_counts": {"generate": 1, "reward": 1, "toolcall": 0},
+        "phases": {"generate": [{"start_ts": 4.0, "end_ts": 5.0}], "reward": [{"start_ts": 6.0, "end_ts": 7.0}]},
+        "counters": {}, "trace_id": trace_hex(1), "span_id": span_hex(2),
+    }]
+    assert set(capture.sessions()[0]) == RECORD_FIELDS
 
 
-def test_record_fields_match_the_spans_received(traced):
+def test_record_fields_match_the_spans_received(capture):
     _, session_id = start_session()
-    for _ in range(2):
+    for _ in range(2):  # 4 s to 5 s, 6 s to 7 s
         with otel_rl.trace_session_phase("generate"):
             pass
     otel_rl.trace_session_event("mark_finalized", session_id=session_id, status="rejected",
-                                reason="stale_weight")
-    spans = traced.spans()
-    (record,) = records(traced)
-    session = one(spans, "session")
-    generates = sorted(by_name(spans, "generate"), key=lambda s: s["start_ns"])
-    assert record["trace_id"] == session["trace_id"]
-    assert record["span_id"] == session["span_id"]
-    assert record["submit_ts"] == session["start_ns"] / 1e9
-    assert record["finalized_ts"] == session["end_ns"] / 1e9
-    assert record["phases"]["generate"] == [
-        {"start_ts": g["start_ns"] / 1e9, "end_ts": g["end_ns"] / 1e9} for g in generates]
-    assert record["generate_s"] == pytest.approx(
-        sum(g["end_ns"] - g["start_ns"] for g in generates) / 1e9)
-    assert session["attributes"]["rl.session.status"] == "rejected"
-    assert session["attributes"]["rl.session.reason"] == "stale_weight"
-    assert session["attributes"]["rl.session.generate_count"] == 2
-    assert session["attributes"]["rl.session.generate_s"] == record["generate_s"]
-    assert session["attributes"]["rl.session.total_s"] == record["total_s"]
+                                reason="stale_weight")  # 8 s
+    generate = {**MAIN, **IDS, "rl.span.kind": "phase", "rl.phase": "generate"}
+    assert capture.spans() == [
+        task_span(8, rejected=1),
+        {"name": "session", "trace_id": 1, "span_id": 2, "parent_id": 1,
+         "start_ns": 2 * S, "end_ns": 8 * S,
+         "attributes": {**MAIN, **IDS, "rl.span.kind": "session", "rl.session.status": "rejected",
+                        "rl.session.reason": "stale_weight", "rl.session.total_s": 6.0,
+                        "rl.session.generate_s": 2.0, "rl.session.generate_count": 2}},
+        {"name": "generate", "trace_id": 1, "span_id": 4, "parent_id": 2,
+         "start_ns": 4 * S, "end_ns": 5 * S, "attributes": generate},
+        {"name": "generate", "trace_id": 1, "span_id": 5, "parent_id": 2,
+         "start_ns": 6 * S, "end_ns": 7 * S, "attributes": generate},
+    ]
+    assert capture.sessions() == [{
+        "task_id": 0, "session_id": 0, "rank": 0, "role": "", "step": None,
+        "status": "rejected", "reason": "stale_weight", "submit_ts": 2.0, "finalized_ts": 8.0,
+        "total_s": 6.0, "generate_s": 2.0, "reward_s": 0.0, "toolcall_s": 0.0,
+        "phase_counts": {"generate": 2, "reward": 0, "toolcall": 0},
+        "phases": {"generate": [{"start_ts": 4.0, "end_ts": 5.0}, {"start_ts": 6.0, "end_ts": 7.0}]},
+        "counters": {}, "trace_id": trace_hex(1), "span_id": span_hex(2),
+    }]
 
 
 def test_custom_phases_get_their_own_duration_fields(traced):
@@ -89,50 +105,73 @@ def test_custom_phases_get_their_own_duration_fields(traced):
     otel_rl.trace_session_event("mark_verify_start")
     otel_rl.trace_session_event("mark_verify_end", passed=True)
     otel_rl.trace_session_event("mark_finalized", status="accepted")
-    (record,) = records(traced)
+    (record,) = traced.sessions()
     assert record["phase_counts"]["verify"] == 2
     assert record["verify_s"] > 0
     spans = traced.spans()
     assert one(spans, "session")["attributes"]["rl.session.verify_count"] == 2
 
 
-def test_failed_sessions_have_error_status_with_the_reason(traced):
+def test_failed_sessions_have_error_status_with_the_reason(capture):
+    start_session()
+    otel_rl.trace_session_event("mark_finalized", status="failed", reason="engine timeout")  # 4 s
+    assert capture.spans() == [
+        task_span(4, failed=1),
+        {"name": "session", "trace_id": 1, "span_id": 2, "parent_id": 1,
+         "start_ns": 2 * S, "end_ns": 4 * S,
+         "attributes": {**MAIN, **IDS, "rl.span.kind": "session", "rl.session.status": "failed",
+                        "rl.session.reason": "engine timeout", "rl.session.total_s": 2.0},
+         "status": {"code": "ERROR", "description": "engine timeout"}},
+    ]
+
+
+def test_finalizing_a_session_interrupts_a_phase_opened_by_a_mark(capture):
     _, session_id = start_session()
-    otel_rl.trace_session_event("mark_finalized", status="failed", reason="engine timeout")
-    session = one(traced.spans(), "session")
-    assert (session["status"], session["status_message"]) == ("ERROR", "engine timeout")
+    otel_rl.trace_session_event("mark_reward_start", session_id=session_id, judge="rule")  # 4 s
+    otel_rl.trace_session_event("mark_finalized", session_id=session_id, status="rejected")  # 5 s
+    assert capture.spans() == [
+        task_span(5, rejected=1),
+        {"name": "session", "trace_id": 1, "span_id": 2, "parent_id": 1,
+         "start_ns": 2 * S, "end_ns": 5 * S,
+         "attributes": {**MAIN, **IDS, "rl.span.kind": "session", "rl.session.status": "rejected",
+                        "rl.session.total_s": 3.0, "rl.session.reward_s": 0.0,
+                        "rl.session.reward_count": 1}},
+        # Ended with its session, as an error; a marked phase gets its span id when exported.
+        {"name": "reward", "trace_id": 1, "span_id": 4, "parent_id": 2,
+         "start_ns": 4 * S, "end_ns": 5 * S,
+         "attributes": {**MAIN, **IDS, "rl.span.kind": "phase", "rl.phase": "reward",
+                        "rl.phase.interrupted": True, "rl.args.judge": "rule"},
+         "status": {"code": "ERROR", "description": "interrupted: session rejected"}},
+    ]
+    assert capture.sessions() == [{
+        "task_id": 0, "session_id": 0, "rank": 0, "role": "", "step": None,
+        "status": "rejected", "reason": None, "submit_ts": 2.0, "finalized_ts": 5.0, "total_s": 3.0,
+        "generate_s": 0.0, "reward_s": 0.0, "toolcall_s": 0.0,
+        "phase_counts": {"generate": 0, "reward": 1, "toolcall": 0},
+        "phases": {"reward": [{"start_ts": 4.0, "end_ts": None}]},  # interrupted: no end
+        "counters": {}, "trace_id": trace_hex(1), "span_id": span_hex(2),
+    }]
 
 
-def test_finalizing_a_session_interrupts_a_phase_opened_by_a_mark(traced):
-    _, session_id = start_session()
-    otel_rl.trace_session_event("mark_reward_start", session_id=session_id, judge="rule")
-    otel_rl.trace_session_event("mark_finalized", session_id=session_id, status="rejected")
-    spans = traced.spans()
-    reward, session = one(spans, "reward"), one(spans, "session")
-    assert reward["parent_span_id"] == session["span_id"]
-    assert (reward["status"], reward["status_message"]) == ("ERROR", "interrupted: session rejected")
-    assert reward["attributes"]["rl.phase.interrupted"] is True
-    assert reward["attributes"]["rl.session.id"] == session_id
-    assert reward["attributes"]["rl.args.judge"] == "rule"
-    (record,) = records(traced)
-    assert record["phases"]["reward"][0]["end_ts"] is None
-    assert record["reward_s"] == 0
-
-
-def test_marked_phases_of_a_session_never_made_current_are_children_of_its_span(traced):
-    task_id = otel_rl.register_task()
-    session_id = otel_rl.register_session(task_id)
-    otel_rl.trace_session_event("mark_generate_start", session_id=session_id, turn=0)
-    otel_rl.trace_session_event("mark_generate_end", session_id=session_id, tokens=12)
-    otel_rl.trace_session_event("mark_finalized", session_id=session_id, status="accepted")
-    spans = traced.spans()
-    generate, session = one(spans, "generate"), one(spans, "session")
-    assert (generate["trace_id"], generate["parent_span_id"]) == (session["trace_id"], session["span_id"])
-    assert {k: generate["attributes"][k] for k in ("rl.task.id", "rl.session.id", "rl.args.turn",
-                                                   "rl.args.tokens")} == {
-        "rl.task.id": task_id, "rl.session.id": session_id, "rl.args.turn": 0, "rl.args.tokens": 12}
-    (record,) = records(traced)
-    assert record["span_id"] == session["span_id"]
+def test_marked_phases_of_a_session_never_made_current_are_children_of_its_span(capture):
+    task_id = otel_rl.register_task()  # 1 s
+    session_id = otel_rl.register_session(task_id)  # 2 s; never current: no span object
+    otel_rl.trace_session_event("mark_generate_start", session_id=session_id, turn=0)  # 3 s
+    otel_rl.trace_session_event("mark_generate_end", session_id=session_id, tokens=12)  # 4 s
+    otel_rl.trace_session_event("mark_finalized", session_id=session_id, status="accepted")  # 5 s
+    assert capture.spans() == [
+        task_span(5, accepted=1, acceptance_rate=1.0),
+        {"name": "session", "trace_id": 1, "span_id": 2, "parent_id": 1,
+         "start_ns": 2 * S, "end_ns": 5 * S,
+         "attributes": {**MAIN, **IDS, "rl.span.kind": "session", "rl.session.status": "accepted",
+                        "rl.session.total_s": 3.0, "rl.session.generate_s": 1.0,
+                        "rl.session.generate_count": 1}},
+        {"name": "generate", "trace_id": 1, "span_id": 3, "parent_id": 2,
+         "start_ns": 3 * S, "end_ns": 4 * S,
+         "attributes": {**MAIN, **IDS, "rl.span.kind": "phase", "rl.phase": "generate",
+                        "rl.args.turn": 0, "rl.args.tokens": 12}},
+    ]
+    assert [(r["trace_id"], r["span_id"]) for r in capture.sessions()] == [(trace_hex(1), span_hex(2))]
 
 
 def test_a_session_made_current_after_marked_phases_keeps_one_span(traced):
@@ -169,7 +208,7 @@ def test_finalizing_a_task_interrupts_a_running_phase(traced):
     generate = one(spans, "generate")
     assert generate["status"] == "ERROR"
     assert generate["attributes"]["rl.phase.interrupted"] is True
-    (record,) = records(traced)
+    (record,) = traced.sessions()
     assert record["phases"]["generate"][0]["end_ts"] is None
     assert record["status"] == "failed"
     task = one(spans, "task")
@@ -197,7 +236,7 @@ def test_exception_inside_a_phase_is_recorded_and_the_record_stays_complete(trac
             raise RuntimeError("tool crashed")
     otel_rl.trace_session_event("mark_finalized", status="accepted")
     assert one(traced.spans(), "toolcall")["status"] == "ERROR"
-    (record,) = records(traced)
+    (record,) = traced.sessions()
     assert record["phase_counts"]["toolcall"] == 1
     assert record["phases"]["toolcall"][0]["end_ts"] is not None
 
@@ -208,7 +247,7 @@ def test_counters_land_in_the_record(traced):
     otel_rl.increment_counter("retries", 2)
     otel_rl.trace_session_event("increment_counter", name="tool_calls")
     otel_rl.trace_session_event("mark_finalized", status="accepted")
-    (record,) = records(traced)
+    (record,) = traced.sessions()
     assert record["counters"] == {"retries": 3, "tool_calls": 1}
 
 
@@ -216,7 +255,7 @@ def test_second_finalize_is_ignored_and_counted(traced):
     _, session_id = start_session()
     otel_rl.trace_session_event("mark_finalized", session_id=session_id, status="accepted")
     otel_rl.trace_session_event("mark_finalized", session_id=session_id, status="failed")
-    (record,) = records(traced)
+    (record,) = traced.sessions()
     assert record["status"] == "accepted"
     assert otel_rl.diagnostics()["double_finalize"] == 1
 
@@ -251,7 +290,7 @@ def test_overlapping_instances_of_a_non_overlapping_phase_are_reported_and_kept(
         with otel_rl.trace_session_phase("judge"):
             pass
     otel_rl.trace_session_event("mark_finalized", status="accepted")
-    (record,) = records(traced)
+    (record,) = traced.sessions()
     assert record["phase_counts"]["judge"] == 2
     assert otel_rl.diagnostics()["overlapping_phase"] == 1
 
@@ -260,7 +299,7 @@ def test_sessions_pending_at_shutdown_are_written_as_pending(traced):
     start_session()
     run_dir = traced.run_dir
     otel_rl.shutdown()
-    (record,) = records(run_dir)
+    (record,) = read_sessions(run_dir)
     assert record["status"] == "pending"
     assert record["finalized_ts"] is None
 
@@ -287,7 +326,8 @@ def test_too_many_open_sessions_evicts_the_oldest_as_dropped(tmp_path):
     task_id = otel_rl.register_task()
     for _ in range(25):
         otel_rl.register_session(task_id)
-    got = records(otel_rl.settings().run_dir)
+    otel_rl.save(force=True)
+    got = read_sessions(otel_rl.settings().run_dir)
     assert [r["status"] for r in got] == ["dropped"] * 15
     assert otel_rl.diagnostics()["sessions_evicted"] == 15
 
@@ -314,7 +354,8 @@ def test_sampling_thins_export_but_records_cover_every_session(tmp_path, monkeyp
         await asyncio.gather(*[task() for _ in range(100)])
 
     asyncio.run(main())
-    got = records(otel_rl.settings().run_dir)
+    otel_rl.save(force=True)
+    got = read_sessions(otel_rl.settings().run_dir)
     assert len(got) == 400
     assert all(r["generate_s"] > 0 for r in got)
     # The SDK's in-memory exporter behind a SimpleSpanProcessor receives only sampled spans.
@@ -331,8 +372,7 @@ def test_session_metrics_are_recorded_by_status(tmp_path):
                                     status=status)
     run_dir = otel_rl.settings().run_dir
     otel_rl.shutdown()
-    with open(os.path.join(run_dir, "metrics-r0.jsonl")) as f:
-        last = json.loads(f.readlines()[-1])
+    last = read_jsonl(os.path.join(run_dir, "metrics-r0.jsonl"))[-1]
     metrics = {m["name"]: m for rm in last["resource_metrics"] for sm in rm["scope_metrics"]
                for m in sm["metrics"]}
     counts = {p["attributes"]["rl.session.status"]: p["value"]
@@ -346,7 +386,7 @@ def test_a_session_belongs_to_the_step_that_finalizes_it(traced):
         task_id, session_id = start_session()
     with otel_rl.step_scope(4):  # the trainer's verdict comes with the step that consumes it
         otel_rl.trace_session_event("mark_finalized", session_id=session_id, status="accepted")
-    (record,) = records(traced)
+    (record,) = traced.sessions()
     session = one(traced.spans(), "session")
     assert (record["step"], record["submit_step"]) == (4, 3)
     assert (session["attributes"]["rl.step"], session["attributes"]["rl.session.submit_step"]) == (4, 3)
@@ -356,5 +396,5 @@ def test_a_session_finalized_outside_any_step_keeps_its_tasks_step(traced):
     with otel_rl.step_scope(2):
         _, session_id = start_session()
     otel_rl.trace_session_event("mark_finalized", session_id=session_id, status="accepted")
-    (record,) = records(traced)
+    (record,) = traced.sessions()
     assert record["step"] == 2 and "submit_step" not in record

@@ -7,7 +7,6 @@ Python loops, never with the code under test.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
 import subprocess
@@ -19,6 +18,7 @@ import torch
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import TracerProvider
+from support import clean_env, export_to, read_jsonl
 
 import otel_rl
 from otel_rl import stats
@@ -38,11 +38,6 @@ def _configure(tmp_path, **overrides):
     otel_rl.configure(fileroot=str(tmp_path), experiment_name="exp", trial_name="t1",
                       tracer_provider=TracerProvider(shutdown_on_exit=False), **overrides)
     return otel_rl.settings()
-
-
-def _read_jsonl(path):
-    with open(path) as f:
-        return [json.loads(line) for line in f]
 
 
 # --------------------------------------------------------------------------- hand computations
@@ -293,8 +288,7 @@ except ImportError as exc:
     print("ImportError:", exc)
 """
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = {**os.environ, "PYTHONPATH": root}
-    env.pop("OTEL_RL_ENABLED", None)
+    env = clean_env(PYTHONPATH=root)
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
                          cwd=str(tmp_path), timeout=60)
     assert run.returncode == 0, run.stderr
@@ -386,7 +380,7 @@ def test_jsonl_file_has_one_line_per_tracker_export_with_step_and_no_counts(tmp_
         stats.scalar(loss=3.0)
         second = stats.export()
     path = os.path.join(settings.run_dir, "stats-r0.jsonl")
-    lines = _read_jsonl(path)
+    lines = read_jsonl(path)
     assert [(line["step"], line["tracker"], line["rank"], line["values"]) for line in lines] == [
         (3, "", 0, {"loss": first["loss"]}),
         (3, "rollout", 0, {"rollout/reward": first["rollout/reward"]}),
@@ -404,7 +398,7 @@ def test_only_rank_zero_logs_unless_asked(tmp_path):
     stats.scalar(x=2.0)
     stats.export(log=True)
     stats.commit({"merged": 5.0, "merged__count": 2}, step=1, tracker="rollout", log=True)
-    assert [(line["tracker"], line["values"]) for line in _read_jsonl(path)] == [
+    assert [(line["tracker"], line["values"]) for line in read_jsonl(path)] == [
         ("", {"x": 2.0}), ("rollout", {"merged": 5.0})]
 
 
@@ -458,11 +452,9 @@ def test_meter_provider_given_to_configure_receives_gauges_with_attributes(tmp_p
         "rl.stats.tracker": "rollout", "rl.step": 12})}
 
 
-@pytest.mark.parametrize("protocol", ["grpc", "http/protobuf"])
-def test_stats_reach_a_real_otlp_metrics_receiver(protocol, grpc_receiver, http_receiver, monkeypatch, tmp_path):
-    receiver = grpc_receiver if protocol == "grpc" else http_receiver
-    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint)
-    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", protocol)
+def test_stats_reach_a_real_otlp_metrics_receiver(otlp_receiver, monkeypatch, tmp_path):
+    receiver = otlp_receiver
+    export_to(monkeypatch, receiver)
     _configure(tmp_path, rank=0, session_tracer=False)
     gen = torch.Generator().manual_seed(3)
     values, mask = _batch(gen, (5, 7))

@@ -10,7 +10,6 @@ data x context parallel export).
 
 from __future__ import annotations
 
-import json
 import math
 import multiprocessing
 import os
@@ -18,6 +17,7 @@ import queue as queue_module
 import time
 
 import pytest
+from support import read_jsonl
 from stats_dist_worker import group_worker, rank_data, worker
 
 DEADLINE_S = 120
@@ -110,8 +110,7 @@ def test_export_all_reduces_over_gloo_ranks_with_missing_keys(world, tmp_path):
 
     run_dir = tmp_path / "exp" / "dist"
     assert not any((run_dir / f"stats-r{rank}.jsonl").exists() for rank in range(1, world))
-    with open(run_dir / "stats-r0.jsonl") as f:
-        lines = [json.loads(line) for line in f]
+    lines = read_jsonl(run_dir / "stats-r0.jsonl")
     assert [(line["step"], line["tracker"]) for line in lines] == [
         (5, ""), (5, "eval-rollout"), (5, "rollout"), (6, "")]
     logged = {}

@@ -11,7 +11,7 @@ import time
 
 import orjson
 import pytest
-from spans_util import one
+from support import one, read_trace
 
 import otel_rl
 from otel_rl import tracing
@@ -51,8 +51,7 @@ def work():
 def converted(run_dir, tmp_path) -> list[dict]:
     out = tmp_path / "merged.json"
     convert([run_dir], str(out))
-    with open(out) as f:
-        return json.load(f)["traceEvents"]
+    return read_trace(out)
 
 
 def inside(event, outer) -> bool:

@@ -9,31 +9,42 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 from opentelemetry import trace
-from spans_util import by_name, one, without_thread
+from support import by_name, one
+from support.capture import MAIN_THREAD as MAIN
+from support.capture import S
 
 import otel_rl
 from otel_rl import Category
 
 
-def test_trace_scope_records_a_span_with_category_and_args(traced):
+# Tests taking ``capture`` state whole spans: ids count up from 1 and the clock
+# reads 1 s, 2 s, ... (S each), one step per read (support/capture.py).
+
+
+def test_trace_scope_records_a_span_with_category_and_args(capture):
     with otel_rl.trace_scope("train.rollout", category=Category.COMPUTE, args={"step": 3, "bs": 8}):
         pass
-    span = one(traced.spans(), "train.rollout")
-    assert without_thread(span["attributes"]) == {
-        "rl.category": "compute", "rl.args.step": 3, "rl.args.bs": 8,
-    }
-    assert span["parent_span_id"] is None
-    assert span["end_ns"] >= span["start_ns"]
+    assert capture.spans() == [
+        {"name": "train.rollout", "trace_id": 1, "span_id": 1, "parent_id": None,
+         "start_ns": 1 * S, "end_ns": 2 * S,
+         "attributes": {**MAIN, "rl.category": "compute", "rl.args.step": 3, "rl.args.bs": 8}},
+    ]
 
 
-def test_nested_scopes_are_parent_and_child(traced):
+def test_nested_scopes_are_parent_and_child(capture):
     with otel_rl.trace_scope("outer"):
         with otel_rl.trace_scope("inner"):
             pass
-    spans = traced.spans()
-    outer, inner = one(spans, "outer"), one(spans, "inner")
-    assert inner["parent_span_id"] == outer["span_id"]
-    assert inner["trace_id"] == outer["trace_id"]
+    with otel_rl.trace_scope("next"):  # a root again: a trace of its own
+        pass
+    assert capture.spans() == [
+        {"name": "outer", "trace_id": 1, "span_id": 1, "parent_id": None,
+         "start_ns": 1 * S, "end_ns": 4 * S, "attributes": MAIN},
+        {"name": "inner", "trace_id": 1, "span_id": 2, "parent_id": 1,
+         "start_ns": 2 * S, "end_ns": 3 * S, "attributes": MAIN},
+        {"name": "next", "trace_id": 2, "span_id": 3, "parent_id": None,
+         "start_ns": 5 * S, "end_ns": 6 * S, "attributes": MAIN},
+    ]
 
 
 def test_category_aliases_and_wrong_types_are_normalised(traced):
@@ -47,17 +58,19 @@ def test_category_aliases_and_wrong_types_are_normalised(traced):
     assert otel_rl.diagnostics()["bad_category_type"] == 1
 
 
-def test_exception_in_scope_is_recorded_and_reraised_unchanged(traced):
+def test_exception_in_scope_is_recorded_and_reraised_unchanged(capture):
     error = ValueError("boom")
     with pytest.raises(ValueError) as caught:
         with otel_rl.trace_scope("failing"):
             raise error
     assert caught.value is error
-    span = one(traced.spans(), "failing")
-    assert span["status"] == "ERROR"
-    assert span["status_message"] == "ValueError: boom"
-    assert span["events"][0]["name"] == "exception"
-    assert span["events"][0]["attributes"]["exception.type"] == "ValueError"
+    assert capture.spans() == [
+        {"name": "failing", "trace_id": 1, "span_id": 1, "parent_id": None,
+         "start_ns": 1 * S, "end_ns": 3 * S, "attributes": MAIN,
+         "status": {"code": "ERROR", "description": "ValueError: boom"},
+         "events": [{"name": "exception", "timestamp_ns": 2 * S, "attributes": {
+             "exception.type": "ValueError", "exception.message": "boom", "exception.escaped": True}}]},
+    ]
 
 
 def test_trace_perf_times_sync_functions(traced):
@@ -111,19 +124,24 @@ def test_trace_perf_covers_a_whole_async_generator(traced):
     assert one(traced.spans(), "stream")["status"] == "UNSET"
 
 
-def test_instant_is_an_event_on_the_current_span(traced):
+def test_instant_is_an_event_on_the_current_span(capture):
     with otel_rl.trace_scope("scope"):
         otel_rl.instant("batch_prepared", category="scheduler", args={"n": 4})
-    span = one(traced.spans(), "scope")
-    assert span["events"] == [{"name": "batch_prepared",
-                               "attributes": {"rl.category": "scheduler", "n": 4}}]
+    assert capture.spans() == [
+        {"name": "scope", "trace_id": 1, "span_id": 1, "parent_id": None,
+         "start_ns": 1 * S, "end_ns": 3 * S, "attributes": MAIN,
+         "events": [{"name": "batch_prepared", "timestamp_ns": 2 * S,
+                     "attributes": {"rl.category": "scheduler", "n": 4}}]},
+    ]
 
 
-def test_instant_without_a_current_span_is_a_zero_length_span(traced):
+def test_instant_without_a_current_span_is_a_zero_length_span(capture):
     otel_rl.instant("queue_state", args={"size": 7})
-    span = one(traced.spans(), "queue_state")
-    assert span["start_ns"] == span["end_ns"]
-    assert span["attributes"]["rl.args.size"] == 7
+    assert capture.spans() == [
+        {"name": "queue_state", "trace_id": 1, "span_id": 1, "parent_id": None,
+         "start_ns": 1 * S, "end_ns": 1 * S,
+         "attributes": {**MAIN, "rl.span.kind": "instant", "rl.args.size": 7}},
+    ]
 
 
 def test_tensor_args_are_summarised_not_materialised(traced):
@@ -135,25 +153,31 @@ def test_tensor_args_are_summarised_not_materialised(traced):
     assert attrs["rl.args.logits.type"] == "ndarray"
 
 
-def test_task_session_phase_spans_form_one_trace(traced):
-    task_id = otel_rl.register_task()
+def test_task_session_phase_spans_form_one_trace(capture):
+    task_id = otel_rl.register_task()  # 1 s
     otel_rl.set_task_id(task_id)
-    session_id = otel_rl.register_session()
-    otel_rl.set_session_id(session_id)
-    with otel_rl.trace_session_phase("generate"):
+    session_id = otel_rl.register_session()  # 2 s
+    otel_rl.set_session_id(session_id)  # makes the session span object: one more id and clock read
+    with otel_rl.trace_session_phase("generate"):  # 4 s to 5 s
         pass
-    otel_rl.trace_session_event("mark_finalized", session_id=session_id, status="accepted")
-    spans = traced.spans()
-    task, session, phase = one(spans, "task"), one(spans, "session"), one(spans, "generate")
-    assert task["parent_span_id"] is None
-    assert session["parent_span_id"] == task["span_id"]
-    assert phase["parent_span_id"] == session["span_id"]
-    assert {task["trace_id"], session["trace_id"], phase["trace_id"]} == {task["trace_id"]}
-    assert without_thread(phase["attributes"]) == {
-        "rl.task.id": task_id, "rl.session.id": session_id,
-        "rl.span.kind": "phase", "rl.phase": "generate",
-    }
-    assert isinstance(session["attributes"]["rl.session.id"], int)
+    otel_rl.trace_session_event("mark_finalized", session_id=session_id, status="accepted")  # 6 s
+    ids = {"rl.task.id": 0, "rl.session.id": 0}
+    assert (task_id, session_id) == (0, 0)
+    assert capture.spans() == [
+        {"name": "task", "trace_id": 1, "span_id": 1, "parent_id": None,
+         "start_ns": 1 * S, "end_ns": 6 * S,  # ends with its last session
+         "attributes": {**MAIN, "rl.span.kind": "task", "rl.task.id": 0, "rl.task.sessions": 1,
+                        "rl.task.accepted": 1, "rl.task.rejected": 0, "rl.task.failed": 0,
+                        "rl.task.dropped": 0, "rl.task.acceptance_rate": 1.0}},
+        {"name": "session", "trace_id": 1, "span_id": 2, "parent_id": 1,
+         "start_ns": 2 * S, "end_ns": 6 * S,
+         "attributes": {**MAIN, **ids, "rl.span.kind": "session", "rl.session.status": "accepted",
+                        "rl.session.total_s": 4.0, "rl.session.generate_s": 1.0,
+                        "rl.session.generate_count": 1}},
+        {"name": "generate", "trace_id": 1, "span_id": 4, "parent_id": 2,
+         "start_ns": 4 * S, "end_ns": 5 * S,
+         "attributes": {**MAIN, **ids, "rl.span.kind": "phase", "rl.phase": "generate"}},
+    ]
 
 
 def test_ids_do_not_cross_between_concurrent_asyncio_sessions(traced):
@@ -204,19 +228,26 @@ def test_ids_follow_copied_context_into_thread_pools(traced):
     assert {p["attributes"]["rl.session.id"] for p in by_name(traced.spans(), "reward")} == {session_id}
 
 
-def test_step_scope_puts_the_step_on_everything_inside(traced):
+def test_step_scope_puts_the_step_on_everything_inside(capture):
     with otel_rl.step_scope(7):
         with otel_rl.trace_scope("train"):
             pass
         task_id = otel_rl.register_task()
     otel_rl.trace_session_event("mark_finalized", task_id=task_id, status="accepted")
-    spans = traced.spans()
-    step = one(spans, "step")
-    assert step["attributes"]["rl.step"] == 7
-    assert one(spans, "train")["attributes"]["rl.step"] == 7
-    task = one(spans, "task")
-    assert task["attributes"]["rl.step"] == 7
-    assert task["trace_id"] != step["trace_id"]  # linked, not parented
+    assert capture.spans() == [
+        {"name": "step", "trace_id": 1, "span_id": 1, "parent_id": None,
+         "start_ns": 1 * S, "end_ns": 5 * S,
+         "attributes": {**MAIN, "rl.span.kind": "step", "rl.step": 7}},
+        {"name": "train", "trace_id": 1, "span_id": 2, "parent_id": 1,
+         "start_ns": 2 * S, "end_ns": 3 * S, "attributes": {**MAIN, "rl.step": 7}},
+        # A task roots a trace of its own: linked to the step that submitted it, not parented.
+        {"name": "task", "trace_id": 2, "span_id": 3, "parent_id": None,
+         "start_ns": 4 * S, "end_ns": 6 * S,
+         "attributes": {**MAIN, "rl.step": 7, "rl.span.kind": "task", "rl.task.id": 0,
+                        "rl.task.sessions": 0, "rl.task.accepted": 0, "rl.task.rejected": 0,
+                        "rl.task.failed": 0, "rl.task.dropped": 0, "rl.task.acceptance_rate": 0.0},
+         "links": [{"trace_id": 1, "span_id": 1, "attributes": {}}]},
+    ]
 
 
 def test_task_links_to_the_step_that_submitted_it(traced):

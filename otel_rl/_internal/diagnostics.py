@@ -4,171 +4,173 @@ A problem inside otel_rl is never raised into the training loop: it is counted
 by kind (:func:`otel_rl.diagnostics`, the run summary) and logged the first time
 it is seen (:mod:`otel_rl._internal.guard`). Kinds are part of the public output
 (``diagnostics()`` keys, ``summary.json``), so their strings never change.
+The ``#:`` comment above each kind is its meaning in ``docs/reference.md``, which
+``scripts/gen_reference.py`` writes from this module.
 """
 
 from __future__ import annotations
 
-#: category must be a Category or str, got …
+#: A category that is neither a ``Category`` nor a string; recorded as ``misc``.
 BAD_CATEGORY_TYPE = "bad_category_type"
-#: set_gauge(…): … is not a number; ignored
+#: ``set_gauge`` got a value that is not a number; ignored.
 BAD_GAUGE_VALUE = "bad_gauge_value"
-#: unusable session event …: …
+#: ``SessionTracer.record_event`` got an event it cannot read; ignored.
 BAD_SESSION_EVENT = "bad_session_event"
-#: reset_active_stage(): not a token: …
+#: ``reset_active_stage`` got something that is not a stage token; ignored.
 BAD_STAGE_TOKEN = "bad_stage_token"
-#: (counted without a message)
+#: Incoming baggage entries dropped: keys not otel_rl's and not named by ``OTEL_RL_BAGGAGE_ALLOW``.
 BAGGAGE_DROPPED = "baggage_dropped"
-#: (counted without a message)
+#: Incoming baggage entries left out beyond the W3C limits (180 entries, 8192 bytes).
 BAGGAGE_TRIMMED = "baggage_trimmed"
-#: a span could not be encoded: …
+#: A span could not be encoded as Chrome trace events; left out of the trace file.
 CHROME_TRACE_ENCODE_ERROR = "chrome_trace_encode_error"
-#: (counted without a message)
+#: Flow arrows not drawn: too many children (4096) waited for one parent span not yet placed.
 CHROME_TRACE_FLOWS_DROPPED = "chrome_trace_flows_dropped"
-#: (counted without a message)
+#: Spans of a session laid out before its session span arrived (too many were waiting).
 CHROME_TRACE_SESSIONS_RELEASED_EARLY = "chrome_trace_sessions_released_early"
-#: (counted without a message)
+#: A payload value whose contents could not be walked; redacted whole.
 CONTENT_REDACTED_UNREADABLE = "content_redacted_unreadable"
-#: request events not started here: …
+#: A process could not apply the job's control state (an ``event_dir`` it may not use); its ack says why.
 CONTROL_APPLY_ERROR = "control_apply_error"
-#: (counted without a message)
+#: Control connections answered 503: more than 16 were open at once.
 CONTROL_CONNECTIONS_REFUSED = "control_connections_refused"
-#: live profiling control not started: …
+#: Live profiling control failed (start, watcher, acknowledgement or a request); tracing goes on.
 CONTROL_ERROR = "control_error"
-#: (counted without a message)
+#: The control port is taken (another rank serves it); this process follows the control file.
 CONTROL_PORT_UNAVAILABLE = "control_port_unavailable"
-#: unreadable control state …: …
+#: The job's control state file could not be read or parsed; ignored.
 CONTROL_STATE_INVALID = "control_state_invalid"
-#: control state not followed: …
+#: The control state file was not followed: not a regular file of this user, or reached by a link.
 CONTROL_STATE_REFUSED = "control_state_refused"
-#: CUDA-synchronised timing failed: …
+#: CUDA-synchronised timing failed for a scope or step; it is recorded without it.
 CUDA_SYNC_ERROR = "cuda_sync_error"
-#: (counted without a message)
+#: Lines this process had written to a run file that was then deleted.
 DELETED_FILE_LINES_LOST = "deleted_file_lines_lost"
-#: session … finalized twice; the first status stands
+#: A session finalized a second time; the first status stands.
 DOUBLE_FINALIZE = "double_finalize"
-#: … for finalized session …; ignored
+#: A session event for a session already finalized; ignored.
 EVENT_AFTER_FINALIZE = "event_after_finalize"
-#: request event timestamp_ns … is not a number of 
+#: A request event's ``timestamp_ns`` is not a number of nanoseconds; the current time is used.
 EVENT_BAD_TIMESTAMP = "event_bad_timestamp"
-#: request event without an event_name dropped 
+#: A request event could not be recorded (no ``event_name``, or a failure inside ``emit``); dropped.
 EVENT_ERROR = "event_error"
-#: cannot write request events to …: …
+#: The request-events file could not be written; it is opened again at the next event.
 EVENT_WRITE_ERROR = "event_write_error"
-#: (counted without a message)
+#: Request events lost to a failed write.
 EVENTS_LOST = "events_lost"
-#: (counted without a message)
+#: Request events dropped because their ``expected_run_id`` is not the run recording.
 EVENTS_OTHER_RUN = "events_other_run"
-#: an output failed to …: …
+#: An output failed on a span, a batch, a flush or a shutdown; export goes on.
 EXPORT_ERROR = "export_error"
-#: the exporter process is behind by … spans and 
+#: The exporter process fell behind while the queue was full too; new spans were dropped.
 EXPORTER_BACKLOG = "exporter_backlog"
-#: the exporter process made no progress for %.1fs 
+#: The exporter process died or stopped making progress; export goes on in the training process.
 EXPORTER_PROCESS_LOST = "exporter_process_lost"
-#: the exporter process did not flush within %.1fs
+#: A waiting save or flush did not finish within ``shutdown_timeout_ms``.
 FLUSH_TIMEOUT = "flush_timeout"
-#: …(): keyword argument … is accepted and ignored
+#: A peer's keyword argument otel_rl cannot honour: accepted, ignored, counted once per name.
 IGNORED_ARGUMENT = "ignored_argument"
-#: internal error preparing a profiled scope: …
+#: A bug inside otel_rl, caught where the API was called; the call returns without recording.
 INTERNAL_ERROR = "internal_error"
-#: metrics flush failed: …
+#: Session metrics could not be recorded or flushed.
 METRICS_ERROR = "metrics_error"
-#: (counted without a message)
+#: Metric exports that could not be written to ``metrics-r{rank}.jsonl``.
 METRICS_LINES_LOST = "metrics_lines_lost"
-#: cannot write metrics to …: …
+#: The metrics file could not be written.
 METRICS_WRITE_ERROR = "metrics_write_error"
-#: … outside any session; ignored
+#: A session event or phase outside any session; ignored.
 NO_SESSION = "no_session"
-#: (counted without a message)
+#: An ``OTEL_EXPORTER_OTLP_*`` / ``OTEL_BSP_*`` value the SDK would misread, corrected (warned once).
 OTLP_ENV_CORRECTED = "otlp_env_corrected"
-#: OTLP export did not finish within %.1fs; 
+#: OTLP export did not finish within its bound; spans stay queued (bounded) and are retried.
 OTLP_FLUSH_TIMEOUT = "otlp_flush_timeout"
-#: phase … started while another instance is open (register_phase 
+#: A phase registered with ``allow_overlap=False`` started while one was open; both are recorded.
 OVERLAPPING_PHASE = "overlapping_phase"
-#: mark_…_end without a start; ignored
+#: ``mark_<phase>_end`` with no open instance of that phase; ignored.
 PHASE_END_WITHOUT_START = "phase_end_without_start"
-#: span processor failed on start: …
+#: A span processor raised in ``on_start`` or ``on_end``; the span goes on.
 PROCESSOR_ERROR = "processor_error"
-#: stop for run_id … ignored: request events are recorded for run_id …
+#: A stop named a run other than the one recording; nothing was stopped.
 PROFILE_RUN_ID_MISMATCH = "profile_run_id_mismatch"
-#: (counted without a message)
+#: ``start`` with another ``run_id`` ended the run that was recording (sglang-omni's switch).
 PROFILE_RUN_SWITCHED = "profile_run_switched"
-#: inject failed: …
+#: Injecting or extracting a trace context failed; the carrier or context is left empty.
 PROPAGATION_ERROR = "propagation_error"
-#: the redactor raised … on … (the value is dropped)
+#: The redaction hook raised; the value (or the span's payloads) is dropped.
 REDACTOR_ERROR = "redactor_error"
-#: … was deleted while otel_rl was writing it: the … lines 
+#: A run file was deleted while being written; later lines go to a new file at its path.
 RUN_FILE_DELETED = "run_file_deleted"
-#: … was moved away (rotated?) while otel_rl was writing it: 
+#: A run file was moved away (rotated) while being written; later lines go to a new file.
 RUN_FILE_MOVED = "run_file_moved"
-#: sampler raised; span kept
+#: The sampler raised; the span is kept.
 SAMPLER_ERROR = "sampler_error"
-#: (counted without a message)
+#: Phases of sessions never finalized, forgotten beyond ``max_pending_sessions``.
 SESSION_PHASES_EVICTED = "session_phases_evicted"
-#: (counted without a message)
+#: Session records that could not be derived or written.
 SESSION_RECORDS_LINES_LOST = "session_records_lines_lost"
-#: a session record could not be written: …
+#: A session record could not be written.
 SESSION_RECORDS_WRITE_ERROR = "session_records_write_error"
-#: session registered for unregistered task …; registering it
+#: A session registered for a task never registered; the task is registered then.
 SESSION_WITHOUT_TASK = "session_without_task"
-#: (counted without a message)
+#: Open sessions ended as ``dropped`` beyond ``max_pending_sessions``, oldest first.
 SESSIONS_EVICTED = "sessions_evicted"
-#: an exporter did not shut down within %.1fs
+#: Shutdown ran out of ``shutdown_timeout_ms`` with work left; what was left is counted.
 SHUTDOWN_TIMEOUT = "shutdown_timeout"
-#: a span ended after otel_rl was shut down; 
+#: A span ended after otel_rl was shut down; not recorded.
 SPANS_AFTER_SHUTDOWN = "spans_after_shutdown"
-#: (counted without a message)
+#: Spans that reached the exporter process after the end of the run; dropped.
 SPANS_DROPPED_AFTER_END = "spans_dropped_after_end"
-#: (counted without a message)
+#: Spans dropped because the exporter process's backlog and the queue were both full.
 SPANS_DROPPED_EXPORTER_BACKLOG = "spans_dropped_exporter_backlog"
-#: (counted without a message)
+#: Spans dropped because the trace file's batch buffer was full.
 SPANS_DROPPED_FILE_BUFFER = "spans_dropped_file_buffer"
-#: (counted without a message)
+#: Spans dropped because ``max_queue_size`` spans already waited for the export thread.
 SPANS_DROPPED_QUEUE_FULL = "spans_dropped_queue_full"
-#: (counted without a message)
+#: Spans not yet exported (or not confirmed by the exporter process) when shutdown ran out.
 SPANS_DROPPED_UNPROCESSED_AT_EXIT = "spans_dropped_unprocessed_at_exit"
-#: stats backend … failed in …: …
+#: A stats backend failed to build, log, flush or close; the other backends go on.
 STATS_BACKEND_ERROR = "stats_backend_error"
-#: stats step … is not an integer; logged without a step
+#: A stats export's step is not an integer; logged without a step.
 STATS_BAD_STEP = "stats_bad_step"
-#: commit() got a value that is not a number: …
+#: ``stats.commit()`` got a value that is not a number; left out.
 STATS_BAD_VALUE = "stats_bad_value"
-#: stats keys exported by more than one tracker: …
+#: A key exported by more than one tracker in one ``export_all``; the tracker sorted last wins.
 STATS_DUPLICATE_KEY = "stats_duplicate_key"
-#: stats key `…` could not be read at export (…); it is 
+#: A stats key whose tensors could not be read at export; left out.
 STATS_EXPORT_ERROR = "stats_export_error"
-#: stats key `…` (tracker …) was recorded with different kinds, reduce types or 
+#: A stats key recorded differently on different ranks; left out on every rank.
 STATS_INCONSISTENT_KEY = "stats_inconsistent_key"
-#: stats key `…` (tracker …) has a per-key reduce_group on some ranks 
+#: A stats key with a per-key group on some ranks only and no ``key_sync_group``; left out.
 STATS_KEY_SYNC_GROUP_MISSING = "stats_key_sync_group_missing"
-#: merge_worker_stats left out …: no `__count` to weight them by 
+#: ``merge_worker_stats`` left out keys with no ``__count`` to weight them by.
 STATS_MERGE_UNWEIGHTED = "stats_merge_unweighted"
-#: (counted without a message)
+#: NaN or infinite values recorded in stats (they propagate into the export, as in AReaL).
 STATS_NONFINITE_VALUES = "stats_nonfinite_values"
-#: stats: stat() of `…` was called more often than denominator `…` since the last 
+#: A ``stat()`` beyond the masks its denominator recorded; left out.
 STATS_UNPAIRED_VALUE = "stats_unpaired_value"
-#: cannot write the run summary …: …
+#: The run summary file could not be written.
 SUMMARY_WRITE_ERROR = "summary_write_error"
-#: task … registered twice; the first is ended
+#: A task id registered twice; the first task is ended.
 TASK_REREGISTERED = "task_reregistered"
-#: hierarchical_timer(…): …
+#: An ML-Agents timer problem (a tree that cannot be merged, ``timed`` on a non-callable); ignored.
 TIMER_ERROR = "timer_error"
-#: torch profiler window for step … skipped: 
+#: A torch profiler window skipped: another window is running.
 TORCH_PROFILER_BUSY = "torch_profiler_busy"
-#: torch profiler stop failed: …
+#: The torch profiler failed to stop.
 TORCH_PROFILER_ERROR = "torch_profiler_error"
-#: torch profiler trace not written: …
+#: A torch profiler trace could not be written, or was still being written at shutdown.
 TORCH_TRACE_WRITE_ERROR = "torch_trace_write_error"
-#: a trace event could not be written: …
+#: The trace file could not be opened, encoded or written.
 TRACE_FILE_ERROR = "trace_file_error"
-#: (counted without a message)
+#: Trace events that could not be written to the trace file.
 TRACE_FILE_EVENTS_LOST = "trace_file_events_lost"
-#: … for unknown session …; ignored
+#: A session event for a session id never registered; ignored.
 UNKNOWN_SESSION = "unknown_session"
-#: unknown trace_session_event method …; ignored
+#: ``trace_session_event`` with a method otel_rl does not know; ignored.
 UNKNOWN_SESSION_METHOD = "unknown_session_method"
-#: unknown session status …; recorded as given
+#: A session finalized with a status otel_rl does not know; recorded as given.
 UNKNOWN_STATUS = "unknown_status"
-#: mark_finalized for unknown task …; ignored
+#: ``mark_finalized`` for a task id never registered; ignored.
 UNKNOWN_TASK = "unknown_task"
 
 #: Prefixes of kinds built at run time: ``<file kind>_lines_lost`` / ``<file kind>_write_error``

@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
 import threading
 from collections import Counter
 from typing import Any, Callable, TypeVar
-from . import diagnostics
+from . import diagnostics as kinds
 
 logger = logging.getLogger("otel_rl")
 
@@ -23,15 +22,12 @@ _counts: Counter[str] = Counter()
 _ignored_seen: set[tuple[str, str]] = set()
 
 
-def _after_fork_in_child() -> None:
+def after_fork_in_child() -> None:
+    """Renews the lock in a forked child (the runtime's fork walk calls this first)."""
     # A thread of the parent (one polling diagnostics()) may have held the lock
     # at the fork; the child's first count would then wait forever.
     global _lock
     _lock = threading.Lock()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -73,7 +69,7 @@ def guarded(default: Any = None) -> Callable[[F], F]:
             try:
                 return fn(*args, **kwargs)
             except Exception as exc:  # noqa: BLE001 - the point is to swallow
-                report(diagnostics.INTERNAL_ERROR, "internal error in %s: %r", fn.__qualname__, exc)
+                report(kinds.INTERNAL_ERROR, "internal error in %s: %r", fn.__qualname__, exc)
                 return default
 
         return inner  # type: ignore[return-value]
@@ -97,4 +93,4 @@ def ignored_arguments(api: str, kwargs: dict[str, Any]) -> None:
             if key in _ignored_seen:
                 continue
             _ignored_seen.add(key)
-        report(diagnostics.IGNORED_ARGUMENT, "%s(): keyword argument %r is accepted and ignored", api, name)
+        report(kinds.IGNORED_ARGUMENT, "%s(): keyword argument %r is accepted and ignored", api, name)

@@ -3,29 +3,51 @@
 The ``rl.*`` namespace follows the public RL semantic-convention proposals where
 they name something (task, session, step, phase); ``gen_ai.*`` keys come from the
 OpenTelemetry GenAI semantic conventions and are used for generation requests.
+
+The ``#:`` comment above each constant is its entry in ``docs/reference.md``,
+which ``scripts/gen_reference.py`` writes from this module.
 """
 
 # --- ids carried in context (span attributes and W3C baggage use the same keys)
+#: The task's id (``register_task``): in baggage and on every span started in the task's
+#: context; an integer outside int64 is written as its decimal text.
 TASK_ID = "rl.task.id"
+#: The session's id (``register_session``, ``session_context``): in baggage and on every
+#: span started in the session's context.
 SESSION_ID = "rl.session.id"
+#: The training step (``step_scope``, ``set_step``): in baggage and on every span started
+#: inside it; on a session span, the step that consumed the session.
 STEP = "rl.step"
 
 #: Keys copied from baggage onto every span started inside their context.
 BAGGAGE_KEYS = (TASK_ID, SESSION_ID, STEP)
 
 # --- resource attributes (one process of the job)
+#: Resource attribute: the process's rank.
 RANK = "rl.rank"
+#: Resource attribute: the process's role (``trainer``, ``rollout``, ...), when one is set.
 ROLE = "rl.role"
+#: Resource attribute: the experiment name.
 EXPERIMENT = "rl.experiment.name"
+#: Resource attribute: the trial name.
 TRIAL = "rl.trial.name"
 
 # --- span attributes
-SPAN_KIND = "rl.span.kind"  # task | session | phase | step | scope | instant
+#: On otel_rl's spans: what the span is, one of the span kinds below (``task``, ``session``,
+#: ``phase``, ``step``, ``instant``); scopes carry none.
+SPAN_KIND = "rl.span.kind"
+#: On scopes: their ``Category`` value (``compute``, ``comm``, ...), or the string given.
 CATEGORY = "rl.category"
+#: On phase spans: the phase's name.
 PHASE = "rl.phase"
+#: On phase spans: ``true`` when the phase was still running as its session ended.
 PHASE_INTERRUPTED = "rl.phase.interrupted"
+#: On session spans: ``accepted``, ``rejected``, ``failed`` (span status ERROR), ``dropped``
+#: or ``pending``.
 SESSION_STATUS = "rl.session.status"
+#: On session spans: the ``reason`` given with the verdict.
 SESSION_REASON = "rl.session.reason"
+#: On session spans: seconds from registration to finalize.
 SESSION_TOTAL_S = "rl.session.total_s"
 #: True on a span whose context was sent to another process (inject, carry, context_kwargs,
 #: inject_env): its remote children get flow arrows from it in the merged Perfetto trace.
@@ -37,22 +59,32 @@ SESSION_SUBMIT_STEP = "rl.session.submit_step"
 SESSION_PREFIX = "rl.session."
 #: ``rl.session.counter.<name>`` carries ``increment_counter`` values.
 SESSION_COUNTER_PREFIX = "rl.session.counter."
+#: On task spans: how many sessions the task had.
 TASK_SESSIONS = "rl.task.sessions"
+#: On task spans: how many of its sessions were accepted.
 TASK_ACCEPTED = "rl.task.accepted"
+#: On task spans: how many of its sessions were rejected.
 TASK_REJECTED = "rl.task.rejected"
+#: On task spans: how many of its sessions failed.
 TASK_FAILED = "rl.task.failed"
+#: On task spans: how many of its sessions were dropped.
 TASK_DROPPED = "rl.task.dropped"
+#: On task spans: accepted sessions as a fraction of all its sessions.
 TASK_ACCEPTANCE_RATE = "rl.task.acceptance_rate"
 #: Training / rollout statistics (``otel_rl.stats``): one gauge per exported key,
 #: ``rl.stats.<key>``, whose data points carry the tracker's name.
 STATS_METRIC_PREFIX = "rl.stats."
+#: On ``otel_rl.stats`` data points: the name of the tracker that exported the value.
 STATS_TRACKER = "rl.stats.tracker"
-#: Prefix for user ``args`` / payload values on spans: ``rl.args.<key>``.
+#: Prefix for user ``args`` / payload values on spans: ``rl.args.<key>`` (read at the call;
+#: tensors and arrays summarised as ``.type``, ``.shape``, ``.dtype``, ``.device``).
 ARGS_PREFIX = "rl.args."
-#: Request events (``otel_rl.events.emit``) as span events: the request, its stage
-#: and the profiling run; metadata rides as ``rl.args.<key>``.
+#: On request-event span events (``otel_rl.events.emit``): the request's id; the event's
+#: metadata rides as ``rl.args.<key>``.
 REQUEST_ID = "rl.request.id"
+#: On request-event span events: the stage that emitted the event.
 STAGE = "rl.stage"
+#: On request-event span events: the profiling run the event was recorded in.
 PROFILE_RUN_ID = "rl.profile.run_id"
 #: GPU time of a scope between two CUDA events, when ``OTEL_RL_CUDA_SYNC`` is on.
 CUDA_ELAPSED_MS = "rl.cuda.elapsed_ms"
@@ -65,47 +97,68 @@ GAUGE_VALUE = "rl.gauge.value"
 # (``rl.args.<a>.<b>``) is content when any of its dotted parts, lowercased, is one
 # of these; any attribute is content when its key (``rl.args.`` stripped) starts
 # with one of the GenAI prefixes.
+#: Payload keys whose string or sequence values are content: redacted unless capture is on.
 CONTENT_KEYS = frozenset({
     "prompt", "prompts", "completion", "completions", "messages", "message", "text",
     "response", "responses", "input", "output", "content", "query", "answer",
     "input_ids", "output_ids", "token_ids", "prompt_ids", "completion_ids", "tokens",
 })
+#: GenAI attribute prefixes whose values are content: redacted unless capture is on.
 GEN_AI_CONTENT_PREFIXES = (
     "gen_ai.prompt", "gen_ai.completion", "gen_ai.input.messages", "gen_ai.output.messages",
     "gen_ai.system_instructions", "gen_ai.tool.call.arguments", "gen_ai.tool.call.result",
 )
-#: What a content value becomes when capture is off: ``REDACTED_TEXT`` for a string
-#: (its length in characters), ``REDACTED_ITEMS`` for a sequence (its item count).
+#: What a content string becomes when capture is off (its length in characters).
 REDACTED_TEXT = "<redacted: {n} chars>"
+#: What a content sequence becomes when capture is off (its item count).
 REDACTED_ITEMS = "<redacted: {n} items>"
+#: How every redacted value starts (a value already redacted is left as it is).
 REDACTED_PREFIX = "<redacted: "
 
 # --- span kinds (values of SPAN_KIND)
+#: A task's span: the root of the task's own trace.
 KIND_TASK = "task"
+#: A session's span: a child of its task's span.
 KIND_SESSION = "session"
+#: A phase instance's span: a child of its session's span.
 KIND_PHASE = "phase"
+#: A training step's span (``step_scope``): a root span per step.
 KIND_STEP = "step"
-KIND_INSTANT = "instant"  # instant() with no span current: a zero-length span
+#: ``instant()`` with no span current: a zero-length span.
+KIND_INSTANT = "instant"
 
 # --- GenAI semantic conventions used by generation phases
+#: The model a generation request asked for, when passed as an attribute.
 GEN_AI_REQUEST_MODEL = "gen_ai.request.model"
+#: Prompt tokens of a generation request, when passed as an attribute.
 GEN_AI_USAGE_INPUT_TOKENS = "gen_ai.usage.input_tokens"
+#: Generated tokens of a request, when passed as an attribute (the report's response lengths).
 GEN_AI_USAGE_OUTPUT_TOKENS = "gen_ai.usage.output_tokens"
 
 # --- session statuses
+#: Still open when otel_rl shut down.
 STATUS_PENDING = "pending"
+#: Finalized as used for training.
 STATUS_ACCEPTED = "accepted"
+#: Finalized as not used (stale, truncated, zero advantage, ...; the reason says which).
 STATUS_REJECTED = "rejected"
+#: Finalized as failed: the session span's status is ERROR.
 STATUS_FAILED = "failed"
+#: Ended by otel_rl: evicted beyond ``max_pending_sessions``, or dropped by the caller.
 STATUS_DROPPED = "dropped"
+#: The statuses ``mark_finalized`` accepts without a warning.
 FINAL_STATUSES = (STATUS_ACCEPTED, STATUS_REJECTED, STATUS_FAILED, STATUS_DROPPED)
 
 # --- instrumentation scope
+#: The instrumentation scope of otel_rl's spans and meters.
 INSTRUMENTATION_NAME = "otel_rl"
 
 # --- files in the run directory (``{rank}`` is the process rank)
+#: Chrome Trace Event Format, one event per line (``{role}-r{rank}`` when a role is set).
 TRACES_FILE = "traces-r{rank}.jsonl"
+#: One AReaL-compatible record per session.
 SESSIONS_FILE = "sessions-r{rank}.jsonl"
+#: Session metrics, when no OTLP endpoint is set (the SDK's JSON form of each export).
 METRICS_FILE = "metrics-r{rank}.jsonl"
 #: Torch profiler (Kineto) Chrome trace of one profiling window; ``{run_id}`` is the
 #: window's run id (``step<N>`` for a step window).
@@ -114,24 +167,33 @@ TORCH_TRACE_FILE = "torch-r{rank}-{run_id}.trace.json.gz"
 #: (``{"traces_file": "traces-r0.jsonl", "pid": ..., ...}``): the converter puts
 #: the kernels in that rank's process.
 TRACE_JOIN_KEY = "otel_rl"
-#: Request events: ``<event_dir>/events_<first stage>_<pid>.jsonl``, one JSON object
-#: a line with exactly these fields (sglang-omni's format).
+#: The default directory of request events, in the run directory.
 EVENTS_DIR = "events"
+#: Request events of one process: ``<event_dir>/events_<first stage>_<pid>.jsonl``,
+#: one JSON object a line with exactly the fields below (sglang-omni's format).
 EVENTS_FILE = "events_{stage}_{pid}.jsonl"
+#: The fields of a request-events line, in file order (sglang-omni's).
 EVENT_FIELDS = ("request_id", "stage", "event_name", "timestamp_ns", "run_id", "pid", "metadata")
-#: Live control, in the run directory: the desired profiling state every process
-#: watches, and each process's acknowledgement (``{host}`` and ``{pid}`` name it).
+#: Live profiling control, in the run directory: the job's desired profiling state,
+#: which every process watches, and each process's acknowledgement.
 CONTROL_DIR = "control"
+#: The job's desired profiling state, in the control directory.
 CONTROL_STATE_FILE = "state.json"
+#: One process's acknowledgement and registration, in the control directory
+#: (``{host}`` and ``{pid}`` name the process).
 CONTROL_ACK_FILE = "ack-{host}-{pid}.json"
+#: How acknowledgement files are recognised.
 CONTROL_ACK_PREFIX = "ack-"
+#: ``otel_rl.stats`` exports of the logging rank: one line per tracker export.
 STATS_FILE = "stats-r{rank}.jsonl"
 #: The run summary of one process (``otel_rl.run_summary()``), written at shutdown.
 SUMMARY_FILE = "summary-r{rank}.json"
-#: What the demo leaves in a run directory: the merged trace, the report. Directory inputs
-#: of ``otel-rl convert`` / ``report`` skip the merged trace (it repeats every rank).
+#: The merged trace the demo leaves in a run directory (every process, for Perfetto).
+#: Directory inputs of ``otel-rl convert`` / ``report`` skip it (it repeats every rank).
 MERGED_TRACE_FILE = "trace.json"
+#: The demo's interactive report (``otel-rl report --format html``).
 REPORT_HTML_FILE = "report.html"
+#: The demo's table report, when plotly is not installed.
 REPORT_TEXT_FILE = "report.txt"
 #: The run summary of a process forked from a configured one (it shares its parent's rank).
 FORKED_SUMMARY_FILE = "summary-r{rank}-pid{pid}.json"
@@ -139,11 +201,19 @@ FORKED_SUMMARY_FILE = "summary-r{rank}-pid{pid}.json"
 TENSORBOARD_DIR = "tensorboard-r{rank}"
 
 # --- standard attribute keys otel_rl reads or writes (OpenTelemetry semantic conventions)
+#: Resource attribute: the service (``OTEL_SERVICE_NAME``, default ``otel-rl``).
 SERVICE_NAME = "service.name"
+#: Resource attribute: the process id.
 PROCESS_PID = "process.pid"
+#: On otel_rl's spans: the thread's id (the Perfetto track).
 THREAD_ID = "thread.id"
+#: On otel_rl's spans: the thread's name (the Perfetto track's name).
 THREAD_NAME = "thread.name"
+#: On ``ASGIMiddleware`` SERVER spans: the request's method.
 HTTP_REQUEST_METHOD = "http.request.method"
+#: On ``ASGIMiddleware`` SERVER spans: the response's status (ERROR on 5xx).
 HTTP_RESPONSE_STATUS_CODE = "http.response.status_code"
+#: On ``ASGIMiddleware`` SERVER spans: the request's path.
 URL_PATH = "url.path"
+#: On ``ASGIMiddleware`` SERVER spans: the request's scheme.
 URL_SCHEME = "url.scheme"

@@ -1,4 +1,11 @@
-"""The process-wide state the public API reads on its fast path."""
+"""The process-wide state the public API reads on its fast path.
+
+:data:`STATE` is the runtime's fast-path view: plain attributes, set by
+``runtime`` when it configures and shuts down, read with one attribute lookup
+by every scope and session call. It sits on the base floor and knows the
+objects it points to only by the methods the callers use (``Any`` here):
+importing them would tie the base to the floors above.
+"""
 
 from __future__ import annotations
 
@@ -6,9 +13,6 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .config import Settings
-    from .export.pipeline import Pipeline
-    from .recording.spans import LeanTracer
-    from .recording.tracking import Registry
 
 
 class State:
@@ -26,9 +30,13 @@ class State:
         self.scopes_on = False
         self.sessions_on = False
         self.settings: Settings | None = None
-        self.pipeline: Pipeline | None = None
-        self.tracer: LeanTracer | None = None
-        self.registry: Registry | None = None
+        #: The span pipeline (``export.pipeline.Pipeline``) of the current configuration.
+        self.pipeline: Any = None
+        #: Its tracer (``recording.spans.LeanTracer``).
+        self.tracer: Any = None
+        #: Its task and session registry (``recording.tracking.Registry``).
+        self.registry: Any = None
+        #: Everything else the configuration built (``runtime.Components``).
         self.components: Any = None
         #: The final run summary of the last configuration (after shutdown).
         self.last_summary: dict[str, Any] | None = None
@@ -38,3 +46,4 @@ class State:
 
 
 STATE = State()
+

@@ -28,18 +28,9 @@ from __future__ import annotations
 
 from .._internal.stats.backends import StatsBackend, StatsRecord, register_backend, unregister_backend
 from .._internal.stats.reduce import merge_worker_stats
-from ._tracker import (
-    DEFAULT_TRACKER,
-    LOCK,
-    TRACKERS,
-    ReduceType,
-    StatsShapeError,
-    StatsTracker,
-    StatsTypeError,
-    commit,
-    export_all,
-    get,
-)
+from ._registry import DEFAULT_TRACKER, LOCK, TRACKERS, commit, export_all, get
+from ._tracker import StatsTracker
+from ._types import ReduceType, StatsShapeError, StatsTypeError
 
 #: AReaL's class name.
 DistributedStatsTracker = StatsTracker

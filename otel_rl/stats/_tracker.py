@@ -24,15 +24,12 @@ from __future__ import annotations
 import contextvars
 import functools
 import inspect
-import itertools
 import math
-import sys
 import threading
 import time
-from enum import Enum, auto
 from typing import Any, Callable, TypeVar
 
-from .._internal import guard
+from .._internal import diagnostics, guard
 from .._internal.stats import backends as _logging
 from .._internal.stats.reduce import (
     COMPACT,
@@ -44,223 +41,23 @@ from .._internal.stats.reduce import (
     materialize,
     reduce_stats,
     report_nonfinite,
-    results,
 )
 from ..tracing import trace_scope
-from .._internal import diagnostics
+from ._checks import (
+    check_mask,
+    check_readable,
+    check_values,
+    is_tensor,
+    positional_compat,
+    require_torch,
+    scope_name,
+    tensor_reduce_type,
+)
+from ._entry import KIND_NAMES, Entry, accumulate, add_to, results_of
+from ._scopes import NoScope, Scope
+from ._types import TIMING_SCOPE, ReduceType, StatsShapeError, StatsTypeError
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-#: Keys of :meth:`StatsTracker.record_timing` live under this scope, whatever the current scope.
-TIMING_SCOPE = "timeperf"
-
-
-class ReduceType(Enum):
-    """How a key's recorded values become exported values (AReaL's names).
-
-    ``AVG_MIN_MAX`` (the default of :meth:`StatsTracker.stat`) exports
-    ``key/avg``, ``key/min`` and ``key/max``; ``AVG``, ``SUM``, ``MIN`` and
-    ``MAX`` export ``key``; ``SCALAR`` (:meth:`StatsTracker.scalar`) exports the
-    mean as ``key`` and the number of values as ``key__count``;
-    ``WEIGHTED_AVG`` (:meth:`StatsTracker.weighted_mean`) exports
-    sum(value x weight) / sum(weight) as ``key``.
-    """
-
-    AVG_MIN_MAX = auto()
-    AVG = auto()
-    SUM = auto()
-    MIN = auto()
-    MAX = auto()
-    SCALAR = auto()
-    WEIGHTED_AVG = auto()
-
-
-class StatsShapeError(ValueError, AssertionError):
-    """A tensor whose shape differs from its mask.
-
-    AReaL checks shapes with ``assert`` (``AssertionError``); otel_rl's misuse
-    errors are ``ValueError``. This is both, so either ``except`` catches it.
-    """
-
-
-class StatsTypeError(TypeError, ValueError):
-    """An argument of the wrong type: a ``scalar()`` value ``float()`` rejects with
-    ``TypeError`` (``None``, a list), as AReaL raises it, or a scope name that is
-    not a string. Also a ``ValueError``, otel_rl's type for every misuse."""
-
-
-def _scope_name(name: Any, where: str) -> str:
-    if not isinstance(name, str):
-        raise StatsTypeError(f"otel_rl.stats: {where}() takes a string name, got {type(name).__name__} "
-                             f"{name!r}")
-    return name.strip("/")
-
-
-_generations = itertools.count(1)
-
-#: What each kind of key is called in misuse messages.
-_KIND_NAMES = {
-    SCALAR: "scalar() values",
-    DENOMINATOR: "a denominator() mask",
-    STAT: "non-compact stats (stat())",
-    COMPACT: "compact stats (stat_compact())",
-    WEIGHTED: "weighted_mean() values",
-}
-
-
-class _Entry:
-    """One key of one tracker. Numbers are Python floats (scalars) or 0-d
-    tensors on the recorded tensor's device (everything else)."""
-
-    __slots__ = ("kind", "reduce", "denominator", "group", "total", "count", "nonfinite", "nan", "low",
-                 "high", "masks", "generation", "paired", "paired_generation")
-
-    def __init__(self, kind: str, reduce: ReduceType, denominator: str | None = None) -> None:
-        self.kind = kind
-        self.reduce = reduce
-        self.denominator = denominator
-        # AReaL's per-key reduce_group: set by any call that gives one, kept until export.
-        self.group: Any = None
-        # Scalars count in Python floats; tensor entries start empty so their
-        # first reduction sets the dtype (an int64 count stays exact).
-        zero = 0.0 if kind == SCALAR else None
-        self.total: Any = zero
-        self.count: Any = zero
-        self.nonfinite: Any = zero
-        self.nan: Any = zero
-        self.low: Any = None
-        self.high: Any = None
-        # Denominators keep their masks so the n-th stat() of a key pairs with
-        # the n-th denominator() (AReaL's rule); the generation tells a stat
-        # whether the denominator it paired with was exported and started over.
-        self.masks: list[Any] = []
-        self.generation = next(_generations)
-        self.paired = 0
-        self.paired_generation = 0
-
-    def snapshot(self) -> tuple[str, str, dict[str, Any]]:
-        return self.kind, self.reduce.name, {"total": self.total, "count": self.count, "nonfinite": self.nonfinite,
-                                             "nan": self.nan, "low": self.low, "high": self.high}
-
-
-def _torch(what: str, key: str) -> Any:
-    try:
-        import torch
-    except ImportError:
-        raise ImportError(f"otel_rl.stats: `{key}`: {what}() records torch tensors and needs torch "
-                          "(pip install 'otel_rl[torch]'); scalar() works without it") from None
-    return torch
-
-
-def _is_tensor(value: Any) -> bool:
-    # Without torch loaded nothing can be a tensor, and checking must not load it.
-    torch = sys.modules.get("torch")
-    return torch is not None and isinstance(value, torch.Tensor)
-
-
-def _reduce_type(value: Any, where: str) -> ReduceType:
-    """``value`` as a tensor reduce type (None: AVG_MIN_MAX; a member name is accepted too)."""
-    if value is None:
-        return ReduceType.AVG_MIN_MAX
-    if isinstance(value, str) and value.upper() in ReduceType.__members__:
-        value = ReduceType[value.upper()]
-    if not isinstance(value, ReduceType):
-        raise ValueError(f"otel_rl.stats: {where}: reduce_type must be a ReduceType enum, got {value!r}")
-    if value is ReduceType.SCALAR:
-        raise ValueError(f"otel_rl.stats: {where}: cannot use the scalar reduce type for a tensor "
-                         "(ReduceType.SCALAR is for scalar())")
-    if value is ReduceType.WEIGHTED_AVG:
-        raise ValueError(f"otel_rl.stats: {where}: ReduceType.WEIGHTED_AVG needs a weight per value. "
-                         "Use weighted_mean(key, value, weight)")
-    return value
-
-
-def _readable_problem(torch: Any, tensor: Any) -> str | None:
-    """Why export could not read ``tensor``'s values, or ``None`` when it can.
-
-    Checked when a value is recorded: export reduces and copies every key of a
-    tracker at once, so a tensor it cannot read would otherwise fail the whole
-    export, long after the call that recorded it.
-    """
-    if tensor.layout != torch.strided:
-        return f"a {tensor.layout} tensor (convert it with .to_dense())"
-    if tensor.is_meta:
-        return "a tensor on the meta device, which holds no values"
-    if getattr(tensor, "is_nested", False):
-        return "a nested tensor (record its parts one by one)"
-    if tensor.is_quantized:
-        return "a quantized tensor (convert it with .dequantize())"
-    return None
-
-
-def _check_readable(torch: Any, what: str, full: str, tensor: Any, role: str = "value") -> None:
-    problem = _readable_problem(torch, tensor)
-    if problem is not None:
-        raise ValueError(f"otel_rl.stats: `{full}`: {what}() {role} must be a dense tensor holding "
-                         f"values, got {problem}")
-
-
-def _check_values(torch: Any, what: str, values: dict[str, Any], fulls: dict[str, str]) -> None:
-    for key, value in values.items():
-        full = fulls[key]
-        if not isinstance(value, torch.Tensor):
-            raise ValueError(f"otel_rl.stats: `{full}`: {what}() takes a torch tensor, got "
-                             f"{type(value).__name__} (numbers go to scalar())")
-        _check_readable(torch, what, full, value)
-        if value.is_complex():
-            raise ValueError(f"otel_rl.stats: `{full}`: {what}() takes real values, got dtype {value.dtype}")
-        if value.numel() == 0:
-            raise ValueError(f"otel_rl.stats: `{full}`: {what}() value is empty")
-
-
-def _check_mask(torch: Any, what: str, full: str, mask: Any) -> None:
-    if not isinstance(mask, torch.Tensor):
-        raise ValueError(f"otel_rl.stats: `{full}`: {what}() takes a torch.bool mask tensor, "
-                         f"got {type(mask).__name__}")
-    _check_readable(torch, what, full, mask, "mask")
-    if mask.dtype != torch.bool:
-        raise ValueError(f"otel_rl.stats: `{full}`: {what}() takes a torch.bool mask tensor, "
-                         f"got dtype {mask.dtype} (use mask.bool())")
-    if mask.numel() == 0:
-        raise ValueError(f"otel_rl.stats: `{full}`: {what}() mask is empty")
-
-
-class _Scope:
-    """``with`` / ``async with`` block adding one level to a tracker's scope stack."""
-
-    __slots__ = ("_var", "_name", "_token", "_previous")
-
-    def __init__(self, var: contextvars.ContextVar, name: str) -> None:
-        self._var = var
-        self._name = name
-
-    def __enter__(self) -> _Scope:
-        self._previous = self._var.get()
-        self._token = self._var.set(self._previous + (self._name,))
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        try:
-            self._var.reset(self._token)
-        except ValueError:
-            # Left in another context than it was entered in (a generator
-            # resumed elsewhere): restore that context's view of it.
-            self._var.set(self._previous)
-
-    async def __aenter__(self) -> _Scope:
-        return self.__enter__()
-
-    async def __aexit__(self, *exc: Any) -> None:
-        self.__exit__(*exc)
-
-
-class _NoScope(_Scope):
-    """``disable_scope()``: keys are recorded as given, without the tracker's scopes."""
-
-    def __enter__(self) -> _Scope:
-        self._previous = self._var.get()
-        self._token = self._var.set(())
-        return self
 
 
 class _Timing:
@@ -309,7 +106,7 @@ class StatsTracker:
         """
         self.name = name.strip("/")
         self._lock = threading.Lock()
-        self._entries: dict[str, _Entry] = {}
+        self._entries: dict[str, Entry] = {}
         self._warned: set[str] = set()
         self._scopes: contextvars.ContextVar[tuple[str, ...]] = contextvars.ContextVar(
             f"otel_rl.stats.scopes[{self.name}]", default=(self.name,) if self.name else ())
@@ -319,7 +116,7 @@ class StatsTracker:
 
     # ----------------------------------------------------------------- scopes
 
-    def scope(self, name: str) -> _Scope:
+    def scope(self, name: str) -> Scope:
         """Context manager nesting the keys recorded inside under ``name``.
 
         ``with scope("ppo_actor"): with scope("update"): stat(loss=...)``
@@ -335,7 +132,7 @@ class StatsTracker:
         Raises:
             TypeError: ``name`` is not a string (the error is a ``ValueError`` too).
         """
-        return _Scope(self._scopes, _scope_name(name, "scope"))
+        return Scope(self._scopes, scope_name(name, "scope"))
 
     def scope_func_wrapper(self, name: str) -> Callable[[F], F]:
         """Decorator running every call of a function (or ``async def``) inside :meth:`scope`.
@@ -347,7 +144,7 @@ class StatsTracker:
             TypeError: ``name`` is not a string (the error is a ``ValueError`` too),
                 when the decorator is made, not at the first call.
         """
-        _scope_name(name, "scope_func_wrapper")
+        scope_name(name, "scope_func_wrapper")
 
         def decorate(fn: F) -> F:
             if inspect.iscoroutinefunction(fn):
@@ -367,9 +164,9 @@ class StatsTracker:
 
         return decorate
 
-    def disable_scope(self) -> _Scope:
+    def disable_scope(self) -> Scope:
         """Context manager recording keys exactly as given: no scopes, no tracker-name prefix."""
-        return _NoScope(self._scopes, "")
+        return NoScope(self._scopes, "")
 
     def _full_key(self, key: str) -> str:
         return "/".join(self._scopes.get() + (key,))
@@ -413,7 +210,7 @@ class StatsTracker:
             try:
                 numbers[full] = float(value)
             except Exception as exc:  # noqa: BLE001 - re-raised with the key, as AReaL's type
-                hint = " (a tensor of many values belongs in stat())" if _is_tensor(value) else ""
+                hint = " (a tensor of many values belongs in stat())" if is_tensor(value) else ""
                 error = StatsTypeError if isinstance(exc, TypeError) else ValueError
                 raise error(f"otel_rl.stats: `{full}`: scalar() takes a number, got "
                             f"{type(value).__name__}{hint}: {exc}") from None
@@ -426,7 +223,7 @@ class StatsTracker:
             for full, number in numbers.items():
                 entry = self._entries.get(full)
                 if entry is None:
-                    entry = self._entries[full] = _Entry(SCALAR, ReduceType.SCALAR)
+                    entry = self._entries[full] = Entry(SCALAR, ReduceType.SCALAR)
                 if group is not None:
                     entry.group = group
                 entry.total += number
@@ -456,7 +253,7 @@ class StatsTracker:
         checked: dict[str, Any] = {}
         for key, mask in masks.items():
             full = "/".join(scope + (key,))
-            _check_mask(_torch("denominator", full), "denominator", full, mask)
+            check_mask(require_torch("denominator", full), "denominator", full, mask)
             checked[full] = mask
         with self._lock:
             for full in checked:
@@ -464,13 +261,13 @@ class StatsTracker:
             for full, mask in checked.items():
                 entry = self._entries.get(full)
                 if entry is None:
-                    entry = self._entries[full] = _Entry(DENOMINATOR, ReduceType.SUM)
+                    entry = self._entries[full] = Entry(DENOMINATOR, ReduceType.SUM)
                 if reduce_group is not None:
                     entry.group = reduce_group
                 # A copy: the caller may reuse the mask's memory before stat() pairs with it.
                 mask = mask.detach().clone()
                 entry.masks.append(mask)
-                entry.total = _add(entry.total, mask.sum())
+                entry.total = add_to(entry.total, mask.sum())
 
     def stat(self, denominator: str, reduce_type: ReduceType | None = None, *, reduce_group: Any = None,
              **values: Any) -> None:
@@ -511,9 +308,9 @@ class StatsTracker:
         denominator_key = "/".join(scope + (str(denominator).strip("/"),))
         fulls = {key: "/".join(scope + (key,)) for key in values}
         where = ", ".join(f"`{k}`" for k in fulls.values())
-        reduce = _reduce_type(reduce_type, where)
-        torch = _torch("stat", next(iter(fulls.values())))
-        _check_values(torch, "stat", values, fulls)
+        reduce = tensor_reduce_type(reduce_type, where)
+        torch = require_torch("stat", next(iter(fulls.values())))
+        check_values(torch, "stat", values, fulls)
         with self._lock:
             denom = self._entries.get(denominator_key)
             if denom is None or denom.kind != DENOMINATOR:
@@ -539,14 +336,14 @@ class StatsTracker:
             for full, (value, mask) in paired.items():
                 entry = self._entries.get(full)
                 if entry is None:
-                    entry = self._entries[full] = _Entry(STAT, reduce, denominator_key)
+                    entry = self._entries[full] = Entry(STAT, reduce, denominator_key)
                 entry.reduce = reduce  # AReaL: the last reduce type given wins
                 if reduce_group is not None:
                     entry.group = reduce_group
                 if entry.paired_generation != denom.generation:
                     entry.paired_generation, entry.paired = denom.generation, 0
                 entry.paired += 1
-                _accumulate(torch, entry, value, mask)
+                accumulate(torch, entry, value, mask)
         for full in unpaired:
             guard.report(diagnostics.STATS_UNPAIRED_VALUE,
                          "stats: stat() of `%s` was called more often than denominator `%s` since the last "
@@ -582,10 +379,10 @@ class StatsTracker:
         scope = self._scopes.get()
         fulls = {key: "/".join(scope + (key,)) for key in values}
         where = ", ".join(f"`{k}`" for k in fulls.values())
-        reduce = _reduce_type(reduce_type, where)
-        torch = _torch("stat_compact", next(iter(fulls.values())))
-        _check_mask(torch, "stat_compact", where.strip("`"), mask)
-        _check_values(torch, "stat_compact", values, fulls)
+        reduce = tensor_reduce_type(reduce_type, where)
+        torch = require_torch("stat_compact", next(iter(fulls.values())))
+        check_mask(torch, "stat_compact", where.strip("`"), mask)
+        check_values(torch, "stat_compact", values, fulls)
         for key, value in values.items():
             if tuple(value.shape) != tuple(mask.shape):
                 raise StatsShapeError(f"otel_rl.stats: `{fulls[key]}`: shape {tuple(value.shape)} differs "
@@ -597,11 +394,11 @@ class StatsTracker:
                 full = fulls[key]
                 entry = self._entries.get(full)
                 if entry is None:
-                    entry = self._entries[full] = _Entry(COMPACT, reduce)
+                    entry = self._entries[full] = Entry(COMPACT, reduce)
                 entry.reduce = reduce
                 if reduce_group is not None:
                     entry.group = reduce_group
-                _accumulate(torch, entry, value, mask)
+                accumulate(torch, entry, value, mask)
 
     def weighted_mean(self, key: str, value: Any, weight: Any, *, reduce_group: Any = None,
                       **kwargs: Any) -> None:
@@ -630,19 +427,19 @@ class StatsTracker:
         """
         guard.ignored_arguments("stats.weighted_mean", kwargs)
         full = self._full_key(str(key))
-        torch = _torch("weighted_mean", full)
+        torch = require_torch("weighted_mean", full)
         for name, tensor in (("value", value), ("weight", weight)):
             if not isinstance(tensor, torch.Tensor) or tensor.dim() != 0 or tensor.is_complex():
                 got = (f"a {tensor.dim()}-d {tensor.dtype} tensor" if isinstance(tensor, torch.Tensor)
                        else type(tensor).__name__)
                 raise ValueError(f"otel_rl.stats: `{full}`: weighted_mean() `{name}` must be a real 0-d "
                                  f"tensor, got {got}")
-            _check_readable(torch, "weighted_mean", full, tensor, f"`{name}`")
+            check_readable(torch, "weighted_mean", full, tensor, f"`{name}`")
         with self._lock:
             self._check_kind(full, WEIGHTED)
             entry = self._entries.get(full)
             if entry is None:
-                entry = self._entries[full] = _Entry(WEIGHTED, ReduceType.WEIGHTED_AVG)
+                entry = self._entries[full] = Entry(WEIGHTED, ReduceType.WEIGHTED_AVG)
             if reduce_group is not None:
                 entry.group = reduce_group
             value = value.detach()
@@ -650,18 +447,18 @@ class StatsTracker:
             acc = torch.float32 if value.device.type == "mps" else torch.float64
             value, weight = value.to(acc), weight.to(acc)
             counted = weight != 0
-            entry.total = _add(entry.total, torch.where(counted, value * weight, 0.0))
-            entry.count = _add(entry.count, weight)
-            entry.nonfinite = _add(entry.nonfinite, (counted & ~torch.isfinite(value)).to(acc))
-            entry.nan = _add(entry.nan, (counted & torch.isnan(value)).to(acc))
+            entry.total = add_to(entry.total, torch.where(counted, value * weight, 0.0))
+            entry.count = add_to(entry.count, weight)
+            entry.nonfinite = add_to(entry.nonfinite, (counted & ~torch.isfinite(value)).to(acc))
+            entry.nan = add_to(entry.nan, (counted & torch.isnan(value)).to(acc))
 
     def _check_kind(self, full: str, kind: str, denominator: str | None = None) -> None:
         entry = self._entries.get(full)
         if entry is None:
             return
         if entry.kind != kind:
-            raise ValueError(f"otel_rl.stats: `{full}` holds {_KIND_NAMES[entry.kind]}; it cannot also "
-                             f"hold {_KIND_NAMES[kind]}")
+            raise ValueError(f"otel_rl.stats: `{full}` holds {KIND_NAMES[entry.kind]}; it cannot also "
+                             f"hold {KIND_NAMES[kind]}")
         if denominator is not None and entry.denominator != denominator:
             raise ValueError(f"otel_rl.stats: `{full}` was recorded over denominator `{entry.denominator}`, "
                              f"not `{denominator}`")
@@ -721,7 +518,7 @@ class StatsTracker:
         Returns:
             ``{key: value}`` with AReaL's names (``key/avg``, ``key__count``...).
         """
-        key_sync_group, reset, gloo_group = _positional_compat(key_sync_group, reset, gloo_group)
+        key_sync_group, reset, gloo_group = positional_compat(key_sync_group, reset, gloo_group)
         guard.ignored_arguments("stats.export", kwargs)
         if key is not None:
             full = self._full_key(key)
@@ -735,172 +532,6 @@ class StatsTracker:
             by_tracker = reduce_stats({self.name: partials}, {(self.name, k): g for k, g in groups.items()},
                                       reduce_group=reduce_group, key_sync_group=key_sync_group,
                                       gather_group=gloo_group)
-        out = _results_of(by_tracker.get(self.name, {}))
+        out = results_of(by_tracker.get(self.name, {}))
         _logging.deliver(self.name, out, step, reduce_group=reduce_group, log=log)
         return out
-
-
-def _positional_compat(key_sync_group: Any, reset: Any, gloo_group: Any) -> tuple[Any, bool, Any]:
-    """Maps older AReaL's positional ``(..., reset, gloo_group)`` onto ``(..., key_sync_group, reset)``.
-
-    A process group is never a bool, so a boolean where current AReaL has
-    ``key_sync_group`` is older AReaL's ``reset``, and what follows it is
-    older AReaL's ``gloo_group``.
-    """
-    if isinstance(key_sync_group, bool):
-        old_reset = key_sync_group
-        if not isinstance(reset, bool):
-            gloo_group = reset
-        return None, old_reset, gloo_group
-    return key_sync_group, bool(reset), gloo_group
-
-
-def _accumulate(torch: Any, entry: _Entry, value: Any, mask: Any) -> None:
-    value = value.detach()
-    if mask.device != value.device:
-        mask = mask.to(value.device, non_blocking=True)
-    # float64 sums unless the device has no float64 (MPS).
-    acc = torch.float32 if value.device.type == "mps" else torch.float64
-    if not value.is_floating_point():
-        value = value.to(acc)
-    # As AReaL: NaN / inf inside the mask go into the sum (and so the average);
-    # NaN is counted apart so min / max can report it, as torch.min does.
-    total = torch.where(mask, value, 0).sum(dtype=acc)
-    count = mask.sum()
-    isnan = torch.isnan(value)
-    nan = (mask & isnan).sum()
-    nonfinite = (mask & ~torch.isfinite(value)).sum()
-    ordered = mask & ~isnan
-    low = torch.where(ordered, value, float("inf")).min().to(acc)
-    high = torch.where(ordered, value, float("-inf")).max().to(acc)
-    entry.total = _add(entry.total, total)
-    entry.count = _add(entry.count, count)
-    entry.nan = _add(entry.nan, nan)
-    entry.nonfinite = _add(entry.nonfinite, nonfinite)
-    entry.low = low if entry.low is None else torch.minimum(entry.low, low)
-    entry.high = high if entry.high is None else torch.maximum(entry.high, high)
-
-
-def _add(total: Any, value: Any) -> Any:
-    return value if total is None else total + value
-
-
-def _results_of(partials: dict[str, Partial]) -> dict[str, float]:
-    out: dict[str, float] = {}
-    for key in partials:
-        out.update(results(key, partials[key]))
-    return out
-
-
-DEFAULT_TRACKER = StatsTracker()
-#: AReaL's ``TRACKERS``: every tracker by name; ``get`` adds to it.
-TRACKERS: dict[str, StatsTracker] = {"": DEFAULT_TRACKER}
-#: AReaL's ``LOCK``, guarding :data:`TRACKERS`.
-LOCK = threading.Lock()
-
-
-def get(name: str = "") -> StatsTracker:
-    """The tracker called ``name``, created on first use (``""`` is the default tracker).
-
-    Args:
-        name: ``rollout``, ``eval-rollout``...; its keys start with ``name/``.
-    """
-    name = name.strip("/")
-    if not name:
-        # The module-level functions record into DEFAULT_TRACKER, even after TRACKERS.clear().
-        with LOCK:
-            TRACKERS.setdefault("", DEFAULT_TRACKER)
-        return DEFAULT_TRACKER
-    with LOCK:
-        tracker = TRACKERS.get(name)
-        if tracker is None:
-            tracker = TRACKERS[name] = StatsTracker(name)
-        return tracker
-
-
-def _all_trackers() -> list[StatsTracker]:
-    with LOCK:
-        trackers = list(TRACKERS.values())
-    if DEFAULT_TRACKER not in trackers:
-        trackers.insert(0, DEFAULT_TRACKER)
-    return trackers
-
-
-def export_all(reduce_group: Any = None, key_sync_group: Any = None, reset: bool = True,
-               gloo_group: Any = None, *, step: int | None = None, log: bool | None = None,
-               **kwargs: Any) -> dict[str, float]:
-    """Exports every tracker at once (see :meth:`StatsTracker.export`).
-
-    With groups, all trackers and keys of all ranks are reduced together:
-    one key exchange and two ``all_reduce`` calls per group in all. A tracker
-    that only another rank has is created here too, as in AReaL.
-
-    Positional arguments follow current AReaL (``reduce_group,
-    key_sync_group, reset``); older AReaL's ``export_all(reduce_group, reset,
-    gloo_group)`` is recognised by its boolean second argument.
-
-    Args:
-        reduce_group: A ``torch.distributed`` process group to reduce over.
-        key_sync_group: A group, wider than ``reduce_group``, that keys with a
-            per-key reduce group are exchanged and reduced over (the Megatron
-            engine passes its data x context parallel group).
-        reset: Forget what was exported.
-        gloo_group: Older AReaL: a group of the same ranks as ``reduce_group``
-            to exchange key names over.
-        step: Step of the logged records (default: otel_rl's current step).
-        log: As for :meth:`StatsTracker.export`; one record per tracker.
-        **kwargs: Keyword arguments of other AReaL versions; ignored and
-            counted (``ignored_argument``).
-
-    Returns:
-        Every tracker's statistics in one dict.
-    """
-    key_sync_group, reset, gloo_group = _positional_compat(key_sync_group, reset, gloo_group)
-    guard.ignored_arguments("stats.export_all", kwargs)
-    by_tracker: dict[str, dict[str, Partial]] = {}
-    groups: dict[tuple[str, str], Any] = {}
-    for tracker in _all_trackers():
-        partials, tracker_groups = tracker._take(None, reset)
-        by_tracker[tracker.name] = partials
-        groups.update({(tracker.name, key): group for key, group in tracker_groups.items()})
-    by_tracker = reduce_stats(by_tracker, groups, reduce_group=reduce_group, key_sync_group=key_sync_group,
-                              gather_group=gloo_group)
-    for name in by_tracker:
-        get(name)  # as AReaL: a tracker another rank has exists here too
-    merged: dict[str, float] = {}
-    duplicates: set[str] = set()
-    for name in sorted(by_tracker):
-        out = _results_of(by_tracker[name])
-        duplicates |= merged.keys() & out.keys()
-        merged.update(out)
-        _logging.deliver(name, out, step, reduce_group=reduce_group, log=log)
-    if duplicates:
-        guard.report(diagnostics.STATS_DUPLICATE_KEY, "stats keys exported by more than one tracker: %s",
-                     sorted(duplicates))
-    return merged
-
-
-def commit(stats: dict[str, Any], step: int | None = None, *, tracker: str = "",
-           log: bool | None = None) -> None:
-    """Logs statistics exported elsewhere (AReaL's ``StatsLogger.commit``).
-
-    For values merged with :func:`merge_worker_stats` from rollout workers,
-    or any dict of numbers; ``__count`` keys are dropped, rank 0 logs.
-
-    Args:
-        stats: Key to number.
-        step: The training step (default: otel_rl's current step).
-        tracker: The ``rl.stats.tracker`` / ``tracker`` value of the record.
-        log: ``None``: rank 0 logs; ``True``: log here; ``False``: nothing.
-    """
-    try:
-        values = {str(k): float(v) for k, v in stats.items()}
-    except (TypeError, ValueError) as exc:
-        guard.report(diagnostics.STATS_BAD_VALUE, "commit() got a value that is not a number: %r", exc)
-        values = {}
-        for k, v in stats.items():
-            try:
-                values[str(k)] = float(v)
-            except (TypeError, ValueError):
-                pass
-    _logging.deliver(tracker, values, step, log=log)

@@ -40,7 +40,7 @@ from typing import Any, Callable
 import orjson
 
 from .. import files, guard, keys
-from ..encode.chrome_trace import kineto_shift_us
+from ..encode.kineto_clock import kineto_shift_us
 from ..state import STATE
 from .. import diagnostics
 
@@ -417,8 +417,10 @@ def align_events(events: list[Any], base_ns: Any, meta: dict[str, Any]) -> list[
 
 PROFILER = TorchProfiler()
 
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=PROFILER.after_fork)
+
+def after_fork_in_child() -> None:
+    """A forked child has no profiler window: it cannot stop the parent's."""
+    PROFILER.after_fork()
 
 
 # --- CUDA-synchronised timing ---------------------------------------------------------------------

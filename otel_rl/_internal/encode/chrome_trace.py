@@ -18,13 +18,15 @@ their phases end before the session span does, so they wait until it arrives
 and are then laid out under it. Parent/child pairs that end up on different
 tracks, and client/server pairs in different processes, are joined with flow
 arrows.
+
+The lanes themselves are in :mod:`.lanes`, track names and pids in
+:mod:`.track_metadata`, value conversion in :mod:`.json_values` and the names
+of flow and batch lines in :mod:`.chrome_markers`.
 """
 
 from __future__ import annotations
 
 import itertools
-import zlib
-from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -33,28 +35,25 @@ from opentelemetry.trace import SpanKind
 from opentelemetry.trace.status import StatusCode
 
 from .. import guard, keys
-from ..payload import safe_str, utf8_text
 from .. import diagnostics
+from .chrome_markers import BATCH_MARKER, BATCH_MARKER_PREFIX, FLOW_CATEGORY, FLOW_NAME, FLOW_SOURCE
+from .json_values import chrome_args, json_safe_value
+from .kineto_clock import kineto_shift_us
+from .lanes import Lane, LaneGroup, ProcessLanes, TwoGenerationMap
+from .track_metadata import (
+    TRAINING_ROLES,
+    add_lane_metadata,
+    add_process_metadata,
+    process_pid,
+    resource_identity,
+)
 
-#: Category and name of every flow event: Perfetto keys v1 flows on (id, cat, name).
-FLOW_CATEGORY = "rl.flow"
-FLOW_NAME = "flow"
-#: Name of the metadata line marking a span whose children may be in other processes
-#: (``args.span_id``; its ``pid``, ``tid`` and ``ts`` are the span's slice). The converter
-#: starts the flows of those children there; viewers ignore metadata they do not know.
-FLOW_SOURCE = "otel_rl.flow_source"
-#: Name of the metadata line that closes each batch in a trace file. Its args
-#: give the batch's line count, byte length, CRC-32 and pids, so a reader can
-#: trust (and copy) the whole batch without parsing every line. Viewers ignore
-#: metadata they do not know; the converter drops it.
-BATCH_MARKER = "otel_rl.batch"
-#: How a batch marker line starts: the exporter writes its keys in this order.
-BATCH_MARKER_PREFIX = b'{"ph":"M","name":"otel_rl.batch",'
+# Importers of this module find the names that moved to its neighbours here too.
+__all__ = [
+    "BATCH_MARKER", "BATCH_MARKER_PREFIX", "FLOW_CATEGORY", "FLOW_NAME", "FLOW_SOURCE", "TRAINING_ROLES",
+    "ChromeTraceEncoder", "json_safe_value", "kineto_shift_us",
+]
 
-# Synthetic pids stay above Linux's largest possible pid (2**22) and, like every
-# pid and tid written here, below 2**32: Perfetto rejects larger ones.
-_SYNTHETIC_PID_BASE = 1 << 22
-_SYNTHETIC_PID_SPAN = 1 << 22
 # Each encoder gets its own tid range, so two encoders writing the same file from
 # one process (a reconfigured exporter) never share a track by accident.
 _TIDS_PER_ENCODER = 1 << 20
@@ -67,275 +66,11 @@ _REMOTE_FLOW_MIX = 0xC2B2AE3D27D4EB4F
 
 _MAX_GROUPS = 1024  # source threads remembered per process
 _MAX_WAITING_CHILDREN = 4096  # children of one unplaced parent remembered for its flows
-
-_INT_MIN = -(1 << 63)
-_INT_MAX = (1 << 64) - 1
 _MAX_ANCESTRY = 64
-
-
-def json_safe_value(value: Any) -> Any:
-    """An attribute value orjson can write: sequences become lists, bytes hex text,
-    text valid UTF-8 (a lone surrogate escaped)."""
-    kind = type(value)
-    if kind is str:
-        return utf8_text(value)
-    if kind is bool or kind is float or value is None:
-        return value
-    if kind is int:
-        return value if _INT_MIN <= value <= _INT_MAX else str(value)
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        return bytes(value).hex()
-    if isinstance(value, Mapping):
-        return {utf8_text(safe_str(k)): json_safe_value(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [json_safe_value(v) for v in value]
-    if isinstance(value, int):  # bool subclasses and int enums
-        return json_safe_value(int(value))
-    return utf8_text(safe_str(value))
-
-
-_ARGS_PREFIX = keys.ARGS_PREFIX
-_ARGS_PREFIX_LEN = len(_ARGS_PREFIX)
-
-
-def _args_from(attributes: Mapping[str, Any] | None) -> dict[str, Any]:
-    """A span's or event's attributes as Chrome ``args``: the user's own ``args``
-    under their own keys (the ``rl.args.`` prefix is OpenTelemetry's namespacing,
-    not part of the name people filter on in Perfetto), otel_rl's keys as they are."""
-    if not attributes:
-        return {}
-    out = {}
-    for key, value in attributes.items():
-        kind = type(value)
-        if not (kind is str or kind is float or kind is bool or (
-                kind is int and _INT_MIN <= value <= _INT_MAX)):
-            value = json_safe_value(value)
-        if key.startswith(_ARGS_PREFIX):
-            key = key[_ARGS_PREFIX_LEN:]
-        out[key] = value
-    # The track already names the thread; repeating it on every slice only
-    # makes the file bigger.
-    out.pop(keys.THREAD_ID, None)
-    out.pop(keys.THREAD_NAME, None)
-    return out
-
-
-class _TwoGen:
-    """A bounded map: when the young generation fills it becomes the old one.
-
-    Cheaper than evicting one entry at a time from an ordered dict, and keeps
-    between ``cap`` and ``2 * cap`` of the most recent entries.
-    """
-
-    __slots__ = ("cap", "young", "old")
-
-    def __init__(self, cap: int) -> None:
-        self.cap = max(1, cap)
-        self.young: dict[Any, Any] = {}
-        self.old: dict[Any, Any] = {}
-
-    def get(self, key: Any) -> Any:
-        value = self.young.get(key)
-        if value is None:
-            value = self.old.get(key)
-        return value
-
-    def __contains__(self, key: Any) -> bool:
-        return key in self.young or key in self.old
-
-    def set(self, key: Any, value: Any) -> None:
-        young = self.young
-        young[key] = value
-        if len(young) >= self.cap:
-            self.old = young
-            self.young = {}
-
-    def pop(self, key: Any) -> Any:
-        value = self.young.pop(key, None)
-        old = self.old.pop(key, None)
-        return value if value is not None else old
-
-
-class _Level:
-    """Disjoint intervals sorted by start (so also by end), each with its children."""
-
-    __slots__ = ("starts", "ends", "ids", "kids")
-
-    def __init__(self) -> None:
-        self.starts: list[int] = []
-        self.ends: list[int] = []
-        self.ids: list[int] = []
-        self.kids: list[_Level | None] = []
-
-
-def _subtree_size(level: _Level | None) -> int:
-    total = 0
-    stack = [level]
-    while stack:
-        node = stack.pop()
-        if node is None:
-            continue
-        total += len(node.starts)
-        stack.extend(node.kids)
-    return total
-
-
-class _Lane:
-    """One track: a forest of properly nested intervals (integer nanoseconds).
-
-    Each level of the forest is a sorted list of disjoint intervals, so finding
-    what a new interval touches is two bisections per level.
-    """
-
-    __slots__ = ("index", "tid", "root", "count", "max_end", "pruned_before", "next_prune")
-
-    def __init__(self, index: int, tid: int, prune_at: int) -> None:
-        self.index = index
-        self.tid = tid
-        self.root = _Level()
-        self.count = 0
-        self.max_end = 0
-        # Intervals ending before this were forgotten; a span starting earlier
-        # could cross one of them unseen, so it is not allowed into this lane.
-        self.pruned_before = -1
-        self.next_prune = prune_at
-
-    def insert(self, start: int, end: int, span_id: int, encoder: ChromeTraceEncoder) -> bool:
-        """Inserts ``[start, end]`` if it nests properly; ``False`` leaves the lane unchanged."""
-        if start < self.pruned_before:
-            return False
-        level = self.root
-        while True:
-            starts = level.starts
-            ends = level.ends
-            i = bisect_right(ends, start)
-            j = bisect_left(starts, end, i)
-            if i == j:
-                starts.insert(i, start)
-                ends.insert(i, end)
-                level.ids.insert(i, span_id)
-                level.kids.insert(i, None)
-                break
-            first_start = starts[i]
-            if j - i == 1 and first_start <= start and ends[i] >= end and \
-                    encoder._is_ancestor(level.ids[i], span_id):
-                kid = level.kids[i]
-                if kid is None:
-                    kid = level.kids[i] = _Level()
-                level = kid
-                continue
-            # Otherwise the new span must enclose everything it touches, and all
-            # of it must be its own descendants.
-            if first_start < start or ends[j - 1] > end:
-                return False
-            ids = level.ids
-            for k in range(i, j):
-                if not encoder._is_ancestor(span_id, ids[k]):
-                    return False
-            adopted = _Level()
-            adopted.starts = starts[i:j]
-            adopted.ends = ends[i:j]
-            adopted.ids = ids[i:j]
-            adopted.kids = level.kids[i:j]
-            starts[i:j] = [start]
-            ends[i:j] = [end]
-            ids[i:j] = [span_id]
-            level.kids[i:j] = [adopted]
-            break
-        self.count += 1
-        if end > self.max_end:
-            self.max_end = end
-        return True
-
-    def prune(self, cutoff: int) -> None:
-        """Forgets intervals that ended before ``cutoff``."""
-        level: _Level | None = self.root
-        removed = 0
-        gone = self.pruned_before
-        while level is not None:
-            ends = level.ends
-            k = bisect_left(ends, cutoff)
-            if k:
-                gone = max(gone, ends[k - 1])
-                removed += k
-                for kid in level.kids[:k]:
-                    removed += _subtree_size(kid)
-                del level.starts[:k]
-                del ends[:k]
-                del level.ids[:k]
-                del level.kids[:k]
-            # Only the first surviving interval can still hold children older than
-            # the cutoff: every later one starts after it ends.
-            if not level.starts or level.starts[0] >= cutoff:
-                break
-            level = level.kids[0]
-        self.count -= removed
-        self.pruned_before = gone
-
-
-class _Group:
-    """The lanes of one source thread of one process."""
-
-    __slots__ = ("key", "name", "number", "lanes", "used")
-
-    def __init__(self, key: Any, name: str, number: int) -> None:
-        self.key = key
-        self.name = name
-        self.number = number
-        self.lanes: list[_Lane] = []
-        self.used = 0
-
-
-class _Process:
-    __slots__ = ("pid", "groups", "groups_made", "rank", "role")
-
-    def __init__(self, pid: int, rank: Any = None, role: Any = None) -> None:
-        self.pid = pid
-        self.groups: dict[Any, _Group] = {}
-        self.groups_made = 0
-        # On every slice's and instant's args, as AReaL writes them (people filter on them).
-        self.rank = rank
-        self.role = role or None
-
-
-def _identity(attributes: Mapping[str, Any]) -> tuple:
-    items = []
-    for key, value in attributes.items():
-        if not isinstance(value, (str, bool, int, float)):
-            value = repr(value)
-        items.append((key, value))
-    items.sort()
-    return tuple(items)
 
 
 def _flow_id(value: int) -> str:
     return f"0x{value & 0xFFFFFFFFFFFFFFFF:016x}"
-
-
-#: Roles of the training side: their processes come first in Perfetto, the rest
-#: (rollout workers, inference servers) after them, each by rank.
-TRAINING_ROLES = frozenset({"trainer", "actor", "critic", "learner", "master", "ref", "train"})
-_OTHER_ROLES_FROM = 1 << 20
-
-
-def _sort_index(rank: int, role: Any) -> int:
-    """AReaL's sort index (the rank), with processes of other roles after the training side."""
-    if not role or str(role).lower() in TRAINING_ROLES:
-        return rank
-    return _OTHER_ROLES_FROM + rank
-
-
-def _process_name(attributes: Mapping[str, Any], pid: int) -> str:
-    """AReaL's process names (``[trainer] Rank 0, Process``), so the tracks read
-    the same as in a trace AReaL's tracer wrote."""
-    rank = attributes.get(keys.RANK)
-    role = attributes.get(keys.ROLE)
-    if rank is not None:
-        return f"[{role}] Rank {rank}, Process" if role else f"Rank {rank}, Process"
-    service = attributes.get(keys.SERVICE_NAME)
-    if service:
-        return f"{service} · {role}" if role else str(service)
-    return f"pid {pid}"
 
 
 class ChromeTraceEncoder:
@@ -371,20 +106,20 @@ class ChromeTraceEncoder:
         self._prune_at = max(8, self._max_intervals // 5)
         self._prune_step = max(8, self._max_intervals // 8)
         self._next_tid = next(_encoder_numbers) * _TIDS_PER_ENCODER % (1 << 31) + 1
-        self._resource_cache: dict[int, tuple[Any, _Process]] = {}
-        self._processes: dict[tuple, _Process] = {}
+        self._resource_cache: dict[int, tuple[Any, ProcessLanes]] = {}
+        self._processes: dict[tuple, ProcessLanes] = {}
         self._pid_owner: dict[int, tuple] = {}
         # span id -> (group, lane index, pid, tid, start in us) once placed
-        self._placed = _TwoGen(max_tracked_spans)
+        self._placed = TwoGenerationMap(max_tracked_spans)
         # span id -> local parent span id (0 for roots and remote parents)
-        self._parent_of = _TwoGen(max_tracked_spans)
+        self._parent_of = TwoGenerationMap(max_tracked_spans)
         # parent span id -> placed children still waiting for that parent
-        self._waiting = _TwoGen(max_tracked_spans)
+        self._waiting = TwoGenerationMap(max_tracked_spans)
         # (pid, session id) -> [(span, process), ...], oldest session first
-        self._buffered: dict[tuple, list[tuple[ReadableSpan, _Process]]] = {}
+        self._buffered: dict[tuple, list[tuple[ReadableSpan, ProcessLanes]]] = {}
         self._buffered_count = 0
-        self._session_lane = _TwoGen(10_000)  # (pid, session id) -> (group, lane index)
-        self._foreign_sessions = _TwoGen(10_000)  # sessions whose session span lives elsewhere
+        self._session_lane = TwoGenerationMap(10_000)  # (pid, session id) -> (group, lane index)
+        self._foreign_sessions = TwoGenerationMap(10_000)  # sessions whose session span lives elsewhere
         self._newest_end = 0
         self._clock = 0
 
@@ -464,7 +199,7 @@ class ChromeTraceEncoder:
                     self._buffer(key, span, proc, out)
         self._release_stale(out)
 
-    def _buffer(self, key: tuple, span: ReadableSpan, proc: _Process,
+    def _buffer(self, key: tuple, span: ReadableSpan, proc: ProcessLanes,
                 out: list[dict[str, Any]]) -> None:
         waiting = self._buffered.get(key)
         if waiting is None:
@@ -494,7 +229,7 @@ class ChromeTraceEncoder:
         for span, proc in waiting:
             self._place(span, proc, span.attributes, out)
 
-    def _place_session(self, span: ReadableSpan, proc: _Process, attrs: Mapping[str, Any],
+    def _place_session(self, span: ReadableSpan, proc: ProcessLanes, attrs: Mapping[str, Any],
                        key: tuple, out: list[dict[str, Any]]) -> None:
         lane = self._place(span, proc, attrs, out)
         self._session_lane.set(key, lane)
@@ -521,12 +256,12 @@ class ChromeTraceEncoder:
         return False
 
     # --- processes and threads -----------------------------------------------------------
-    def _process(self, resource: Any, out: list[dict[str, Any]]) -> _Process:
+    def _process(self, resource: Any, out: list[dict[str, Any]]) -> ProcessLanes:
         cached = self._resource_cache.get(id(resource))
         if cached is not None and cached[0] is resource:
             return cached[1]
         attrs = resource.attributes
-        ident = _identity(attrs)
+        ident = resource_identity(attrs)
         proc = self._processes.get(ident)
         if proc is None:
             proc = self._new_process(attrs, ident, out)
@@ -536,36 +271,19 @@ class ChromeTraceEncoder:
         return proc
 
     def _new_process(self, attrs: Mapping[str, Any], ident: tuple,
-                     out: list[dict[str, Any]]) -> _Process:
-        pid = attrs.get(keys.PROCESS_PID)
-        if type(pid) is not int or not 0 <= pid < (1 << 32) or pid in self._pid_owner:
-            # No usable pid, or another resource already has it: derive one from
-            # the resource itself, so the same process gets the same pid every time.
-            seed = repr(ident).encode()
-            pid = _SYNTHETIC_PID_BASE + zlib.crc32(seed) % _SYNTHETIC_PID_SPAN
-            salt = 0
-            while pid in self._pid_owner:
-                salt += 1
-                pid = _SYNTHETIC_PID_BASE + zlib.crc32(seed + str(salt).encode()) % _SYNTHETIC_PID_SPAN
+                     out: list[dict[str, Any]]) -> ProcessLanes:
+        # No usable pid, or another resource already has it: one derived from the resource.
+        pid = process_pid(attrs, ident, self._pid_owner)
         if len(self._processes) >= 10_000:
             # Thousands of distinct resources in one stream: forget the old ones
             # rather than grow; their pids stay reserved so none is reused.
             self._processes.clear()
         self._pid_owner[pid] = ident
-        proc = self._processes[ident] = _Process(pid, attrs.get(keys.RANK), attrs.get(keys.ROLE))
-        out.append({"ph": "M", "name": "process_name", "pid": pid, "tid": 0,
-                    "args": {"name": _process_name(attrs, pid)}})
-        rank = attrs.get(keys.RANK)
-        if type(rank) is int:
-            out.append({"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0,
-                        "args": {"sort_index": _sort_index(rank, attrs.get(keys.ROLE))}})
-        labels = [str(attrs[k]) for k in (keys.EXPERIMENT, keys.TRIAL) if attrs.get(k)]
-        if labels:
-            out.append({"ph": "M", "name": "process_labels", "pid": pid, "tid": 0,
-                        "args": {"labels": "/".join(labels)}})
+        proc = self._processes[ident] = ProcessLanes(pid, attrs.get(keys.RANK), attrs.get(keys.ROLE))
+        add_process_metadata(attrs, pid, out)
         return proc
 
-    def _group(self, proc: _Process, attrs: Mapping[str, Any], span: ReadableSpan) -> _Group:
+    def _group(self, proc: ProcessLanes, attrs: Mapping[str, Any], span: ReadableSpan) -> LaneGroup:
         thread = attrs.get(keys.THREAD_ID)
         if thread is not None:
             key: Any = thread
@@ -585,26 +303,22 @@ class ChromeTraceEncoder:
                 name = attrs.get(keys.THREAD_NAME) or f"thread {thread}"
             else:
                 name = key[1] or "spans"
-            group = groups[key] = _Group(key, str(name), proc.groups_made)
+            group = groups[key] = LaneGroup(key, str(name), proc.groups_made)
             proc.groups_made += 1
         self._clock += 1
         group.used = self._clock
         return group
 
-    def _new_lane(self, proc: _Process, group: _Group, out: list[dict[str, Any]]) -> _Lane:
+    def _new_lane(self, proc: ProcessLanes, group: LaneGroup, out: list[dict[str, Any]]) -> Lane:
         index = len(group.lanes)
         tid = self._next_tid
         self._next_tid += 1
-        lane = _Lane(index, tid, self._prune_at)
+        lane = Lane(index, tid, self._prune_at)
         group.lanes.append(lane)
-        name = group.name if index == 0 else f"{group.name} · lane {index}"
-        out.append({"ph": "M", "name": "thread_name", "pid": proc.pid, "tid": tid,
-                    "args": {"name": name}})
-        out.append({"ph": "M", "name": "thread_sort_index", "pid": proc.pid, "tid": tid,
-                    "args": {"sort_index": group.number * 1000 + min(index, 999)}})
+        add_lane_metadata(proc.pid, tid, group.name, group.number, index, out)
         return lane
 
-    def _maybe_prune(self, lane: _Lane) -> None:
+    def _maybe_prune(self, lane: Lane) -> None:
         if lane.count < lane.next_prune:
             return
         horizon = self._horizon_ns
@@ -618,9 +332,9 @@ class ChromeTraceEncoder:
         lane.next_prune = max(lane.count + 1, min(self._max_intervals, lane.count + self._prune_step))
 
     # --- placement and events ------------------------------------------------------------
-    def _place(self, span: ReadableSpan, proc: _Process, attrs: Mapping[str, Any],
-               out: list[dict[str, Any]], prefer: tuple[_Group, int] | None = None,
-               ) -> tuple[_Group, int]:
+    def _place(self, span: ReadableSpan, proc: ProcessLanes, attrs: Mapping[str, Any],
+               out: list[dict[str, Any]], prefer: tuple[LaneGroup, int] | None = None,
+               ) -> tuple[LaneGroup, int]:
         start = span.start_time or 0
         end = span.end_time or start
         if end < start:
@@ -650,25 +364,26 @@ class ChromeTraceEncoder:
                     tried.append(child[1])
                     break
         chosen = None
+        is_ancestor = self._is_ancestor
         for index in tried:
-            if lanes[index].insert(start, end, span_id, self):
+            if lanes[index].insert(start, end, span_id, is_ancestor):
                 chosen = lanes[index]
                 break
         if chosen is None:
             for lane in lanes:
-                if lane.index not in tried and lane.insert(start, end, span_id, self):
+                if lane.index not in tried and lane.insert(start, end, span_id, is_ancestor):
                     chosen = lane
                     break
         if chosen is None:
             chosen = self._new_lane(proc, group, out)
-            chosen.insert(start, end, span_id, self)
+            chosen.insert(start, end, span_id, is_ancestor)
         self._maybe_prune(chosen)
 
         pid = proc.pid
         tid = chosen.tid
         ts = start / 1000
         cat = attrs.get(keys.CATEGORY) or attrs.get(keys.SPAN_KIND) or "span"
-        args = _args_from(attrs)
+        args = chrome_args(attrs)
         args["trace_id"] = f"{ctx.trace_id:032x}"
         args["span_id"] = f"{span_id:016x}"
         if parent is not None:
@@ -699,7 +414,7 @@ class ChromeTraceEncoder:
             out.append({"ph": "X", "name": span.name, "cat": cat, "ts": ts,
                         "dur": (end - start) / 1000, "pid": pid, "tid": tid, "args": args})
         for event in span.events:
-            event_args = _args_from(event.attributes)
+            event_args = chrome_args(event.attributes)
             if rank is not None:
                 event_args.setdefault("rank", rank)
             if role is not None:
@@ -750,7 +465,7 @@ class ChromeTraceEncoder:
                     "ts": child[4], "pid": child[2], "tid": child[3]})
 
 
-def _last_used(group: _Group) -> int:
+def _last_used(group: LaneGroup) -> int:
     return group.used
 
 
@@ -758,21 +473,3 @@ def _outer_first(item: tuple[ReadableSpan, Any]) -> tuple[int, int]:
     span = item[0]
     start = span.start_time or 0
     return start, -(span.end_time or start)
-
-
-def kineto_shift_us(events: list[Any], base_ns: Any) -> float:
-    """Microseconds to add to a torch profiler (Kineto) trace's timestamps to
-    put them on the wall clock.
-
-    Kineto's ``baseTimeNanoseconds`` is the wall clock at boot and, in torch
-    2.x, its event timestamps count from it: far below the base itself, which
-    epoch timestamps never are. (Not "below 1e12": machines run for more than
-    11 days.) Traces already on the wall clock need no shift.
-    """
-    if not isinstance(base_ns, (int, float)) or base_ns <= 0:
-        return 0.0
-    first = next((e.get("ts") for e in events
-                  if isinstance(e, dict) and isinstance(e.get("ts"), (int, float))), None)
-    if first is not None and first < base_ns / 2000:
-        return base_ns / 1000
-    return 0.0

@@ -3,7 +3,7 @@
 A span whose parent ran in another process cannot start its own arrow: the
 parent's slice is in another file. So each side writes what it knows: the
 child a flow end with an id of its own and its parent's span id
-(``args.parent_span_id``), the parent a :data:`~.chrome_trace.FLOW_SOURCE`
+(``args.parent_span_id``), the parent a :data:`~.chrome_markers.FLOW_SOURCE`
 metadata line with its slice (any span whose context was sent away: a CLIENT
 or PRODUCER span, or one current at ``otel_rl.inject``). When files are merged,
 :class:`FlowJoiner` sees both and adds one flow start per child on the parent's
@@ -17,7 +17,7 @@ from typing import Any
 
 import orjson
 
-from .chrome_trace import FLOW_CATEGORY, FLOW_NAME, FLOW_SOURCE
+from .chrome_markers import FLOW_CATEGORY, FLOW_NAME, FLOW_SOURCE
 
 _END_PREFIX = b'{"ph":"f"'
 _SOURCE_PREFIX = b'{"ph":"M","name":"' + FLOW_SOURCE.encode() + b'"'

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 import threading
 import time
 import weakref
@@ -539,13 +538,10 @@ class BackgroundFlush:
 _flushers: weakref.WeakSet[BackgroundFlush] = weakref.WeakSet()
 
 
-def _after_fork_in_child() -> None:
+def after_fork_in_child() -> None:
+    """Renews every background flusher in a forked child (its thread stayed in the parent)."""
     for flusher in list(_flushers):
         flusher._reinit()  # noqa: SLF001
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def bounded(fn: Any, timeout_s: float) -> None:

@@ -4,7 +4,7 @@ The file is append-only and written one batch at a time, each batch as whole
 lines, flushed before ``export`` returns: a crash loses at most the batch being
 written, and at worst leaves one truncated last line, which the converter skips.
 
-Each batch ends with a marker line (:data:`~.chrome_trace.BATCH_MARKER`) holding
+Each batch ends with a marker line (:data:`~.chrome_markers.BATCH_MARKER`) holding
 the batch's CRC-32: the converter copies a batch whose checksum matches without
 parsing its lines, which makes merging large runs several times faster.
 """
@@ -24,7 +24,9 @@ from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from .. import guard
-from ..encode.chrome_trace import BATCH_MARKER, ChromeTraceEncoder, json_safe_value
+from ..encode.chrome_markers import BATCH_MARKER
+from ..encode.chrome_trace import ChromeTraceEncoder
+from ..encode.json_values import json_safe_value
 from .jsonl import AppendOnlyFile
 from .. import diagnostics
 
@@ -34,13 +36,10 @@ from .. import diagnostics
 _fork_sensitive: weakref.WeakSet[Any] = weakref.WeakSet()
 
 
-def _after_fork_in_child() -> None:
+def after_fork_in_child() -> None:
+    """Renews the locks of every exporter and processor of this module in a forked child."""
     for obj in list(_fork_sensitive):
         obj._after_fork_in_child()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _dumps(event: dict[str, Any]) -> bytes | None:

@@ -18,16 +18,6 @@ BYTES_WRITTEN: dict[str, int] = {}
 _bytes_lock = threading.Lock()
 
 
-def _after_fork_in_child() -> None:
-    # The parent's export thread may have held the lock at the fork.
-    global _bytes_lock
-    _bytes_lock = threading.Lock()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
-
-
 def bytes_written() -> dict[str, int]:
     """A snapshot of :data:`BYTES_WRITTEN`."""
     with _bytes_lock:
@@ -46,13 +36,13 @@ def dumps_line(obj: Any) -> bytes:
 _files: weakref.WeakSet[AppendOnlyFile] = weakref.WeakSet()
 
 
-def _after_fork_in_child() -> None:
+def after_fork_in_child() -> None:
+    """Renews the byte counts' lock and every open file's lock in a forked child
+    (the parent's export thread may have held one at the fork)."""
+    global _bytes_lock
+    _bytes_lock = threading.Lock()
     for f in list(_files):
         f._lock = threading.Lock()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class AppendOnlyFile:

@@ -1,12 +1,12 @@
 """The background half of a span's life: queue, records, processors.
 
-A finished :class:`~otel_rl._internal.recording.spans.LeanSpan` appends its record
-(:mod:`.records`) to a deque (one atomic append on the caller's thread). A
-single daemon thread drains it every ``export_interval_ms`` (sooner when it
-fills). In thread mode the records become SDK ``ReadableSpan`` objects handed
-to ``sink`` (the session processor, which wraps the TracerProvider's
-processors) right here; in process mode each batch is shipped, as it is, to the
-exporter process (:mod:`.exporter_process`).
+A finished :class:`~otel_rl._internal.recording.spans.LeanSpan` appends its
+record (:mod:`~otel_rl._internal.recording.record`) to a deque (one atomic
+append on the caller's thread). A single daemon thread drains it every
+``export_interval_ms`` (sooner when it fills). In thread mode the records
+become SDK ``ReadableSpan`` objects handed to ``sink`` (the session processor,
+which wraps the TracerProvider's processors) right here; in process mode each
+batch is shipped, as it is, to the exporter process (:mod:`.process`).
 
 ``save()`` asks this thread to do its work (drain, then write the files or ask
 the exporter process to) and returns; only ``save(force=True)`` and
@@ -19,7 +19,6 @@ import collections
 import os
 import threading
 import time
-import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -29,8 +28,9 @@ from opentelemetry.sdk.trace.sampling import Decision, Sampler
 from opentelemetry.trace import SpanContext, SpanKind
 
 from .. import guard, keys
+from ..encode.readable import ReadableBuilder, record_from_readable
 from ..recording import privacy
-from ..recording.record import THREAD, ReadableBuilder, expand, record_from_readable, span_count
+from ..recording.record import THREAD, expand, span_count
 from .. import diagnostics
 
 #: After shutdown's bound, how long the export thread gets to stop where it is.
@@ -101,11 +101,6 @@ class Pipeline:
         self.spans_left = 0
         self._closed = False
         self._init_thread_state()
-        if hasattr(os, "register_at_fork"):
-            # A weak reference: fork hooks cannot be unregistered, and a shut
-            # down pipeline must neither be kept alive nor restarted by them.
-            ref = weakref.WeakMethod(self._after_fork_in_child)
-            os.register_at_fork(after_in_child=lambda: (m := ref()) and m())
 
     # --- thread management --------------------------------------------------------
     def _init_thread_state(self) -> None:
@@ -123,7 +118,8 @@ class Pipeline:
         self._thread = threading.Thread(target=self._run, name="otel_rl-export", daemon=True)
         self._thread.start()
 
-    def _after_fork_in_child(self) -> None:
+    def after_fork_in_child(self) -> None:
+        """Called by the runtime's fork walk in a forked child (last: it starts the export thread)."""
         # The parent's queued spans belong to the parent: a child that exported
         # them would duplicate them. The export thread did not survive the fork.
         if self._closed:

@@ -4,7 +4,7 @@ Building SDK spans, deriving sessions, encoding Chrome events and OTLP
 protobuf costs tens of microseconds of CPU per span, and in the training
 process that work competes for the GIL with the training loop. In process
 mode the export thread only turns finished spans into plain records
-(:mod:`.records`) and writes them, ``marshal``-ed in batches, to the stdin of
+(:mod:`..recording.record`) and writes them, ``marshal``-ed in batches, to the stdin of
 a child process running this module, which does everything else. If the
 training process dies, the child reads end-of-file, writes what it has and
 exits.
@@ -472,7 +472,8 @@ def main() -> int:
 
     from ..config import Settings
     from .chain import ExportChain
-    from ..recording.record import ReadableBuilder, expand
+    from ..encode.readable import ReadableBuilder
+    from ..recording.record import expand
 
     config = json.loads(os.environ[CONFIG_ENV])
     settings_dict = config["settings"]

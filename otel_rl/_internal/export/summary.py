@@ -56,13 +56,10 @@ class Baseline:
         cls.started = time.time()
 
 
-def _after_fork_in_child() -> None:
+def after_fork_in_child() -> None:
+    """A forked child's summary counts from the fork (guard's and jsonl's locks renewed first)."""
     Baseline.mark()
     Baseline.forked = True
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _add(total: dict[str, Any], part: dict[str, Any]) -> None:

@@ -26,6 +26,7 @@ from typing import Any
 
 from .. import guard, keys, payload
 from .. import diagnostics
+from . import record
 
 Redactor = Callable[[str, Any], Any]
 
@@ -180,44 +181,26 @@ def metadata(values: dict[str, Any]) -> dict[str, Any]:
 def redact_records(records: list[tuple]) -> list[tuple]:
     """``records`` with the hook applied to their payloads (the export thread runs it
     before records are processed or shipped, only while a hook is installed)."""
-    from .record import ARGS, BUNDLE, EVENTS
-
     fn = _redactor
     if fn is None:
         return records
     out = []
     for rec in records:
-        if not rec[ARGS] and not rec[EVENTS] and not (len(rec) > BUNDLE and rec[BUNDLE]):
+        if not record.has_payloads(rec):
             out.append(rec)
             continue
         try:
-            out.append(_redact_record(rec, fn))
+            out.append(record.map_payloads(rec, lambda args: redact_payload(keys.ARGS_PREFIX, args, fn),
+                                           lambda attrs: redact_flat(attrs, fn)))
         except Exception as exc:  # noqa: BLE001 - keep the span, without its payloads
             guard.report(diagnostics.REDACTOR_ERROR, "payloads of a span could not be redacted (dropped): %s",
                          type(exc).__name__)
-            fields = list(rec)
-            fields[ARGS] = None
-            fields[EVENTS] = [(name, None, ts) for name, _attrs, ts in rec[EVENTS] or ()] or None
-            if len(rec) > BUNDLE and rec[BUNDLE]:
-                session_id, phases = rec[BUNDLE]
-                fields[BUNDLE] = (session_id, [(n, s, e, t, None, i) for n, s, e, t, _a, i in phases])
-            out.append(tuple(fields))
+            out.append(record.map_payloads(rec, _dropped, _dropped))
     return out
 
 
-def _redact_record(rec: tuple, fn: Redactor) -> tuple:
-    from .record import ARGS, BUNDLE, EVENTS
-
-    fields = list(rec)
-    if rec[ARGS]:
-        fields[ARGS] = redact_payload(keys.ARGS_PREFIX, rec[ARGS], fn)
-    if rec[EVENTS]:
-        fields[EVENTS] = [(name, redact_flat(attrs, fn), ts) for name, attrs, ts in rec[EVENTS]]
-    if len(rec) > BUNDLE and rec[BUNDLE]:
-        session_id, phases = rec[BUNDLE]
-        fields[BUNDLE] = (session_id, [(n, s, e, t, redact_payload(keys.ARGS_PREFIX, a, fn) if a else a, i)
-                                       for n, s, e, t, a, i in phases])
-    return tuple(fields)
+def _dropped(_value: Any) -> None:
+    return None
 
 
 # --- content found by shape -------------------------------------------------------------------

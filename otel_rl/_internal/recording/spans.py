@@ -4,42 +4,65 @@ What a span costs on the caller's thread is what training pays, so a
 :class:`LeanSpan` only takes two timestamps, draws ids, and attaches itself to
 the OpenTelemetry context (so ``trace.get_current_span()`` returns it and any
 third-party instrumentation nests under it). When it ends it appends its
-record (:mod:`.records`, a tuple of built-in values) to the pipeline's queue,
-so the background never touches the span object again. Everything else - the
+record (:mod:`.record`, a tuple of built-in values) to its sink's queue, so
+the background never touches the span object again. Everything else - the
 SDK ``ReadableSpan``, baggage to attributes, payload sanitising, session
-derivation, encoding - happens on the export thread of
-:class:`~otel_rl._internal.export.pipeline.Pipeline` or in the exporter process.
+derivation, encoding - happens on the export thread of the sink (the
+export pipeline, :class:`SpanSink` here) or in the exporter process.
 """
 
 from __future__ import annotations
 
+import collections
 import threading
 import time
 from random import getrandbits
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from opentelemetry import context as context_api
 from opentelemetry import trace as trace_api
-from opentelemetry.baggage import _BAGGAGE_KEY
 from opentelemetry.context.contextvars_context import ContextVarsRuntimeContext
-from opentelemetry.trace import SpanContext, SpanKind, TraceFlags, TraceState
+from opentelemetry.trace import SpanContext, SpanKind, TraceFlags
 from opentelemetry.trace.propagation import _SPAN_KEY
 from opentelemetry.trace.status import Status, StatusCode
 from opentelemetry.util import types
 
+from . import record as records
 from .category import normalize_category
+from .ids import new_span_id, new_trace_id
 from ..payload import safe_str, snapshot
-
-if TYPE_CHECKING:
-    from ..export.pipeline import Pipeline
 
 _time_ns = time.time_ns
 _get_ident = threading.get_ident
 _Context = context_api.Context
 _dict_set = dict.__setitem__  # a Context refuses item assignment; a fresh copy may take one
-_EMPTY_STATE = TraceState()
+_EMPTY_STATE = records.EMPTY_TRACE_STATE
 _UNSET = StatusCode.UNSET
+
+
+class SpanSink(Protocol):
+    """Where ended spans go and who decides their sampling: the export pipeline
+    (:class:`~otel_rl._internal.export.pipeline.Pipeline`), seen from below.
+
+    :meth:`LeanSpan.__exit__` appends to ``queue`` itself while it holds fewer
+    than ``max_queue_size`` records (one call less per scope), sets ``wake``
+    when it reaches ``wake_at``, and otherwise calls :meth:`enqueue`.
+    """
+
+    queue: collections.deque[Any]
+    max_queue_size: int
+    wake_at: int
+    wake: threading.Event
+
+    def enqueue(self, span: Any) -> None:
+        """Queues an ended span's record (or another library's ``ReadableSpan``)."""
+
+    def sample_root(self, ctx: Any, trace_id: int, name: str, kind: SpanKind, attributes: Any) -> int:
+        """The trace flags of a new trace's root span."""
+
+    def sample_child(self, parent: SpanContext) -> int:
+        """The trace flags of a span whose parent is a remote or foreign span."""
 
 # The API's get_current / attach / detach are two Python calls deep around one
 # ContextVar; with the default runtime context the hot path uses the ContextVar
@@ -55,20 +78,6 @@ else:  # pragma: no cover - only with a custom OTEL_PYTHON_CONTEXT
     get_current = context_api.get_current
     attach = context_api.attach
     detach = context_api.detach
-
-
-def new_trace_id() -> int:
-    trace_id = getrandbits(128)
-    while not trace_id:
-        trace_id = getrandbits(128)
-    return trace_id
-
-
-def new_span_id() -> int:
-    span_id = getrandbits(64)
-    while not span_id:
-        span_id = getrandbits(64)
-    return span_id
 
 
 class LeanSpan(trace_api.Span):
@@ -87,7 +96,7 @@ class LeanSpan(trace_api.Span):
 
     def __init__(
         self,
-        pipeline: Pipeline,
+        pipeline: SpanSink,
         name: str,
         ctx: Any,
         kind: SpanKind = SpanKind.INTERNAL,
@@ -223,17 +232,9 @@ class LeanSpan(trace_api.Span):
         self.end_ns = end_time or _time_ns()
         self._pipeline.enqueue(self.record())
 
-    def record(self) -> tuple:
-        """The span's record (field order in :mod:`.records`); built once, at its end."""
-        state = self.trace_state
-        links = self.links
-        return (
-            self.name, self.trace_id, self.span_id, self.parent_id, self.parent_remote,
-            self.flags, None if state is _EMPTY_STATE else (state.to_header() or None),
-            self.start_ns, self.end_ns, self.kind._value_, self.ctx.get(_BAGGAGE_KEY),
-            self.thread, self.category, self.attributes, self.args, self.events,
-            links and link_records(links), self.status_code._value_, self.status_desc, None,
-        )
+    #: The span's record (:func:`.record.from_span`, bound here as a method: no
+    #: extra call on the hot path); built once, at its end.
+    record = records.from_span
 
     # --- context manager ------------------------------------------------------------
     def __enter__(self) -> LeanSpan:
@@ -293,13 +294,6 @@ def record_error(span: LeanSpan, exc: BaseException) -> None:
         pass
 
 
-def link_records(links: Any) -> list[tuple]:
-    """Links as ``(trace_id, span_id, is_remote, flags, attributes)`` tuples."""
-    return [(link.context.trace_id, link.context.span_id, link.context.is_remote,
-             int(link.context.trace_flags), dict(link.attributes) if link.attributes else None)
-            for link in links]
-
-
 class NullScope:
     """What a disabled scope returns: a no-op sync and async context manager."""
 
@@ -324,7 +318,7 @@ NULL_SCOPE = NullScope()
 class LeanTracer(trace_api.Tracer):
     """An OpenTelemetry ``Tracer`` producing :class:`LeanSpan` objects."""
 
-    def __init__(self, pipeline: Pipeline) -> None:
+    def __init__(self, pipeline: SpanSink) -> None:
         self._pipeline = pipeline
 
     def start_span(

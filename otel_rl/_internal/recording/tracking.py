@@ -23,8 +23,9 @@ from opentelemetry.trace.status import StatusCode
 
 from .. import guard, keys
 from ..payload import safe_repr, safe_str, snapshot
-from .record import id_value
-from .spans import LeanSpan, new_span_id
+from . import record as records
+from .ids import id_value, new_span_id
+from .spans import LeanSpan, SpanSink
 from .. import diagnostics
 
 
@@ -60,6 +61,11 @@ class PhaseOptions:
         self.allow_overlap = allow_overlap
 
 
+#: Phases registered in this process (``otel_rl.register_phase``), by name: they
+#: outlive configurations, and each new registry starts with them.
+PHASES: dict[str, PhaseOptions] = {}
+
+
 #: A task whose sessions are all finalized ends after this long without a new
 #: session (its span ends at the last finalize), or at save() / shutdown().
 TASK_IDLE_GRACE_NS = 1_000_000_000
@@ -83,7 +89,7 @@ class TaskState:
 def marked_phase(name: str, args: Any) -> tuple:
     """A phase instance opened by ``mark_<phase>_start``: never made current, so
     it needs no span object, only ``(name, start_ns, thread, args)``. When it
-    ends it joins its session's bundle (:data:`records.BUNDLE`), shipped with
+    ends it joins its session's bundle (:data:`.record.BUNDLE`), shipped with
     the session's record."""
     return (name, time_ns(), get_ident(), args)
 
@@ -103,7 +109,7 @@ class SessionState:
     __slots__ = ("session_id", "task_id", "task", "span_id", "start_ns", "thread", "_span", "_ctx",
                  "open_phases", "done", "counters", "_pipeline")
 
-    def __init__(self, session_id: Any, task_id: Any, task: TaskState, pipeline: Any) -> None:
+    def __init__(self, session_id: Any, task_id: Any, task: TaskState, pipeline: SpanSink) -> None:
         self.session_id = session_id
         self.task_id = task_id
         # Trace id, parent, flags and baggage come from the task when needed.
@@ -145,11 +151,11 @@ class SessionState:
     def end_marked(self, phase: tuple, end_ns: int, description: str | None = None,
                    payload: Any = None) -> None:
         """Keeps an ended :func:`marked_phase` for the session's record (see
-        :data:`records.BUNDLE`); an end ``payload`` joins its start payload."""
+        :data:`.record.BUNDLE`); an end ``payload`` joins its start payload."""
         name, start_ns, thread, args = phase
         if payload:
             args = {**args, **payload} if args else payload
-        self.done.append((name, start_ns, end_ns, thread, args, description))
+        self.done.append(records.bundled_phase(name, start_ns, end_ns, thread, args, description))
 
     def record(self, end_ns: int, attributes: dict[str, Any], status: int, description: str | None) -> tuple:
         """The session's record with its ended marked phases bundled in."""
@@ -161,19 +167,15 @@ class SessionState:
             if status:
                 span.status_code = StatusCode.ERROR
                 span.status_desc = description
-            base = span.record()
-        else:
-            task = self.task
-            parent = task.span
-            state = parent.trace_state
-            base = (
-                "session", parent.trace_id, self.span_id, parent.span_id, False, parent.flags,
-                None if not state else (state.to_header() or None), self.start_ns, end_ns, 0,
-                task.bag, self.thread, None, attributes, None, None, None, status, description, None,
-            )
-        # Tuples of plain values only: the garbage collector stops tracking the
-        # record after one look, however long it waits in the queue.
-        return base + ((self.session_id, tuple(self.done)) if self.done else None,)
+            return records.with_bundle(span.record(), self.session_id, self.done)
+        task = self.task
+        parent = task.span
+        return records.make(
+            "session", parent.trace_id, self.span_id, parent.span_id, False, parent.flags,
+            records.trace_state_header(parent.trace_state), self.start_ns, end_ns, 0, task.bag, self.thread,
+            None, attributes, None, None, None, status, description, None,
+            records.bundle(self.session_id, self.done),
+        )
 
     @property
     def ctx(self) -> Context:
@@ -191,7 +193,7 @@ class SessionState:
 class Registry:
     """Open tasks and sessions of one process."""
 
-    def __init__(self, pipeline: Any, max_pending_sessions: int) -> None:
+    def __init__(self, pipeline: SpanSink, max_pending_sessions: int) -> None:
         self._pipeline = pipeline
         self._max_pending = max_pending_sessions
         self._lock = threading.Lock()

@@ -3,8 +3,8 @@
 As AReaL's ``StatsLogger``: one process logs (rank 0, or the reduce group's
 rank 0, since every member then holds the same numbers) and ``__count`` keys
 are dropped. The built-in backends exist while otel_rl is configured and
-enabled; they are built at the first logged export and closed by
-``shutdown()`` through :data:`setup.EXTRA_OUTPUTS`. Backends a user registers
+enabled; they are built at the first logged export, flushed by ``save()``
+and closed by ``shutdown()`` (the runtime walks :data:`BUILT_INS`). Backends a user registers
 live for the process and run whether or not otel_rl is configured.
 """
 
@@ -20,9 +20,10 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol, runtime_checkable
 
-from .. import guard, keys, runtime as setup
+from .. import guard, keys
 from ..config import Settings
 from ..export.jsonl import JsonlAppender
+from ..resource import process_resource
 from ..state import STATE
 from .reduce import COUNT_SUFFIX
 from ..recording.tracking import current_id
@@ -222,7 +223,7 @@ def _otel_backend(settings: Settings) -> OtelStatsBackend | None:
     if exporter is None:
         return None
     provider = MeterProvider(metric_readers=[PeriodicExportingMetricReader(exporter)],
-                             resource=setup._resource(settings, os.environ),  # noqa: SLF001
+                             resource=process_resource(settings, os.environ),
                              shutdown_on_exit=False)
     return OtelStatsBackend(provider.get_meter(keys.INSTRUMENTATION_NAME), settings, provider)
 
@@ -262,8 +263,9 @@ class TensorBoardBackend:
 
 
 class _BuiltIns:
-    """The backends of one configuration; registered in ``setup.EXTRA_OUTPUTS``
-    once, and emptied when that configuration shuts down."""
+    """The backends of one configuration (and the user's, for flushes): the
+    runtime flushes them at ``save()`` and empties them when that configuration
+    shuts down."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -318,18 +320,13 @@ class _BuiltIns:
 
 
 BUILT_INS = _BuiltIns()
-setup.EXTRA_OUTPUTS.append(BUILT_INS)
 
 
-def _after_fork_in_child() -> None:
-    # Locks a thread of the parent may have held at the fork.
+def after_fork_in_child() -> None:
+    """Renews the locks a thread of the parent may have held at the fork."""
     global _lock
     _lock = threading.Lock()
     BUILT_INS._lock = threading.Lock()  # noqa: SLF001
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 # --------------------------------------------------------------------------- the logging rule

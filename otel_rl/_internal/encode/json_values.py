@@ -1,0 +1,76 @@
+"""Attribute values as JSON can hold them, and span attributes as Chrome ``args``.
+
+orjson refuses what OpenTelemetry attributes may hold (bytes, integers beyond
+64 bits, lone surrogates, arbitrary objects); these helpers turn such values
+into something it writes, and leave every ordinary value as it is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from .. import keys
+from ..payload import safe_str, utf8_text
+
+#: The integers orjson writes as numbers (signed 64-bit low end, unsigned 64-bit high end).
+JSON_INT_MIN = -(1 << 63)
+JSON_INT_MAX = (1 << 64) - 1
+
+# Module-level copies: read once per attribute of every encoded span.
+_INT_MIN = JSON_INT_MIN
+_INT_MAX = JSON_INT_MAX
+_ARGS_PREFIX = keys.ARGS_PREFIX
+_ARGS_PREFIX_LEN = len(_ARGS_PREFIX)
+
+
+def json_safe_value(value: Any) -> Any:
+    """An attribute value orjson can write: sequences become lists, bytes hex text,
+    text valid UTF-8 (a lone surrogate escaped)."""
+    kind = type(value)
+    if kind is str:
+        return utf8_text(value)
+    if kind is bool or kind is float or value is None:
+        return value
+    if kind is int:
+        return value if _INT_MIN <= value <= _INT_MAX else str(value)
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value).hex()
+    if isinstance(value, Mapping):
+        return {utf8_text(safe_str(k)): json_safe_value(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe_value(v) for v in value]
+    if isinstance(value, int):  # bool subclasses and int enums
+        return json_safe_value(int(value))
+    return utf8_text(safe_str(value))
+
+
+def chrome_args(attributes: Mapping[str, Any] | None) -> dict[str, Any]:
+    """A span's or event's attributes as Chrome ``args``.
+
+    The user's own ``args`` appear under their own keys (the ``rl.args.``
+    prefix is OpenTelemetry's namespacing, not part of the name people filter
+    on in Perfetto), otel_rl's keys as they are.
+
+    Args:
+        attributes: The span's or event's attributes (``None`` for none).
+
+    Returns:
+        A new dict of JSON-safe values.
+    """
+    if not attributes:
+        return {}
+    out = {}
+    for key, value in attributes.items():
+        kind = type(value)
+        if not (kind is str or kind is float or kind is bool or (
+                kind is int and _INT_MIN <= value <= _INT_MAX)):
+            value = json_safe_value(value)
+        if key.startswith(_ARGS_PREFIX):
+            key = key[_ARGS_PREFIX_LEN:]
+        out[key] = value
+    # The track already names the thread; repeating it on every slice only
+    # makes the file bigger.
+    out.pop(keys.THREAD_ID, None)
+    out.pop(keys.THREAD_NAME, None)
+    return out

@@ -1,0 +1,206 @@
+"""Lanes: the tracks a source thread's spans are laid out on so that they nest.
+
+A Chrome trace draws the complete events of one ``(pid, tid)`` track as a
+stack, and cannot show two slices that partially overlap. A :class:`Lane`
+keeps the intervals already placed on one track as a forest of properly
+nested intervals and accepts a new one only where it nests; the encoder opens
+another lane when none does. Memory stays bounded: a lane forgets intervals
+older than its horizon (:meth:`Lane.prune`).
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, bisect_right
+from typing import Any, Callable
+
+
+class TwoGenerationMap:
+    """A bounded map: when the young generation fills it becomes the old one.
+
+    Cheaper than evicting one entry at a time from an ordered dict, and keeps
+    between ``cap`` and ``2 * cap`` of the most recent entries. ``None`` is
+    not a storable value: :meth:`get` returns it for a missing key.
+    """
+
+    __slots__ = ("cap", "young", "old")
+
+    def __init__(self, cap: int) -> None:
+        self.cap = max(1, cap)
+        self.young: dict[Any, Any] = {}
+        self.old: dict[Any, Any] = {}
+
+    def get(self, key: Any) -> Any:
+        """The value of ``key``, or ``None``."""
+        value = self.young.get(key)
+        if value is None:
+            value = self.old.get(key)
+        return value
+
+    def __contains__(self, key: Any) -> bool:
+        return key in self.young or key in self.old
+
+    def set(self, key: Any, value: Any) -> None:
+        """Stores ``value`` under ``key`` (the oldest generation goes when the young one fills)."""
+        young = self.young
+        young[key] = value
+        if len(young) >= self.cap:
+            self.old = young
+            self.young = {}
+
+    def pop(self, key: Any) -> Any:
+        """Removes ``key``; returns its value or ``None``."""
+        value = self.young.pop(key, None)
+        old = self.old.pop(key, None)
+        return value if value is not None else old
+
+
+class LaneLevel:
+    """Disjoint intervals sorted by start (so also by end), each with its children."""
+
+    __slots__ = ("starts", "ends", "ids", "kids")
+
+    def __init__(self) -> None:
+        self.starts: list[int] = []
+        self.ends: list[int] = []
+        self.ids: list[int] = []
+        self.kids: list[LaneLevel | None] = []
+
+
+def _subtree_size(level: LaneLevel | None) -> int:
+    total = 0
+    stack = [level]
+    while stack:
+        node = stack.pop()
+        if node is None:
+            continue
+        total += len(node.starts)
+        stack.extend(node.kids)
+    return total
+
+
+class Lane:
+    """One track: a forest of properly nested intervals (integer nanoseconds).
+
+    Each level of the forest is a sorted list of disjoint intervals, so finding
+    what a new interval touches is two bisections per level.
+    """
+
+    __slots__ = ("index", "tid", "root", "count", "max_end", "pruned_before", "next_prune")
+
+    def __init__(self, index: int, tid: int, prune_at: int) -> None:
+        self.index = index
+        self.tid = tid
+        self.root = LaneLevel()
+        self.count = 0
+        self.max_end = 0
+        # Intervals ending before this were forgotten; a span starting earlier
+        # could cross one of them unseen, so it is not allowed into this lane.
+        self.pruned_before = -1
+        self.next_prune = prune_at
+
+    def insert(self, start: int, end: int, span_id: int, is_ancestor: Callable[[int, int], bool]) -> bool:
+        """Inserts ``[start, end]`` if it nests properly; ``False`` leaves the lane unchanged.
+
+        Args:
+            start: Start in nanoseconds.
+            end: End in nanoseconds.
+            span_id: The span the interval belongs to.
+            is_ancestor: ``is_ancestor(a, b)``: whether span ``a`` is span ``b``
+                or one of its ancestors. A span only sits under its ancestors
+                and only encloses its descendants.
+        """
+        if start < self.pruned_before:
+            return False
+        level = self.root
+        while True:
+            starts = level.starts
+            ends = level.ends
+            i = bisect_right(ends, start)
+            j = bisect_left(starts, end, i)
+            if i == j:
+                starts.insert(i, start)
+                ends.insert(i, end)
+                level.ids.insert(i, span_id)
+                level.kids.insert(i, None)
+                break
+            first_start = starts[i]
+            if j - i == 1 and first_start <= start and ends[i] >= end and is_ancestor(level.ids[i], span_id):
+                kid = level.kids[i]
+                if kid is None:
+                    kid = level.kids[i] = LaneLevel()
+                level = kid
+                continue
+            # Otherwise the new span must enclose everything it touches, and all
+            # of it must be its own descendants.
+            if first_start < start or ends[j - 1] > end:
+                return False
+            ids = level.ids
+            for k in range(i, j):
+                if not is_ancestor(span_id, ids[k]):
+                    return False
+            adopted = LaneLevel()
+            adopted.starts = starts[i:j]
+            adopted.ends = ends[i:j]
+            adopted.ids = ids[i:j]
+            adopted.kids = level.kids[i:j]
+            starts[i:j] = [start]
+            ends[i:j] = [end]
+            ids[i:j] = [span_id]
+            level.kids[i:j] = [adopted]
+            break
+        self.count += 1
+        if end > self.max_end:
+            self.max_end = end
+        return True
+
+    def prune(self, cutoff: int) -> None:
+        """Forgets intervals that ended before ``cutoff``."""
+        level: LaneLevel | None = self.root
+        removed = 0
+        gone = self.pruned_before
+        while level is not None:
+            ends = level.ends
+            k = bisect_left(ends, cutoff)
+            if k:
+                gone = max(gone, ends[k - 1])
+                removed += k
+                for kid in level.kids[:k]:
+                    removed += _subtree_size(kid)
+                del level.starts[:k]
+                del ends[:k]
+                del level.ids[:k]
+                del level.kids[:k]
+            # Only the first surviving interval can still hold children older than
+            # the cutoff: every later one starts after it ends.
+            if not level.starts or level.starts[0] >= cutoff:
+                break
+            level = level.kids[0]
+        self.count -= removed
+        self.pruned_before = gone
+
+
+class LaneGroup:
+    """The lanes of one source thread of one process."""
+
+    __slots__ = ("key", "name", "number", "lanes", "used")
+
+    def __init__(self, key: Any, name: str, number: int) -> None:
+        self.key = key
+        self.name = name
+        self.number = number
+        self.lanes: list[Lane] = []
+        self.used = 0
+
+
+class ProcessLanes:
+    """One process of the trace: its pid and the lane groups of its threads."""
+
+    __slots__ = ("pid", "groups", "groups_made", "rank", "role")
+
+    def __init__(self, pid: int, rank: Any = None, role: Any = None) -> None:
+        self.pid = pid
+        self.groups: dict[Any, LaneGroup] = {}
+        self.groups_made = 0
+        # On every slice's and instant's args, as AReaL writes them (people filter on them).
+        self.rank = rank
+        self.role = role or None

@@ -1,0 +1,138 @@
+"""Records and SDK spans: the conversion both ways.
+
+Both the in-process path (the export thread of
+:class:`~otel_rl._internal.export.pipeline.Pipeline`) and the exporter process
+build the SDK ``ReadableSpan`` of a record (:mod:`..recording.record`) with
+:class:`ReadableBuilder`, so the spans that reach an exporter are identical
+whichever path produced them. A span made by other instrumentation comes the
+other way, into a record, with :func:`record_from_readable`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import Event, ReadableSpan
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+from opentelemetry.trace import Link, SpanContext, SpanKind, TraceFlags, TraceState
+from opentelemetry.trace.status import Status, StatusCode
+
+from .. import keys
+from ..payload import INT64_MAX, INT64_MIN, flatten_attributes
+from ..recording import record
+from ..recording.record import (ARGS, ATTRIBUTES, CATEGORY, END, EVENTS, FLAGS, IDS, KIND, LINKS, NAME,
+                                PARENT_ID, PARENT_REMOTE, SCOPE, SPAN_ID, START, STATUS, STATUS_DESC,
+                                THREAD, TRACE_ID, TRACE_STATE)
+from ..recording.ids import id_value
+from ..recording.privacy import scrub_attributes
+
+_UNSET = Status(StatusCode.UNSET)
+_KINDS = {kind.value: kind for kind in SpanKind}
+_CODES = {code.value: code for code in StatusCode}
+_EMPTY_STATE = TraceState()
+_TRACE_FLAGS = {value: TraceFlags(value) for value in (TraceFlags.DEFAULT, TraceFlags.SAMPLED)}
+
+
+def record_from_readable(span: ReadableSpan) -> tuple:
+    """The record of an SDK span made by other instrumentation."""
+    ctx = span.context
+    parent = span.parent
+    events = [(e.name, dict(e.attributes) if e.attributes else None, e.timestamp) for e in span.events]
+    scope = span.instrumentation_scope
+    return record.make(
+        span.name, ctx.trace_id, ctx.span_id, parent.span_id if parent else 0,
+        bool(parent and parent.is_remote), int(ctx.trace_flags),
+        ctx.trace_state.to_header() if ctx.trace_state else None, span.start_time, span.end_time,
+        span.kind.value, None, None, None, dict(span.attributes or {}), None, events or None,
+        record.link_records(span.links) if span.links else None, span.status.status_code.value,
+        span.status.description, (scope.name, scope.version) if scope is not None else ("", None), None,
+    )
+
+
+class ReadableBuilder:
+    """Builds ``ReadableSpan`` objects for one resource.
+
+    ``thread_names`` maps the thread idents of records to names; the export
+    thread ships the names of each batch's threads with it.
+    """
+
+    def __init__(self, resource: Resource, thread_names: dict[int, str] | None = None) -> None:
+        self.resource = resource
+        self.thread_names = {} if thread_names is None else thread_names
+        self._own_scope = InstrumentationScope(keys.INSTRUMENTATION_NAME)
+        self._scopes: dict[Any, InstrumentationScope] = {}
+
+    def build(self, rec: tuple) -> ReadableSpan:
+        """The SDK span of ``rec`` (a record without a bundle: see :func:`record.expand`)."""
+        attrs: dict[str, Any] = {}
+        bag = rec[IDS]
+        if bag:
+            for key in keys.BAGGAGE_KEYS:
+                value = bag.get(key)
+                if value is not None:
+                    value = id_value(value)
+                    kind = type(value)
+                    if kind is str or kind is float or kind is bool or (
+                            kind is int and INT64_MIN <= value <= INT64_MAX):
+                        attrs[key] = value
+                    else:
+                        # An id of another type, or an integer past int64 (a
+                        # uuid.int): the attribute form every exporter can take.
+                        flatten_attributes("", {key: value}, attrs)
+        thread = rec[THREAD]
+        if thread is not None:
+            attrs[keys.THREAD_ID] = thread
+            attrs[keys.THREAD_NAME] = self.thread_names.get(thread) or f"thread-{thread}"
+        if rec[CATEGORY] is not None:
+            attrs[keys.CATEGORY] = rec[CATEGORY]
+        if rec[ATTRIBUTES]:
+            flatten_attributes("", rec[ATTRIBUTES], attrs)
+        if rec[ARGS]:
+            flatten_attributes(keys.ARGS_PREFIX, rec[ARGS], attrs)
+        # Content capture (off by default) on the flat attributes; the length
+        # limit was applied by flatten_attributes.
+        scrub_attributes(attrs)
+        events = ()
+        if rec[EVENTS]:
+            events = tuple(Event(name, _event_attributes(ev_attrs), ts) for name, ev_attrs, ts in rec[EVENTS])
+        links = ()
+        if rec[LINKS]:
+            links = tuple(Link(SpanContext(t, s, r, TraceFlags(f)), _event_attributes(a))
+                          for t, s, r, f, a in rec[LINKS])
+        flags = _TRACE_FLAGS.get(rec[FLAGS]) or TraceFlags(rec[FLAGS])
+        state = TraceState.from_header([rec[TRACE_STATE]]) if rec[TRACE_STATE] else _EMPTY_STATE
+        trace_id = rec[TRACE_ID]
+        parent = None
+        if rec[PARENT_ID]:
+            parent = SpanContext(trace_id, rec[PARENT_ID], rec[PARENT_REMOTE], flags, state)
+        code = rec[STATUS]
+        status = _UNSET if code == 0 else Status(_CODES[code], rec[STATUS_DESC])
+        scope = self._own_scope
+        if rec[SCOPE] is not None:
+            scope = self._scopes.get(rec[SCOPE])
+            if scope is None:
+                scope = self._scopes[rec[SCOPE]] = InstrumentationScope(*rec[SCOPE])
+        return ReadableSpan(
+            name=rec[NAME],
+            context=SpanContext(trace_id, rec[SPAN_ID], False, flags, state),
+            parent=parent,
+            resource=self.resource,
+            attributes=attrs,
+            events=events,
+            links=links,
+            kind=_KINDS[rec[KIND]],
+            status=status,
+            start_time=rec[START],
+            end_time=rec[END],
+            instrumentation_scope=scope,
+        )
+
+
+def _event_attributes(attrs: Any) -> dict[str, Any] | None:
+    if not attrs:
+        return None
+    out: dict[str, Any] = {}
+    flatten_attributes("", attrs, out)
+    scrub_attributes(out)
+    return out

@@ -1,0 +1,150 @@
+"""How a process's end reaches the runtime: ``atexit``, multiprocessing's exit
+hook and SIGTERM, each running the runtime's one exit callback (a bounded shutdown)."""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import logging
+import os
+import signal
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+logger = logging.getLogger("otel_rl")
+
+
+class ExitHooks:
+    """The process's exit hooks, installed once, all running ``on_exit``.
+
+    Args:
+        on_exit: The bounded shutdown to run (any failure is logged, never raised).
+        timeout_s: The current shutdown bound, for how long SIGTERM waits on ``on_exit``.
+    """
+
+    def __init__(self, on_exit: Callable[[], None], timeout_s: Callable[[], float]) -> None:
+        self._on_exit = on_exit
+        self._timeout_s = timeout_s
+        self._atexit_registered = False
+        self._sigterm_installed = False
+        #: The process multiprocessing's exit hook was registered in (see :meth:`_register_multiprocessing`).
+        self._mp_exit_pid: int | None = None
+        #: How deep the main thread is in configure(), save(), shutdown() or the exit
+        #: hook: a SIGTERM handled meanwhile must not wait on the locks it holds there.
+        self._main_depth = 0
+        self._sigterm_deferred = False
+        self._terminating = False
+        #: The exit callback ran: multiprocessing's hook and ``atexit`` both run in
+        #: the main process, and the second has nothing left to do.
+        self._exited = False
+
+    # --- installing ---------------------------------------------------------------------
+    def install(self, *, sigterm: bool) -> None:
+        """Registers the exit hooks (once per process); with ``sigterm``, the SIGTERM handler too."""
+        if not self._atexit_registered:
+            atexit.register(self.run_exit)
+            self._atexit_registered = True
+        self._register_multiprocessing()
+        if sigterm:
+            self._install_sigterm_handler()
+
+    def _register_multiprocessing(self, again: bool = False) -> None:
+        """Workers that ``multiprocessing`` starts with fork or forkserver end with
+        ``os._exit``, so ``atexit`` never runs there; its own exit hook does (run
+        before ``os._exit``, and also in the main process, before ``atexit``).
+        Registered once per process, and ``again`` in each worker multiprocessing
+        starts: it clears the hooks before running the worker's target (including
+        one registered while the target was being unpickled, which configures a
+        spawn or forkserver worker from its environment)."""
+        if self._mp_exit_pid == os.getpid() and not again:
+            return
+        try:
+            from multiprocessing import util
+        except ImportError:  # pragma: no cover - a stripped-down interpreter
+            return
+        if self._mp_exit_pid is None:
+            # This object lives as long as the process: multiprocessing keeps it weakly.
+            util.register_after_fork(self, ExitHooks._in_multiprocessing_child)
+        self._mp_exit_pid = os.getpid()
+        util.Finalize(None, self.run_exit, exitpriority=0)
+
+    def _in_multiprocessing_child(self) -> None:
+        self._register_multiprocessing(again=True)
+
+    def _install_sigterm_handler(self) -> None:
+        """On SIGTERM, flush and close (bounded) before dying of it as before.
+
+        Installed only when nothing else handles SIGTERM (the default action) and
+        only from the main thread; a handler the application installs later
+        replaces it. After shutdown the default action is restored and the signal
+        raised again, so the exit status stays "killed by SIGTERM".
+        """
+        if self._sigterm_installed or threading.current_thread() is not threading.main_thread():
+            return
+        try:
+            if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+                return
+            signal.signal(signal.SIGTERM, self._on_sigterm)
+            self._sigterm_installed = True
+        except (ValueError, OSError, AttributeError):
+            pass
+
+    # --- running ------------------------------------------------------------------------
+    def run_exit(self) -> None:
+        """The exit callback, as the exit hooks run it (once): a failure is logged, not raised."""
+        if self._exited:
+            return
+        self._exited = True
+        with self.main_section():
+            try:
+                self._on_exit()
+            except Exception as exc:  # noqa: BLE001 - exit must not fail because of telemetry
+                logger.warning("otel_rl: shutdown at exit failed: %r", exc)
+
+    @contextlib.contextmanager
+    def main_section(self) -> Iterator[None]:
+        """Marks the main thread as inside otel_rl's own locks (see :meth:`_on_sigterm`);
+        at the outermost exit, a SIGTERM that came meanwhile is acted on."""
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        self._main_depth += 1
+        try:
+            yield
+        finally:
+            self._main_depth -= 1
+            if self._main_depth == 0 and self._sigterm_deferred:
+                self._terminate()
+
+    def _on_sigterm(self, signum: int, frame: Any) -> None:
+        if self._terminating:
+            return  # already on its way out
+        if self._main_depth:
+            # The signal interrupted the main thread inside save(), shutdown() or
+            # the exit hook (a multiprocessing worker ending as its pool is
+            # terminated), holding locks a shutdown needs: that call is bounded,
+            # so let it finish, then act (main_section).
+            self._sigterm_deferred = True
+            return
+        self._terminate()
+
+    def _terminate(self) -> None:
+        """Shuts down within the bound, then dies of SIGTERM."""
+        self._terminating = True
+        self._sigterm_deferred = False
+        # On a thread of its own, waited for within the bound: the signal may have
+        # interrupted this thread while it held some other lock shutdown needs.
+        worker = threading.Thread(target=self.run_exit, name="otel_rl-sigterm", daemon=True)
+        worker.start()
+        worker.join(self._timeout_s() + 0.5)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    # --- fork -----------------------------------------------------------------------------
+    def after_fork_in_child(self) -> None:
+        """The forking thread is the child's only one: it is in no section of the
+        parent's other threads, and no SIGTERM of the parent's is pending here.
+        The registrations stay: ``atexit`` and the SIGTERM handler are inherited."""
+        self._main_depth = 0
+        self._sigterm_deferred = self._terminating = self._exited = False
