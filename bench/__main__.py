@@ -34,6 +34,8 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="sessions for the RSS series (default 100000; quick 2000; 1000000 for long runs)")
     parser.add_argument("--profile", action="store_true",
                         help="also write cProfile output for otel_rl next to the JSON (profile.txt)")
+    parser.add_argument("--areal", default=None, metavar="PATH",
+                        help="AReaL's perf_tracer.py module file, for the bytes workload (optional)")
     parser.add_argument("--strict", action="store_true", help="exit 1 when a target fails")
     parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     args = parser.parse_args(argv)
@@ -76,7 +78,10 @@ def main(argv: list[str] | None = None) -> int:
 
     from .receiver import ReceiverProcess
     from .report import print_table
+    from .totals import WORKLOADS as TOTAL_WORKLOADS
     from .workloads import WORKLOADS
+
+    workloads = {**WORKLOADS, **TOTAL_WORKLOADS}
 
     def log(message: str) -> None:
         if not args.quiet:
@@ -88,6 +93,7 @@ def main(argv: list[str] | None = None) -> int:
         log("note: otel_rl/_internal/file_exporter.py is missing; otel_rl runs with file_export=False")
     scratch = tempfile.mkdtemp(prefix="otel_rl-bench-")
     ctx = Context(sizes, scratch, file_export, log, ReceiverProcess)
+    ctx.areal_path = args.areal
     results: dict[str, Any] = {}
     started = time.perf_counter()
     try:
@@ -96,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
             t0 = time.perf_counter()
             kwargs = {"memory_sessions": args.memory_sessions} if name == "memory" else {}
             try:
-                result = WORKLOADS[name](ctx, args.repeats, **kwargs)
+                result = workloads[name](ctx, args.repeats, **kwargs)
             except Exception as exc:  # noqa: BLE001 - report it and go on with the rest
                 import traceback
 
@@ -140,6 +146,8 @@ def main(argv: list[str] | None = None) -> int:
             "caller_s": "wall seconds of the measured loop on the calling thread",
             "caller_cpu_s": "time.thread_time() of the calling thread over the loop (no GIL waits)",
             "cpu_s": "time.process_time() delta (all threads) around the loop plus the final flush",
+            "all_cpu_s": "CPU of every process: this one, otel_rl's exporter process (/proc while it runs, "
+                         "RUSAGE_CHILDREN once reaped); the OTLP receiver excluded",
         },
     }
     payload = {"meta": meta, "workloads": results, "failed_targets": failed, "errors": errors}

@@ -5,7 +5,8 @@ receiver (protobuf decoding, gRPC server threads) must not share the benchmark
 process. :class:`ReceiverProcess` starts ``python -m bench.receiver`` and talks
 to it over a line protocol on stdin/stdout:
 
-* the child prints ``PORT <n>`` once it listens on ``127.0.0.1``;
+* the child prints ``PORT <grpc> <http>`` once it listens on ``127.0.0.1``
+  (OTLP/gRPC on the first port, OTLP/HTTP protobuf on the second);
 * ``count`` answers ``<spans> <export calls>``;
 * ``reset`` zeroes both and answers ``ok``;
 * end of input (or ``quit``) stops it.
@@ -50,11 +51,23 @@ class ReceiverProcess:
         if not line.startswith("PORT "):
             self.close()
             raise RuntimeError(f"receiver did not start: {line!r}")
-        self.port = int(line.split()[1])
+        ports = line.split()[1:]
+        self.port = int(ports[0])
+        self.http_port = int(ports[1]) if len(ports) > 1 else None
 
     @property
     def endpoint(self) -> str:
+        """The OTLP/gRPC endpoint."""
         return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def http_endpoint(self) -> str:
+        """The OTLP/HTTP base endpoint (exporters add ``/v1/traces``)."""
+        return f"http://127.0.0.1:{self.http_port}"
+
+    @property
+    def pid(self) -> int:
+        return self._proc.pid
 
     def _readline(self, timeout_s: float) -> str:
         result: list[str] = []
@@ -157,7 +170,9 @@ def _serve() -> None:
     metrics_service_pb2_grpc.add_MetricsServiceServicer_to_server(Metrics(), server)
     port = server.add_insecure_port("127.0.0.1:0")
     server.start()
-    print(f"PORT {port}", flush=True)
+    http_server = _http_server(lock, totals, trace_service_pb2)
+    threading.Thread(target=http_server.serve_forever, daemon=True).start()
+    print(f"PORT {port} {http_server.server_address[1]}", flush=True)
     for line in sys.stdin:
         command = line.strip()
         if command == "count":
@@ -172,6 +187,46 @@ def _serve() -> None:
         else:
             print("error", flush=True)
     server.stop(grace=None).wait(5)
+    http_server.shutdown()
+
+
+def _http_server(lock: threading.Lock, totals: dict[str, int], trace_service_pb2: Any) -> Any:
+    """OTLP/HTTP (protobuf) on ``/v1/traces`` and ``/v1/metrics``, counting like the gRPC side."""
+    import gzip
+    import zlib
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    empty_traces = trace_service_pb2.ExportTraceServiceResponse().SerializeToString()
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"  # keep-alive, as a collector would
+
+        def do_POST(self) -> None:  # noqa: N802 - http.server name
+            body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            encoding = (self.headers.get("Content-Encoding") or "").lower()
+            if encoding == "gzip":
+                body = gzip.decompress(body)
+            elif encoding == "deflate":
+                body = zlib.decompress(body)
+            if self.path.endswith("/v1/traces"):
+                request = trace_service_pb2.ExportTraceServiceRequest.FromString(body)
+                n = sum(len(ss.spans) for rs in request.resource_spans for ss in rs.scope_spans)
+                with lock:
+                    totals["spans"] += n
+                    totals["calls"] += 1
+                reply = empty_traces
+            else:
+                reply = b""
+            self.send_response(200)
+            self.send_header("Content-Type", "application/x-protobuf")
+            self.send_header("Content-Length", str(len(reply)))
+            self.end_headers()
+            self.wfile.write(reply)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    return ThreadingHTTPServer(("127.0.0.1", 0), Handler)
 
 
 if __name__ == "__main__":

@@ -158,6 +158,10 @@ TIMER_ERROR = "timer_error"
 TORCH_PROFILER_BUSY = "torch_profiler_busy"
 #: The torch profiler failed to stop.
 TORCH_PROFILER_ERROR = "torch_profiler_error"
+#: A torch profiler window did not start: the profiler refused or failed to start.
+TORCH_PROFILER_START_FAILED = "torch_profiler_start_failed"
+#: A torch profiler window did not start: torch's profiler cannot be imported or created here.
+TORCH_PROFILER_UNAVAILABLE = "torch_profiler_unavailable"
 #: A torch profiler trace could not be written, or was still being written at shutdown.
 TORCH_TRACE_WRITE_ERROR = "torch_trace_write_error"
 #: The trace file could not be opened, encoded or written.

@@ -207,7 +207,7 @@ class TorchProfiler:
                 import torch
                 from torch.profiler import ProfilerActivity, profile
             except Exception as exc:  # noqa: BLE001 - ImportError, or a broken install
-                return self._refuse(f"torch profiler unavailable: {exc!r}", "torch_profiler_unavailable")
+                return self._refuse(f"torch profiler unavailable: {exc!r}", diagnostics.TORCH_PROFILER_UNAVAILABLE)
             try:
                 path, meta = _trace_path(run_id, trace_dir)
                 activities = [ProfilerActivity.CPU]
@@ -249,7 +249,7 @@ class TorchProfiler:
         else:
             self.written.append(future.result())
 
-    def _refuse(self, message: str, kind: str = "torch_profiler_start_failed") -> bool:
+    def _refuse(self, message: str, kind: str = diagnostics.TORCH_PROFILER_START_FAILED) -> bool:
         self.last_error = message
         guard.report(kind, "%s", message)
         return False

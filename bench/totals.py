@@ -1,0 +1,568 @@
+"""Whole-machine workloads: CPU of every process, wall while export runs,
+exporter throughput, bytes written.
+
+The older workloads take ``time.process_time()`` of the benchmark process;
+otel_rl also starts an exporter process, whose CPU is another core's. Here
+every figure named "all processes" is :func:`machine_cpu_s` taken before and
+after: this process (every thread), every live descendant process read from
+``/proc/<pid>/stat`` (utime + stime; the exporter child and anything it
+starts), and ``RUSAGE_CHILDREN`` for descendants that exited and were reaped
+in between. The counting OTLP receiver (a stand-in for a collector on another
+machine) is left out.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import glob
+import importlib.util
+import os
+import resource
+import sys
+import time
+import types
+from collections.abc import Callable
+from typing import Any
+
+import otel_rl
+
+from .baselines import CountingExporter, JsonlSessionTracker, JsonlTracer, SdkTracer
+from .harness import FLUSH_TIMEOUT_MS, Context, count_trace_events, drop_counters, interleaved
+from .workloads import (
+    SCOPE,
+    SESSIONS_PER_TASK,
+    WARM,
+    _scope_loops,
+    jsonl_session_loop,
+    make_row,
+    otel_session_loop,
+    ratio_target,
+    sdk_session_loop,
+    us_per,
+)
+
+_TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+# --------------------------------------------------------------------------- CPU of every process
+
+
+def _proc_table() -> dict[int, tuple[int, float]]:
+    """``pid -> (ppid, cpu seconds)`` for every process /proc shows (Linux)."""
+    table = {}
+    for path in glob.glob("/proc/[0-9]*/stat"):
+        try:
+            with open(path, "rb") as fh:
+                fields = fh.read().rsplit(b")", 1)[1].split()
+            table[int(path.split("/")[2])] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / _TICK)
+        except (OSError, ValueError, IndexError):
+            continue
+    return table
+
+
+def descendants_cpu_s(exclude: set[int] = frozenset()) -> float:
+    """CPU seconds of every live descendant of this process, except ``exclude``
+    and their own descendants."""
+    table = _proc_table()
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _) in table.items():
+        children.setdefault(ppid, []).append(pid)
+    total, todo = 0.0, list(children.get(os.getpid(), ()))
+    while todo:
+        pid = todo.pop()
+        if pid in exclude:
+            continue
+        total += table[pid][1]
+        todo.extend(children.get(pid, ()))
+    return total
+
+
+def _reaped_children_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def machine_cpu_s(ctx: Context) -> float:
+    """This process + live descendants (/proc) + reaped descendants (rusage).
+
+    Differences of two readings count every process otel_rl started between
+    them, whether it is still running or has exited and been reaped. The
+    receiver child is excluded.
+    """
+    receiver = getattr(ctx, "_receiver", None)
+    exclude = {receiver.pid} if receiver is not None else set()
+    return time.process_time() + descendants_cpu_s(exclude) + _reaped_children_cpu_s()
+
+
+def exporter_only_cpu_s(ctx: Context) -> float:
+    """Live descendants only (otel_rl's exporter process), receiver excluded."""
+    receiver = getattr(ctx, "_receiver", None)
+    return descendants_cpu_s({receiver.pid} if receiver is not None else set())
+
+
+# --------------------------------------------------------------------------- 9. total CPU, every process
+
+
+def _otel_total(ctx: Context, n_items: int, warm: Callable[[], None], body: Callable[[], None]) -> dict:
+    life0 = machine_cpu_s(ctx)
+    with ctx.otel() as run:
+        run_ctx = contextvars.copy_context()
+        run_ctx.run(warm)
+        otel_rl.save(force=True)
+        c0, x0, w0 = machine_cpu_s(ctx), exporter_only_cpu_s(ctx), time.perf_counter()
+        run_ctx.run(body)
+        otel_rl.save(force=True)
+        wall = time.perf_counter() - w0
+        c1, x1 = machine_cpu_s(ctx), exporter_only_cpu_s(ctx)
+        drops = drop_counters(otel_rl.diagnostics())
+        run.close()
+    life1 = machine_cpu_s(ctx)
+    return {"n": n_items, "all_cpu_s": c1 - c0, "exporter_cpu_s": x1 - x0, "wall_s": wall,
+            "lifetime_cpu_s": life1 - life0, "drops": drops}
+
+
+def _plain_total(ctx: Context, n_items: int, warm: Callable[[], None], body: Callable[[], None],
+                 finish: Callable[[], None]) -> dict:
+    warm()
+    finish()
+    c0, w0 = machine_cpu_s(ctx), time.perf_counter()
+    body()
+    finish()
+    return {"n": n_items, "all_cpu_s": machine_cpu_s(ctx) - c0, "wall_s": time.perf_counter() - w0}
+
+
+def w_total_cpu(ctx: Context, repeats: int) -> dict[str, Any]:
+    n = ctx.sizes.scope_n
+    tasks = ctx.sizes.session_tasks
+    sessions = tasks * SESSIONS_PER_TASK
+    otel_loop, sdk_loop, jsonl_loop = _scope_loops(False)
+    warm_n, warm_tasks = max(200, n // 10), max(10, tasks // 10)
+
+    def jsonl_scopes() -> dict:
+        tracer = JsonlTracer(os.path.join(ctx.tmpdir("jsonl-"), "trace.jsonl"))
+        return _plain_total(ctx, n, lambda: jsonl_loop(tracer, warm_n, WARM),
+                            lambda: jsonl_loop(tracer, n, SCOPE), tracer.save)
+
+    def sdk_scopes() -> dict:
+        sdk = SdkTracer(CountingExporter())
+        try:
+            return _plain_total(ctx, n, lambda: sdk_loop(sdk.tracer, warm_n, WARM),
+                                lambda: sdk_loop(sdk.tracer, n, SCOPE), lambda: sdk.flush(FLUSH_TIMEOUT_MS))
+        finally:
+            sdk.close()
+
+    def jsonl_sessions() -> dict:
+        tracker = JsonlSessionTracker(os.path.join(ctx.tmpdir("jsonl-"), "sessions.jsonl"))
+        return _plain_total(ctx, sessions, lambda: jsonl_session_loop(tracker, warm_tasks),
+                            lambda: jsonl_session_loop(tracker, tasks), tracker.flush)
+
+    def sdk_sessions() -> dict:
+        sdk = SdkTracer(CountingExporter())
+        try:
+            return _plain_total(ctx, sessions, lambda: sdk_session_loop(sdk.tracer, warm_tasks),
+                                lambda: sdk_session_loop(sdk.tracer, tasks), lambda: sdk.flush(FLUSH_TIMEOUT_MS))
+        finally:
+            sdk.close()
+
+    ctx.log("  variant: enabled scope (file)")
+    scope = interleaved(repeats, {
+        "otel_rl": lambda: _otel_total(ctx, n, lambda: otel_loop(warm_n, WARM), lambda: otel_loop(n, SCOPE)),
+        "sdk": sdk_scopes, "jsonl": jsonl_scopes}, ctx.log)
+    ctx.log("  variant: sessions")
+    sess = interleaved(repeats, {
+        "otel_rl": lambda: _otel_total(ctx, sessions, lambda: otel_session_loop(warm_tasks),
+                                       lambda: otel_session_loop(tasks)),
+        "sdk": sdk_sessions, "jsonl": jsonl_sessions}, ctx.log)
+    jsonl_target = lambda c: [ratio_target("≤1.0× JSONL", c["otel_rl"], c["jsonl"], 1.0)]  # noqa: E731
+    counts = ("all processes: this one (all threads) + otel_rl's exporter process (/proc while it "
+              "runs, rusage once reaped); loop + save(force=True)")
+    rows = [
+        make_row("total CPU, all processes: enabled scope (file)", "µs CPU/span", scope, us_per("all_cpu_s"),
+                 targets=jsonl_target, note=counts + "; SDK = counting no-op exporter"),
+        make_row("  of which otel_rl's exporter process", "µs CPU/span", scope, us_per("exporter_cpu_s"),
+                 note="/proc utime+stime of the live exporter child over the same window"),
+        make_row("total CPU, all processes: session (4 × generate+reward, finalize)", "µs CPU/session",
+                 sess, us_per("all_cpu_s"), targets=jsonl_target,
+                 note=counts + "; otel_rl writes session records, spans and metrics"),
+        make_row("  of which otel_rl's exporter process", "µs CPU/session", sess, us_per("exporter_cpu_s"),
+                 note="/proc utime+stime of the live exporter child over the same window"),
+        make_row("session: whole run incl. exporter start/stop", "ms CPU total", sess,
+                 lambda s: s["lifetime_cpu_s"] * 1e3, sources={"sdk": None, "jsonl": None},
+                 note="configure → reset: every process, including starting and stopping the exporter "
+                      "child (a fixed cost per run, not per session)"),
+    ]
+    return {"title": "9. total CPU of every process", "params": {"n": n, "sessions": sessions},
+            "samples": {"scope": scope, "sessions": sess}, "rows": rows}
+
+
+# --------------------------------------------------------------------------- 10. OTLP + file vs SDK OTLP
+
+
+def w_otlp_total(ctx: Context, repeats: int) -> dict[str, Any]:
+    from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcExporter
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpExporter
+
+    n = ctx.sizes.otlp_n
+    receiver = ctx.receiver
+    otel_loop, sdk_loop, _ = _scope_loops(False)
+    warm = max(200, n // 10)
+    sdk_queue = max(2048, n + warm)
+    endpoints = {"grpc": receiver.endpoint, "http/protobuf": receiver.http_endpoint}
+
+    def otel(protocol: str) -> dict:
+        os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"] = endpoints[protocol]
+        os.environ["OTEL_EXPORTER_OTLP_PROTOCOL"] = protocol
+        try:
+            cm = ctx.otel()  # reads the environment at configure; ctx.otel removes both keys
+            run = cm.__enter__()
+        finally:
+            os.environ.pop("OTEL_EXPORTER_OTLP_ENDPOINT", None)
+            os.environ.pop("OTEL_EXPORTER_OTLP_PROTOCOL", None)
+        try:
+            otel_loop(warm, WARM)
+            otel_rl.save(force=True)
+            receiver.start_counting(warm)
+            c0 = machine_cpu_s(ctx)
+            otel_loop(n, SCOPE)
+            otel_rl.save(force=True)
+            received = receiver.wait_for(n, timeout_s=60.0)
+            cpu = machine_cpu_s(ctx) - c0
+            run.close()
+            file_events = count_trace_events(run.run_dir, {SCOPE})["events"] if ctx.file_export else None
+        finally:
+            cm.__exit__(None, None, None)
+        return {"n": n, "all_cpu_s": cpu, "received": received, "lost": n - received, "file_events": file_events}
+
+    def sdk(protocol: str) -> dict:
+        exporter = (GrpcExporter(endpoint=endpoints["grpc"], insecure=True) if protocol == "grpc"
+                    else HttpExporter(endpoint=endpoints["http/protobuf"] + "/v1/traces"))
+        tracer = SdkTracer(exporter, max_queue_size=sdk_queue)
+        try:
+            sdk_loop(tracer.tracer, warm, WARM)
+            tracer.flush(FLUSH_TIMEOUT_MS)
+            receiver.start_counting(warm)
+            c0 = machine_cpu_s(ctx)
+            sdk_loop(tracer.tracer, n, SCOPE)
+            tracer.flush(FLUSH_TIMEOUT_MS)
+            received = receiver.wait_for(n, timeout_s=60.0)
+            cpu = machine_cpu_s(ctx) - c0
+        finally:
+            tracer.close()
+        return {"n": n, "all_cpu_s": cpu, "received": received, "lost": n - received}
+
+    rows, out = [], {}
+    for protocol in ("grpc", "http/protobuf"):
+        ctx.log(f"  variant: OTLP {protocol}")
+        samples = interleaved(repeats, {"otel_rl": lambda: otel(protocol), "sdk": lambda: sdk(protocol)},
+                              ctx.log)
+        out[protocol] = samples
+        rows.append(make_row(f"OTLP/{protocol} + file vs SDK OTLP: total CPU, all processes", "µs CPU/span",
+                             samples, us_per("all_cpu_s"),
+                             targets=lambda c: [ratio_target("≤0.25× SDK+OTLP", c["otel_rl"], c["sdk"], 0.25)],
+                             note="otel_rl: this process + exporter process, OTLP and its trace file; SDK: "
+                                  "BatchSpanProcessor + OTLP exporter, no file; until the receiver has every span"))
+        rows.append(make_row(f"OTLP/{protocol}: received", "spans lost", samples, lambda s: s["lost"], fmt="count",
+                             note=f"of {n} per repeat; SDK max_queue_size={sdk_queue}"))
+    return {"title": "10. OTLP + file vs the SDK's OTLP exporter, all processes",
+            "params": {"n": n, "sdk_max_queue_size": sdk_queue}, "samples": out, "rows": rows}
+
+
+# --------------------------------------------------------------------------- 11. wall while export runs
+
+
+def w_wall_interleaved(ctx: Context, repeats: int) -> dict[str, Any]:
+    """otel_rl and the JSONL tracer in one process, chunk by chunk, order
+    alternating: otel_rl's export runs in the background the whole time."""
+    n = ctx.sizes.scope_n
+    tasks = ctx.sizes.session_tasks
+    rounds = 10
+    otel_loop, _, jsonl_loop = _scope_loops(False)
+
+    def one_repeat(kind: str) -> dict[str, dict]:
+        tmp = ctx.tmpdir("jsonl-")
+        if kind == "scope":
+            chunk = max(1, n // rounds)
+            tracer = JsonlTracer(os.path.join(tmp, "trace.jsonl"))
+            otel_body, jsonl_body, jsonl_save = (lambda: otel_loop(chunk, SCOPE),
+                                                 lambda: jsonl_loop(tracer, chunk, SCOPE), tracer.save)
+            per = chunk
+        else:
+            chunk = max(1, tasks // rounds)
+            tracker = JsonlSessionTracker(os.path.join(tmp, "sessions.jsonl"))
+            otel_body, jsonl_body, jsonl_save = (lambda: otel_session_loop(chunk),
+                                                 lambda: jsonl_session_loop(tracker, chunk), tracker.flush)
+            per = chunk * SESSIONS_PER_TASK
+        totals = {"otel": 0.0, "jsonl": 0.0, "jsonl_loop": 0.0}
+        with ctx.otel() as run:
+            run_ctx = contextvars.copy_context()
+            run_ctx.run(otel_body)
+            jsonl_body()
+            jsonl_save()
+            otel_rl.save(force=True)
+
+            def time_otel() -> None:
+                t0 = time.perf_counter()
+                run_ctx.run(otel_body)
+                totals["otel"] += time.perf_counter() - t0
+
+            def time_jsonl() -> None:
+                t0 = time.perf_counter()
+                jsonl_body()
+                t1 = time.perf_counter()
+                jsonl_save()
+                totals["jsonl_loop"] += t1 - t0
+                totals["jsonl"] += time.perf_counter() - t0
+
+            for r in range(rounds):
+                for step in ((time_otel, time_jsonl) if r % 2 == 0 else (time_jsonl, time_otel)):
+                    step()
+            t0 = time.perf_counter()
+            otel_rl.save(force=True)
+            final_save = time.perf_counter() - t0
+            drops = drop_counters(otel_rl.diagnostics())
+            run.close()
+        items = per * rounds
+        return {"otel_rl": {"n": items, "wall_s": totals["otel"], "final_save_s": final_save, "drops": drops},
+                "jsonl": {"n": items, "wall_s": totals["jsonl"], "loop_s": totals["jsonl_loop"]}}
+
+    out, rows = {}, []
+    for kind, unit in (("scope", "µs/span"), ("session", "µs/session")):
+        ctx.log(f"  variant: {kind}")
+        samples: dict[str, list[dict]] = {"otel_rl": [], "jsonl": []}
+        for rep in range(repeats):
+            got = one_repeat(kind)
+            for name, sample in got.items():
+                sample["repeat"] = rep
+                samples[name].append(sample)
+            ctx.log(f"    #{rep + 1}: otel_rl {got['otel_rl']['wall_s']:.4g}s, "
+                    f"JSONL {got['jsonl']['wall_s']:.4g}s")
+        out[kind] = samples
+        rows.append(make_row(f"wall while export runs, one process: {kind}", unit, samples, us_per("wall_s"),
+                             targets=lambda c: [ratio_target("≤1.0× JSONL", c["otel_rl"], c["jsonl"], 1.0)],
+                             note=f"{rounds} chunks each, alternating order; otel_rl: loop wall, export "
+                                  "running meanwhile; JSONL: loop + its save() (where it encodes)"))
+        rows.append(make_row(f"  {kind}: JSONL loop only / otel_rl final save", unit, samples,
+                             lambda s: (s["loop_s"] if "loop_s" in s else s["final_save_s"]) / s["n"] * 1e6,
+                             note="info: JSONL without its save; otel_rl's save(force=True) after the last chunk"))
+    return {"title": "11. wall time while export runs, interleaved in one process",
+            "params": {"n": n, "tasks": tasks, "rounds": rounds}, "samples": out, "rows": rows}
+
+
+# --------------------------------------------------------------------------- 12. exporter throughput
+
+
+def _min_target(text: str, cell: dict | None, limit: float) -> dict[str, Any]:
+    measured = cell and cell["median"]
+    return {"text": text, "kind": "min", "limit": limit, "measured": measured,
+            "passed": None if measured is None else measured >= limit}
+
+
+def w_exporter_throughput(ctx: Context, repeats: int) -> dict[str, Any]:
+    n = ctx.sizes.burst_n * 2
+    otel_loop, _, _ = _scope_loops(False)
+
+    def push(variant: str) -> dict:
+        overrides: dict[str, Any] = {}
+        if variant != "file":
+            overrides["otlp_endpoint"] = ctx.receiver.endpoint
+        if variant == "otlp":
+            overrides["file_export"] = False
+        with ctx.otel(**overrides) as run:
+            otel_loop(1000, WARM)
+            otel_rl.save(force=True)
+            if variant != "file":
+                ctx.receiver.start_counting(1000)
+            x0, t0 = exporter_only_cpu_s(ctx), time.perf_counter()
+            otel_loop(n, SCOPE)
+            produced = time.perf_counter() - t0
+            otel_rl.save(force=True)
+            received = ctx.receiver.wait_for(n, timeout_s=120.0, settle_s=2.0) if variant != "file" else None
+            elapsed = time.perf_counter() - t0
+            exporter_cpu = exporter_only_cpu_s(ctx) - x0
+            drops = drop_counters(otel_rl.diagnostics())
+            run.close()
+            written = count_trace_events(run.run_dir, {SCOPE})["events"] if overrides.get(
+                "file_export", ctx.file_export) else None
+        delivered = min(v for v in (received, written) if v is not None)
+        return {"n": n, "elapsed_s": elapsed, "produce_s": produced, "exporter_cpu_s": exporter_cpu,
+                "delivered": delivered, "lost": n - delivered, "drops": drops,
+                "spans_per_s": delivered / elapsed,
+                "per_exporter_cpu_s": n / exporter_cpu if exporter_cpu > 0 else None}
+
+    variants = {"file": "file", "otlp": "OTLP/gRPC (file off)", "file+otlp": "file + OTLP/gRPC"}
+    samples = interleaved(repeats, {v: (lambda v=v: push(v)) for v in variants}, ctx.log)
+    rows = []
+    for v, text in variants.items():
+        view = {"otel_rl": samples[v]}
+        rows.append(make_row(f"exporter throughput, {text}", "spans/s", view, lambda s: s["spans_per_s"],
+                             fmt="count", targets=lambda c: [_min_target("≥60,000/s", c["otel_rl"], 60_000)],
+                             note=f"{n:,} spans pushed as fast as one thread can, timed until save(force=True) "
+                                  "returns (file) and the receiver has them (OTLP); delivered spans only"))
+        rows.append(make_row(f"  {text}: spans per exporter-CPU second", "spans/s CPU", view,
+                             lambda s: s["per_exporter_cpu_s"], fmt="count",
+                             note="capacity: spans ÷ CPU seconds of the exporter process (/proc)"))
+        rows.append(make_row(f"  {text}: lost", "spans lost", view, lambda s: s["lost"], fmt="count",
+                             note="not in the file / not at the receiver; drop counters in the JSON"))
+    return {"title": "12. exporter throughput (one exporter process)", "params": {"n": n},
+            "samples": samples, "rows": rows}
+
+
+# --------------------------------------------------------------------------- 13. bytes
+
+
+def load_areal(path: str | None, log: Callable[[str], None]) -> types.ModuleType | None:
+    """AReaL's ``perf_tracer.py`` loaded from ``path`` (``--areal``), or None with a message.
+
+    The file imports ``areal.api.cli_args`` and ``areal.utils.logging``; when
+    ``path`` sits at ``<root>/areal/utils/perf_tracer.py``, ``<root>`` is put on
+    ``sys.path`` while it loads so that a checkout works without installing it.
+    """
+    if not path:
+        return None
+    if not os.path.isfile(path):
+        log(f"  AReaL: {path} is not a file; AReaL figures skipped")
+        return None
+    parts = os.path.abspath(path).split(os.sep)
+    root = os.sep.join(parts[:-3]) if parts[-3:-1] == ["areal", "utils"] else None
+    if root:
+        sys.path.insert(0, root)
+    try:
+        spec = importlib.util.spec_from_file_location("bench_areal_perf_tracer", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    except Exception as exc:  # noqa: BLE001 - its own imports (areal.*) may be missing
+        log(f"  AReaL: cannot load {path} ({exc!r}); AReaL figures skipped")
+        return None
+    finally:
+        if root:
+            sys.path.remove(root)
+    return module
+
+
+def _areal_tracer(module: types.ModuleType, root: str, requests: bool) -> Any:
+    """A ``PerfTracer`` of the call form read from AReaL (config object with
+    ``enabled, fileroot, experiment_name, trial_name, save_interval, request_tracer``)."""
+    request_cfg = types.SimpleNamespace(enabled=True, flush_threshold=100) if requests else None
+    config = types.SimpleNamespace(enabled=True, fileroot=root, experiment_name="bench", trial_name="t",
+                                   save_interval=1, request_tracer=request_cfg)
+    return module.PerfTracer(config, rank=0)
+
+
+def _dir_bytes(root: str) -> int:
+    return sum(os.path.getsize(p) for p in glob.glob(os.path.join(root, "**", "*"), recursive=True)
+               if os.path.isfile(p))
+
+
+def _areal_scope_bytes(module: types.ModuleType, ctx: Context, n: int) -> dict:
+    root = ctx.tmpdir("areal-")
+    tracer = _areal_tracer(module, root, requests=False)
+    for _ in range(n):
+        with tracer.trace_scope(SCOPE):
+            pass
+    tracer.save(force=True)
+    size = _dir_bytes(root)
+    return {"n": n, "bytes": size, "trace_bytes": size}
+
+
+def _areal_session_bytes(module: types.ModuleType, ctx: Context, tasks: int) -> dict:
+    """AReaL's request tracer: one request per session (it has no task level);
+    generate and reward phases, execution end with a status, consumed."""
+    root = ctx.tmpdir("areal-")
+    tracer = _areal_tracer(module, root, requests=True)
+    requests = tracer.request_tracer
+    ev = module.RequestTraceEvent
+    for _ in range(tasks * SESSIONS_PER_TASK):
+        rid = requests.register_submission()
+        requests.record_event(rid, ev.ENQUEUED)
+        requests.record_event(rid, ev.EXECUTION_START)
+        requests.record_event(rid, ev.GENERATE_START)
+        requests.record_event(rid, ev.GENERATE_END)
+        requests.record_event(rid, ev.REWARD_START)
+        requests.record_event(rid, ev.REWARD_END)
+        requests.record_event(rid, ev.EXECUTION_END, status="accepted")
+        requests.record_event(rid, ev.CONSUMED)
+    tracer.save(force=True)
+    return {"n": tasks * SESSIONS_PER_TASK, "bytes": _dir_bytes(root)}
+
+
+def _otel_bytes(ctx: Context, n_items: int, body: Callable[[], None]) -> dict:
+    with ctx.otel() as run:
+        contextvars.copy_context().run(body)
+        otel_rl.save(force=True)
+        run.close()
+        by_kind: dict[str, int] = {}
+        for path in glob.glob(os.path.join(run.run_dir, "**", "*"), recursive=True):
+            if os.path.isfile(path):
+                kind = os.path.basename(path).split("-")[0].split(".")[0]
+                by_kind[kind] = by_kind.get(kind, 0) + os.path.getsize(path)
+    return {"n": n_items, "bytes": sum(by_kind.values()), "trace_bytes": by_kind.get("traces", 0),
+            "by_kind": by_kind}
+
+
+def w_bytes(ctx: Context, repeats: int) -> dict[str, Any]:
+    n = ctx.sizes.scope_n
+    tasks = ctx.sizes.session_tasks
+    sessions = tasks * SESSIONS_PER_TASK
+    otel_loop, _, jsonl_loop = _scope_loops(False)
+    areal = load_areal(getattr(ctx, "areal_path", None), ctx.log)
+
+    def jsonl_scope() -> dict:
+        path = os.path.join(ctx.tmpdir("jsonl-"), "trace.jsonl")
+        tracer = JsonlTracer(path)
+        jsonl_loop(tracer, n, SCOPE)
+        tracer.save()
+        return {"n": n, "bytes": os.path.getsize(path), "trace_bytes": os.path.getsize(path)}
+
+    def jsonl_sessions() -> dict:
+        path = os.path.join(ctx.tmpdir("jsonl-"), "sessions.jsonl")
+        tracker = JsonlSessionTracker(path)
+        jsonl_session_loop(tracker, tasks)
+        tracker.flush()
+        return {"n": sessions, "bytes": os.path.getsize(path)}
+
+    scope_contenders = {"otel_rl": lambda: _otel_bytes(ctx, n, lambda: otel_loop(n, SCOPE)), "jsonl": jsonl_scope}
+    session_contenders = {"otel_rl": lambda: _otel_bytes(ctx, sessions, lambda: otel_session_loop(tasks)),
+                          "jsonl": jsonl_sessions}
+    if areal is not None:
+        try:  # a dry run: an AReaL version with other call forms is skipped, not an error
+            _areal_scope_bytes(areal, ctx, 10)
+            _areal_session_bytes(areal, ctx, 2)
+            scope_contenders["areal"] = lambda: _areal_scope_bytes(areal, ctx, n)
+            session_contenders["areal"] = lambda: _areal_session_bytes(areal, ctx, tasks)
+        except Exception as exc:  # noqa: BLE001
+            ctx.log(f"  AReaL: its tracer did not run with the known call forms ({exc!r}); AReaL figures skipped")
+            areal = None
+    # Bytes do not vary between repeats; two show that they do not.
+    scope = interleaved(max(1, min(repeats, 2)), scope_contenders, ctx.log)
+    sess = interleaved(max(1, min(repeats, 2)), session_contenders, ctx.log)
+    per = lambda s: s["bytes"] / s["n"]  # noqa: E731
+    rows = [
+        make_row("trace-file bytes per scope", "bytes/span", scope, lambda s: s["trace_bytes"] / s["n"]
+                 if "trace_bytes" in s else s["bytes"] / s["n"], fmt="kib",
+                 note="otel_rl: traces-*.jsonl (Chrome trace); JSONL: its trace file"
+                      + ("; AReaL in the next row" if areal else "; AReaL: not loaded (--areal PATH)")),
+        make_row("bytes written per session", "bytes/session", sess, per, fmt="kib",
+                 note="otel_rl: every file of the run (session records + trace + metrics + run files); "
+                      "JSONL: its session records"),
+    ]
+    if areal is not None:
+        rows.insert(1, make_row("  AReaL perf_tracer: trace-file bytes per scope", "bytes/span", scope, per,
+                                sources={"otel_rl": "areal", "jsonl": "jsonl"}, fmt="kib",
+                                note="otel_rl column shows AReaL: perf_tracer/traces-r0.jsonl"))
+        rows.append(make_row("  AReaL request tracer: bytes per session", "bytes/session", sess, per,
+                             sources={"otel_rl": "areal", "jsonl": "jsonl"}, fmt="kib",
+                             note="otel_rl column shows AReaL: request_tracer/requests-r0.jsonl, one "
+                                  "request per session (AReaL writes no spans for it)"))
+    by_kind = {k: v / sessions for k, v in sess["otel_rl"][0]["by_kind"].items()}
+    rows[2 if areal is not None else 1]["ref"] = "info: otel_rl by file " + ", ".join(f"{k} {v:,.0f}" for k, v in sorted(by_kind.items()))
+    return {"title": "13. bytes written", "params": {"n": n, "sessions": sessions, "areal": areal is not None},
+            "samples": {"scope": scope, "sessions": sess}, "rows": rows}
+
+
+WORKLOADS: dict[str, Callable[..., dict[str, Any]]] = {
+    "total_cpu": w_total_cpu,
+    "otlp_total": w_otlp_total,
+    "wall_interleaved": w_wall_interleaved,
+    "exporter_throughput": w_exporter_throughput,
+    "bytes": w_bytes,
+}
