@@ -68,6 +68,14 @@ _MAX_GROUPS = 1024  # source threads remembered per process
 _MAX_WAITING_CHILDREN = 4096  # children of one unplaced parent remembered for its flows
 _MAX_ANCESTRY = 64
 
+# Module-level copies of the keys read for every placed span (one lookup, not two).
+_CATEGORY = keys.CATEGORY
+_SPAN_KIND = keys.SPAN_KIND
+_KIND_INSTANT = keys.KIND_INSTANT
+_CONTEXT_SENT = keys.CONTEXT_SENT
+_INTERNAL = SpanKind.INTERNAL
+_UNSET = StatusCode.UNSET
+
 
 def _flow_id(value: int) -> str:
     return f"0x{value & 0xFFFFFFFFFFFFFFFF:016x}"
@@ -122,6 +130,8 @@ class ChromeTraceEncoder:
         self._foreign_sessions = TwoGenerationMap(10_000)  # sessions whose session span lives elsewhere
         self._newest_end = 0
         self._clock = 0
+        # The latest trace id and its hex text: consecutive spans mostly share a trace.
+        self._trace_hex: tuple[int, str] = (-1, "")
 
     # --- public API -------------------------------------------------------------------
     def encode(self, spans: Iterable[ReadableSpan]) -> list[dict[str, Any]]:
@@ -382,17 +392,22 @@ class ChromeTraceEncoder:
         pid = proc.pid
         tid = chosen.tid
         ts = start / 1000
-        cat = attrs.get(keys.CATEGORY) or attrs.get(keys.SPAN_KIND) or "span"
+        span_kind = attrs.get(_SPAN_KIND)
+        cat = attrs.get(_CATEGORY) or span_kind or "span"
         args = chrome_args(attrs)
-        args["trace_id"] = f"{ctx.trace_id:032x}"
+        trace_id = ctx.trace_id
+        trace_hex = self._trace_hex
+        if trace_hex[0] != trace_id:
+            trace_hex = self._trace_hex = (trace_id, f"{trace_id:032x}")
+        args["trace_id"] = trace_hex[1]
         args["span_id"] = f"{span_id:016x}"
         if parent is not None:
             args["parent_span_id"] = f"{parent.span_id:016x}"
         kind = span.kind
-        if kind is not SpanKind.INTERNAL:
+        if kind is not _INTERNAL:
             args["span.kind"] = kind.name
         status = span.status
-        if status.status_code is not StatusCode.UNSET:
+        if status.status_code is not _UNSET:
             args["status"] = status.status_code.name
             if status.description:
                 args["status.description"] = status.description
@@ -406,14 +421,14 @@ class ChromeTraceEncoder:
             args.setdefault("rank", rank)
         if role is not None:
             args.setdefault("role", role)
-        if attrs.get(keys.SPAN_KIND) == keys.KIND_INSTANT:
+        if span_kind == _KIND_INSTANT:
             # instant() outside any span: a point in time, as AReaL writes it.
             out.append({"ph": "i", "s": "t", "name": span.name, "cat": cat, "ts": ts,
                         "pid": pid, "tid": tid, "args": args})
         else:
             out.append({"ph": "X", "name": span.name, "cat": cat, "ts": ts,
                         "dur": (end - start) / 1000, "pid": pid, "tid": tid, "args": args})
-        for event in span.events:
+        for event in span.events or ():
             event_args = chrome_args(event.attributes)
             if rank is not None:
                 event_args.setdefault("rank", rank)
@@ -446,7 +461,7 @@ class ChromeTraceEncoder:
         if children:
             for child in children:
                 self._link(record, child, child[5], out)
-        if kind is SpanKind.CLIENT or kind is SpanKind.PRODUCER or attrs.get(keys.CONTEXT_SENT):
+        if kind is SpanKind.CLIENT or kind is SpanKind.PRODUCER or attrs.get(_CONTEXT_SENT):
             # A span whose context left the process: where remote children's flows start.
             out.append({"ph": "M", "name": FLOW_SOURCE, "pid": pid, "tid": tid, "ts": ts,
                         "args": {"span_id": f"{span_id:016x}"}})

@@ -61,16 +61,33 @@ def chrome_args(attributes: Mapping[str, Any] | None) -> dict[str, Any]:
     if not attributes:
         return {}
     out = {}
+    names = _CHROME_NAMES
     for key, value in attributes.items():
         kind = type(value)
         if not (kind is str or kind is float or kind is bool or (
                 kind is int and _INT_MIN <= value <= _INT_MAX)):
             value = json_safe_value(value)
-        if key.startswith(_ARGS_PREFIX):
-            key = key[_ARGS_PREFIX_LEN:]
-        out[key] = value
-    # The track already names the thread; repeating it on every slice only
-    # makes the file bigger.
-    out.pop(keys.THREAD_ID, None)
-    out.pop(keys.THREAD_NAME, None)
+        name = names.get(key)
+        if name is None:
+            name = _chrome_name(key)
+        if name is not _DROP:
+            out[name] = value
     return out
+
+
+# The track already names the thread; repeating it on every slice only makes
+# the file bigger, so these keys (after the prefix is stripped) are left out.
+_DROP = object()
+_DROPPED = frozenset((keys.THREAD_ID, keys.THREAD_NAME))
+# attribute key -> its args key (or _DROP): the same few keys recur on every span.
+_CHROME_NAMES: dict[str, Any] = {}
+_MAX_CHROME_NAMES = 4096
+
+
+def _chrome_name(key: str) -> Any:
+    name = key[_ARGS_PREFIX_LEN:] if key.startswith(_ARGS_PREFIX) else key
+    if name in _DROPPED:
+        name = _DROP
+    if len(_CHROME_NAMES) < _MAX_CHROME_NAMES:
+        _CHROME_NAMES[key] = name
+    return name

@@ -112,6 +112,18 @@ class Lane:
         if start < self.pruned_before:
             return False
         level = self.root
+        ends = level.ends
+        if not ends or ends[-1] <= start:
+            # The common case: the span follows everything placed so far on this
+            # lane (what the bisections below would find, without them).
+            level.starts.append(start)
+            ends.append(end)
+            level.ids.append(span_id)
+            level.kids.append(None)
+            self.count += 1
+            if end > self.max_end:
+                self.max_end = end
+            return True
         while True:
             starts = level.starts
             ends = level.ends

@@ -1,0 +1,154 @@
+"""Where the exporter child's CPU goes: capture a real run's batches, replay them in-process.
+
+``python -m bench.profile_exporter --spans 20000 --workload scope|sessions [--profile]``
+
+The training process ships batches of span records to the exporter child
+through :meth:`ExporterProcess.send`. This harness records a workload with that
+method patched to keep a copy of every batch (the child still gets them), then
+replays the copies through the child's own loop (``expand`` -> ``build`` ->
+``sink.on_end`` -> ``after_batch`` -> ``shutdown``) on this thread, in a fresh
+output directory, and prints the CPU time per span. ``--profile`` repeats the
+replay under cProfile and prints the top functions by own time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import gc
+import io
+import marshal
+import os
+import pstats
+import tempfile
+import time
+from typing import Any
+
+import otel_rl
+
+
+def capture(workload: str, spans: int, root: str) -> tuple[Any, dict[str, Any], list[bytes]]:
+    """Runs ``workload`` and returns (settings, resource attributes, marshalled batches)."""
+    from otel_rl._internal.export.process import ExporterProcess
+
+    batches: list[bytes] = []
+    seen: dict[str, Any] = {}
+    original_send = ExporterProcess.send
+    original_init = ExporterProcess.__init__
+
+    def init(self: Any, settings: Any, resource_attributes: dict[str, Any], *args: Any, **kw: Any) -> None:
+        seen["settings"] = settings
+        seen["resource"] = dict(resource_attributes)
+        original_init(self, settings, resource_attributes, *args, **kw)
+
+    def send(self: Any, records: list[tuple], thread_names: dict[int, str], n: int) -> bool:
+        batches.append(marshal.dumps((thread_names, records)))
+        return original_send(self, records, thread_names, n)
+
+    ExporterProcess.__init__ = init  # type: ignore[method-assign]
+    ExporterProcess.send = send  # type: ignore[method-assign]
+    try:
+        otel_rl.reset()
+        otel_rl.configure(fileroot=root, experiment_name="bench", trial_name="t", rank=0)
+        if workload == "scope":
+            scope = otel_rl.trace_scope
+            for i in range(spans):
+                with scope("step", args={"step": i, "batch": 32, "lr": 1e-4, "actor": "a0", "ok": True}):
+                    pass
+        else:
+            # 4 sessions per task, each a session span with two phases: ~3 spans a session.
+            register_task = otel_rl.register_task
+            register_session = otel_rl.register_session
+            set_session_id = otel_rl.set_session_id
+            phase = otel_rl.trace_session_phase
+            event = otel_rl.trace_session_event
+            for _ in range(max(1, spans // 12)):
+                tid = register_task()
+                for _ in range(4):
+                    set_session_id(register_session(tid))
+                    with phase("generate"):
+                        pass
+                    with phase("reward"):
+                        pass
+                event("mark_finalized", task_id=tid, status="accepted")
+        otel_rl.shutdown()
+    finally:
+        ExporterProcess.__init__ = original_init  # type: ignore[method-assign]
+        ExporterProcess.send = original_send  # type: ignore[method-assign]
+        otel_rl.reset()
+    return seen["settings"], seen["resource"], batches
+
+
+def replay(settings: Any, resource_attrs: dict[str, Any], batches: list[bytes], root: str) -> tuple[int, float]:
+    """Runs the exporter child's loop over ``batches``; returns (spans, CPU seconds)."""
+    import dataclasses
+
+    from opentelemetry.sdk.resources import Resource
+
+    from otel_rl._internal import files
+    from otel_rl._internal.encode.readable import ReadableBuilder
+    from otel_rl._internal.export.chain import ExportChain
+    from otel_rl._internal.export.process import EXPORTER_GC_THRESHOLDS
+    from otel_rl._internal.recording import privacy
+    from otel_rl._internal.recording.record import expand, span_count
+
+    thresholds = gc.get_threshold()
+    settings = dataclasses.replace(settings, fileroot=root)
+    files.set_mode(settings.file_mode)
+    privacy.configure(settings)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_EXPORTER_OTLP")}
+    decoded = [marshal.loads(b) for b in batches]
+    resource = Resource(resource_attrs)
+    # The child's collector settings (process.main): without them young
+    # collections rescan the batch and dominate the figures.
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(*EXPORTER_GC_THRESHOLDS)
+    t0 = time.process_time()
+    chain = ExportChain(settings, resource, env)
+    sink = chain.sink()
+    builder = ReadableBuilder(resource)
+    build = builder.build
+    n = 0
+    for thread_names, records in decoded:
+        n += span_count(records)
+        builder.thread_names.update(thread_names)
+        for rec in expand(records):
+            sink.on_end(build(rec))
+        chain.after_batch()
+    chain.shutdown(5.0)
+    cpu = time.process_time() - t0
+    gc.unfreeze()
+    gc.set_threshold(*thresholds)
+    return n, cpu
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--spans", type=int, default=20000)
+    parser.add_argument("--workload", choices=("scope", "sessions"), default="scope")
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--top", type=int, default=25)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        settings, resource, batches = capture(args.workload, args.spans, os.path.join(tmp, "capture"))
+        best = None
+        n = 0
+        for k in range(args.repeats):
+            n, cpu = replay(settings, resource, batches, os.path.join(tmp, f"replay{k}"))
+            best = cpu if best is None else min(best, cpu)
+        print(f"workload={args.workload} batches={len(batches)} spans={n} "
+              f"exporter CPU {best * 1e6 / max(1, n):.2f} us/span (best of {args.repeats})")
+        if args.profile:
+            profile = cProfile.Profile()
+            profile.enable()
+            replay(settings, resource, batches, os.path.join(tmp, "profiled"))
+            profile.disable()
+            buf = io.StringIO()
+            pstats.Stats(profile, stream=buf).sort_stats("tottime").print_stats(args.top)
+            print(buf.getvalue())
+
+
+if __name__ == "__main__":
+    main()
