@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
-from spans_util import one
+from support.spans import one
 
 import otel_rl
 from otel_rl import events

@@ -12,8 +12,9 @@ import ast
 import pathlib
 
 import pytest
+from support.paths import ROOT
 
-PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "otel_rl"
+PACKAGE = ROOT / "otel_rl"
 
 #: Floor of each part of ``otel_rl._internal``; modules directly in it are the base.
 FLOORS = {

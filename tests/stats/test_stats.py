@@ -23,6 +23,7 @@ from support import clean_env, export_to, read_jsonl
 import otel_rl
 from otel_rl import stats
 from otel_rl.stats import ReduceType
+from support.paths import ROOT
 
 
 @pytest.fixture(autouse=True)
@@ -287,7 +288,7 @@ try:
 except ImportError as exc:
     print("ImportError:", exc)
 """
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = str(ROOT)
     env = clean_env(PYTHONPATH=root)
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
                          cwd=str(tmp_path), timeout=60)

@@ -16,8 +16,9 @@ import subprocess
 import sys
 
 import pytest
+from support.paths import ROOT
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+
 DOCS = ROOT / "docs"
 README = ROOT / "README.md"
 PAGES = [README, *sorted(DOCS.glob("*.md"))]

@@ -33,8 +33,9 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 import otel_rl
 from otel_rl._internal import keys
 from otel_rl.cli import main as otel_rl_cli
+from support.paths import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
+
 COMPOSE_FILE = ROOT / "docker-compose.yml"
 COLLECTOR_CONFIGS = sorted((ROOT / "collector-config").glob("*.yaml"))
 STACK_COLLECTOR_CONFIG = ROOT / "collector-config" / "otel-collector.yaml"

@@ -18,8 +18,9 @@ from otel_rl import ConfigError
 from otel_rl._internal import keys
 from otel_rl._internal.config import MAX_TIMEOUT_MS, PARAMS, resolve
 from support import clean_env
+from support.paths import ROOT as REPO_ROOT
 
-ROOT = os.path.join(os.path.dirname(__file__), "..")
+ROOT = str(REPO_ROOT)
 #: The README and the manual in docs/ (the configuration table is docs/reference.md).
 DOC_PAGES = [os.path.join(ROOT, "README.md")] + sorted(glob.glob(os.path.join(ROOT, "docs", "*.md")))
 

@@ -9,8 +9,9 @@ import subprocess
 import sys
 
 from support import clean_env
+from support.paths import ROOT as REPO_ROOT
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = str(REPO_ROOT)
 
 
 def test_bench_quick_runs_every_workload(tmp_path):

@@ -4,11 +4,10 @@ diagnostic fails, unless it declares the kind it provokes."""
 from __future__ import annotations
 
 import os
-from pathlib import Path
+
+from support.paths import TESTS
 
 pytest_plugins = ["pytester"]
-
-TESTS = Path(__file__).parent
 
 INNER = '''
 import pytest
