@@ -2,14 +2,15 @@
 """Times ``otel-rl report`` over many session records and reports its peak memory.
 
     python -m bench.report_speed --sessions 1000000 [--ranks 8] [--steps 100]
-        [--format json|table|html] [--dir DIR]
+        [--format json|table|html] [--load-only] [--dir DIR]
 
 Writes synthetic session records in otel_rl's format (``sessions-rollout-r{rank}.jsonl``:
 1-3 generate turns with tool calls between them, a reward, statuses, output token
 counters and a ``step`` field, as AReaL-style records may carry) unless ``--dir``
-already holds them, then runs the report in a child process and prints its wall time
-and peak resident memory (``ru_maxrss``). The issue's target: 1,000,000 records in
-under 30 s and 2 GB.
+already holds them, then runs the report in a child process and prints its wall time,
+the CPU time of it and its worker processes, and its peak resident memory
+(``ru_maxrss``). ``--load-only`` times ``otel_rl.report.load`` alone (reading, no views).
+Targets: 1,000,000 records in 10 s and under 500 MB.
 """
 
 from __future__ import annotations
@@ -79,6 +80,7 @@ def main() -> int:
     p.add_argument("--ranks", type=int, default=8)
     p.add_argument("--steps", type=int, default=100)
     p.add_argument("--format", choices=("json", "table", "html"), default="json")
+    p.add_argument("--load-only", action="store_true", help="time reading the records alone, no views")
     p.add_argument("--dir", help="where the records are (generated when it has none)")
     args = p.parse_args()
     directory = args.dir or tempfile.mkdtemp(prefix="otel-rl-bench-report-")
@@ -89,14 +91,23 @@ def main() -> int:
         print(f"generated {args.sessions:,} session records in {directory} "
               f"({sum(os.path.getsize(os.path.join(directory, n)) for n in os.listdir(directory)) / 1e6:,.0f} MB, "
               f"{time.perf_counter() - started:.1f} s)")
-    out = os.path.join(directory, f"report.{'txt' if args.format == 'table' else args.format}")
+    if args.load_only:
+        what = "otel_rl.report.load"
+        out = "-"
+        command = [sys.executable, "-c", "import sys, otel_rl.report as r; "
+                   "print(f'{len(r.load(sys.argv[1], progress=False).sessions):,} sessions loaded')", directory]
+    else:
+        what = f"otel-rl report --format {args.format}"
+        out = os.path.join(directory, f"report.{'txt' if args.format == 'table' else args.format}")
+        command = [sys.executable, "-m", "otel_rl.report", directory, "--format", args.format, "--out", out,
+                   "--quiet", "--no-progress"]
     started = time.perf_counter()
-    code = subprocess.call([sys.executable, "-m", "otel_rl.report", directory, "--format", args.format,
-                            "--out", out, "--quiet", "--no-progress"])
+    code = subprocess.call(command)
     wall = time.perf_counter() - started
-    peak_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
-    print(f"otel-rl report --format {args.format}: exit {code}, {wall:.1f} s wall, peak RSS {peak_mb:,.0f} MB "
-          f"-> {out}")
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    peak_mb = usage.ru_maxrss / 1024
+    print(f"{what}: exit {code}, {wall:.1f} s wall, {usage.ru_utime + usage.ru_stime:.1f} s CPU, "
+          f"peak RSS {peak_mb:,.0f} MB -> {out}")
     return code
 
 

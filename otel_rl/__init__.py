@@ -13,7 +13,7 @@ import os as _os
 from collections.abc import Mapping as _Mapping
 from typing import Any
 
-from ._internal import guard as _guard
+from ._internal import diagnostics, guard as _guard
 from ._internal import runtime as _setup
 from ._internal.config import ConfigError, Settings
 from ._internal.state import STATE as _STATE
@@ -63,7 +63,6 @@ from .perf_tracer import (  # noqa: E402 - AReaL's tracer objects
     SessionTracer,
     get_session_tracer,
 )
-from ._internal import diagnostics
 
 __version__ = "0.1.0"
 

@@ -21,11 +21,10 @@ from typing import Any
 from opentelemetry import trace as trace_api
 
 from . import sessions, tracing
-from ._internal import guard
+from ._internal import diagnostics, guard
 from ._internal import runtime as _setup
 from ._internal.recording.category import Category
 from ._internal.state import STATE
-from ._internal import diagnostics
 
 __all__ = ["PerfTraceCategory", "PerfTracer", "SessionTraceEvent", "SessionTracer", "get_session_tracer"]
 

@@ -32,13 +32,12 @@ from opentelemetry import context as context_api
 from opentelemetry import propagate
 from opentelemetry.trace.propagation import _SPAN_KEY
 
-from ._internal import guard, keys
+from ._internal import diagnostics, guard, keys
 from ._internal.propagate import carriers
 from ._internal.propagate.carriers import ENV_CARRIER_KEYS
 from ._internal.recording.spans import LeanSpan, get_current
 from ._internal.propagate.asgi import ASGIMiddleware
 from ._internal.propagate.http_clients import aiohttp_trace_config, instrument_httpx, instrument_requests
-from ._internal import diagnostics
 
 __all__ = [
     "ASGIMiddleware", "CONTEXT_KWARG", "ENV_CARRIER_KEYS", "aiohttp_trace_config", "attach", "carry",

@@ -18,12 +18,11 @@ from typing import Any, Callable, TypeVar
 
 from opentelemetry import context as context_api
 
-from ._internal import guard, keys
+from ._internal import diagnostics, guard, keys
 from ._internal.payload import own_values
 from ._internal.recording.spans import LeanSpan, record_error
 from ._internal.state import STATE
 from ._internal.recording.tracking import PHASES, PhaseOptions, current_id
-from ._internal import diagnostics
 
 F = TypeVar("F", bound=Callable[..., Any])
 

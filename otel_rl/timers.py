@@ -49,14 +49,13 @@ from typing import Any, Callable, Dict, Optional, TypeVar
 from opentelemetry.trace import SpanKind
 from opentelemetry.trace.propagation import _SPAN_KEY
 
-from ._internal import guard, keys
+from ._internal import diagnostics, guard, keys
 from ._internal.recording.spans import LeanSpan, get_current
 from ._internal.state import STATE
 from ._internal.recording.resumed import ResumedSpan, record_failure
 from ._internal.recording.timer_frames import FRAME, close_node, merge_gauges_into, open_node, restore_frame
 from ._internal.recording.timer_stack import TIMER_FORMAT_VERSION, GaugeNode, TimerNode, TimerStack
 from .tracing import trace_scope
-from ._internal import diagnostics
 
 __all__ = [
     "TIMER_FORMAT_VERSION", "GaugeNode", "TimerNode", "TimerStack", "add_metadata", "get_timer_root",

@@ -15,7 +15,7 @@ from opentelemetry import context as context_api
 from opentelemetry.trace import SpanKind
 from opentelemetry.trace.propagation import _SPAN_KEY
 
-from ._internal import guard, keys
+from ._internal import diagnostics, guard, keys
 from ._internal.recording import cuda_sync
 from ._internal.recording.category import Category, normalize_category
 from ._internal.payload import own_values
@@ -24,7 +24,6 @@ from ._internal.recording.spans import NULL_SCOPE, LeanSpan, get_current
 from ._internal.state import STATE
 from ._internal.control.torch_profiler import PROFILER as _TORCH, CudaSyncedScope
 from ._internal.recording.tracking import current_id, with_ids
-from ._internal import diagnostics
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -280,7 +280,7 @@ def render() -> str:
         "",
         "Every configuration parameter, attribute key and diagnostic kind otel_rl defines, "
         "generated from the modules that define them (`.venv/bin/python scripts/gen_reference.py`; "
-        "`tests/test_docs.py` fails when this page is stale).",
+        "`tests/integration/test_docs.py` fails when this page is stale).",
         "",
         "- [Configuration parameters](#configuration-parameters)",
         "- [Keys and file names](#keys-and-file-names)",

@@ -7,7 +7,8 @@ from collections import defaultdict
 from typing import Any
 
 from .._internal import keys
-from ._model import RunData, SessionRow, SpanRow, response_length
+from .._internal.read.sessions import response_length
+from ._model import RunData, SessionRow, SpanRow
 
 #: Chrome args an instant carries that are not request metadata.
 _NOT_METADATA = frozenset({"rank", "role", "trace_id", "span_id", "parent_span_id"})

@@ -5,8 +5,22 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from .._internal.read.packed import pack, pack_details, unpack
+
 #: Diagnostics keep the first this many malformed lines and warnings (all are counted).
 MAX_REPORTED = 200
+
+
+def _packed_field(index: int, doc: str) -> property:
+    def get(row: SessionRow) -> Any:
+        return unpack(row._details)[index]
+
+    def set_(row: SessionRow, value: Any) -> None:
+        values = list(unpack(row._details))
+        values[index] = value
+        row._details = pack_details(*values)
+
+    return property(get, set_, doc=doc)
 
 
 class SessionRow:
@@ -15,34 +29,77 @@ class SessionRow:
     Times are wall-clock seconds; ``phases`` is a flat tuple
     ``(name, start, end, name, start, end, ...)`` in record order, with
     ``end`` ``None`` for a phase still open when the session ended.
+
+    What every view reads for every session (worker, status, times, step,
+    tokens) are plain attributes; ``phases`` and what only a few sessions are
+    shown with (``task_id``, ``session_id``, ``reason``, ``counters``,
+    ``span_id``, ``trace_id``) are kept packed into bytes and read back on
+    access, each time a new copy: a million sessions then take half the memory.
     """
 
-    __slots__ = ("worker", "task_id", "session_id", "status", "reason", "submit", "finalized",
-                 "total", "step", "phases", "counters", "span_id", "trace_id", "tokens")
+    __slots__ = ("worker", "status", "submit", "finalized", "total", "step", "_phases", "tokens", "_details")
 
     def __init__(self, worker: str, task_id: Any, session_id: Any, status: str, reason: Any,
                  submit: float | None, finalized: float | None, total: float | None,
                  step: Any, phases: tuple, counters: dict[str, Any] | None,
                  span_id: str | None, trace_id: str | None = None) -> None:
         self.worker = worker
-        self.task_id = task_id
-        self.session_id = session_id
         self.status = status
-        self.reason = reason
         self.submit = submit
         self.finalized = finalized
         self.total = total
         self.step = step
-        self.phases = phases
-        self.counters = counters
-        self.span_id = span_id
-        self.trace_id = trace_id
+        self._phases = pack(tuple(phases))
         self.tokens: float | None = None
+        self._details = pack_details(task_id, session_id, reason, counters, span_id, trace_id)
+
+    @property
+    def phases(self) -> tuple:
+        """``(name, start, end, name, start, end, ...)``, a new copy at each access."""
+        return unpack(self._phases)
+
+    @phases.setter
+    def phases(self, value: tuple) -> None:
+        self._phases = pack(tuple(value))
+
+    task_id = _packed_field(0, "The task (prompt) the session belongs to.")
+    session_id = _packed_field(1, "The session's id.")
+    reason = _packed_field(2, "Why it ended as it did (text), or ``None``.")
+    counters = _packed_field(3, "Its counters (``{name: value}``), or ``None``.")
+    span_id = _packed_field(4, "Its ``session`` span's id, or ``None``.")
+    trace_id = _packed_field(5, "Its trace's id, or ``None``.")
+
+    def identity(self) -> tuple[Any, Any, Any, Any]:
+        """``(task_id, session_id, span_id, trace_id)``, read back at once."""
+        task_id, session_id, _reason, _counters, span_id, trace_id = unpack(self._details)
+        return task_id, session_id, span_id, trace_id
 
     def phase_instances(self) -> list[tuple[str, float | None, float | None]]:
         """``[(phase, start, end), ...]`` in record order."""
-        p = self.phases
+        p = unpack(self._phases)
         return [(p[i], p[i + 1], p[i + 2]) for i in range(0, len(p), 3)]
+
+
+def record_row(worker: str, status: str, submit: float | None, finalized: float | None, total: float | None,
+               step: Any, phases: tuple, tokens: float | None, details: bytes | tuple) -> SessionRow:
+    """A :class:`SessionRow` from a session record as the reader gives it (``phases`` and ``details`` packed).
+
+    Slot by slot, not through ``__init__``: it runs once per record, a million times a run.
+    """
+    row = _new_row(SessionRow)
+    row.worker = worker
+    row.status = status
+    row.submit = submit
+    row.finalized = finalized
+    row.total = total
+    row.step = step
+    row._phases = phases
+    row.tokens = tokens
+    row._details = details
+    return row
+
+
+_new_row = object.__new__
 
 
 class SpanRow:

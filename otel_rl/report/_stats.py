@@ -87,6 +87,9 @@ def histogram(values: Sequence[float], bins: int, lo: float | None = None,
         hi = lo + 1e-9
     width = (hi - lo) / bins
     edges = [lo + i * width for i in range(bins + 1)]
+    # lo + bins * width can round to just below hi, leaving the maximum outside
+    # the last edge for any reader that bins by the edges (numpy does).
+    edges[-1] = hi
     counts = [0] * bins
     last = bins - 1
     for v in values:

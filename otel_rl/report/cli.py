@@ -12,7 +12,7 @@ from typing import Any
 
 import orjson
 
-from ..convert import add_limit_options, limits_from_args
+from .._internal.read.limits import add_limit_options, limits_from_args
 from ._build import VIEWS, build
 from ._load import load, parse_ranks, parse_steps
 from .lifecycle import DEFAULT_GANTT_LIMIT

@@ -39,10 +39,9 @@ from typing import Any, Callable
 
 import orjson
 
-from .. import files, guard, keys
+from .. import diagnostics, files, guard, keys
 from ..encode.kineto_clock import kineto_shift_us
 from ..state import STATE
-from .. import diagnostics
 
 #: Options a ``config`` object of ``/start_profile`` may set, with their settings.
 OPTIONS = {

@@ -34,8 +34,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanKind
 from opentelemetry.trace.status import StatusCode
 
-from .. import guard, keys
-from .. import diagnostics
+from .. import diagnostics, guard, keys
 from .chrome_markers import BATCH_MARKER, BATCH_MARKER_PREFIX, FLOW_CATEGORY, FLOW_NAME, FLOW_SOURCE
 from .json_values import chrome_args, json_safe_value
 from .kineto_clock import kineto_shift_us

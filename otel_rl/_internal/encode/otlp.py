@@ -20,9 +20,8 @@ from typing import Any
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanKind, StatusCode
 
-from .. import guard
+from .. import diagnostics, guard
 from ..payload import utf8_text
-from .. import diagnostics
 
 _FIXED64 = struct.Struct("<Q").pack
 _DOUBLE = struct.Struct("<d").pack

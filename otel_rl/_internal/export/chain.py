@@ -40,12 +40,11 @@ from opentelemetry.sdk.trace import SpanProcessor, SynchronousMultiSpanProcessor
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
-from .. import guard, keys
+from .. import diagnostics, guard, keys
 from ..config import ConfigError, Settings
 from .jsonl import JsonlAppender
 from .metrics_file import JsonlMetricExporter
 from .session_processor import SessionMetrics, SessionSpanProcessor
-from .. import diagnostics
 
 logger = logging.getLogger("otel_rl")
 

@@ -23,12 +23,11 @@ from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
-from .. import guard
+from .. import diagnostics, guard
 from ..encode.chrome_markers import BATCH_MARKER
 from ..encode.chrome_trace import ChromeTraceEncoder
 from ..encode.json_values import json_safe_value
 from .jsonl import AppendOnlyFile
-from .. import diagnostics
 
 
 # Objects whose locks must be new in a forked child: a lock held by the parent's

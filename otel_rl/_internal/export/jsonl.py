@@ -9,9 +9,8 @@ from typing import Any
 
 import orjson
 
-from .. import files, guard
+from .. import diagnostics, files, guard
 from ..payload import json_safe
-from .. import diagnostics
 
 #: Bytes appended to each file by this process (path -> bytes), for the run summary.
 BYTES_WRITTEN: dict[str, int] = {}

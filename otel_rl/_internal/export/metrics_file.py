@@ -7,10 +7,9 @@ from typing import Any
 
 from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult, MetricsData
 
-from .. import guard
+from .. import diagnostics, guard
 from .jsonl import JsonlAppender
 from ..payload import INT64_MAX, INT64_MIN, utf8_text
-from .. import diagnostics
 
 
 class JsonlMetricExporter(MetricExporter):

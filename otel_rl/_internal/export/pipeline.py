@@ -27,11 +27,10 @@ from opentelemetry.sdk.trace import SpanProcessor
 from opentelemetry.sdk.trace.sampling import Decision, Sampler
 from opentelemetry.trace import SpanContext, SpanKind
 
-from .. import guard, keys
+from .. import diagnostics, guard, keys
 from ..encode.readable import ReadableBuilder, record_from_readable
 from ..recording import privacy
 from ..recording.record import THREAD, expand, span_count
-from .. import diagnostics
 
 #: After shutdown's bound, how long the export thread gets to stop where it is.
 ABANDON_GRACE_S = 0.05

@@ -47,9 +47,8 @@ import time
 from typing import Any
 
 from ... import environment_variables as ev
-from .. import guard
+from .. import diagnostics, guard
 from ..recording.record import make_marshalable, span_count
-from .. import diagnostics
 
 CONFIG_ENV = "OTEL_RL_EXPORTER_CONFIG"
 #: CPU priority of the exporter process relative to the training process.

@@ -21,10 +21,9 @@ from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 from opentelemetry.trace import NonRecordingSpan
 from opentelemetry.trace.status import StatusCode
 
-from .. import guard, keys
+from .. import diagnostics, guard, keys
 from .jsonl import JsonlAppender
 from ..payload import INT64_MAX, INT64_MIN, utf8_text
-from .. import diagnostics
 
 #: Phases every record carries, even at zero (AReaL's fields).
 BUILTIN_PHASES = ("generate", "reward", "toolcall")

@@ -16,9 +16,8 @@ import time
 from collections import Counter
 from typing import Any
 
-from .. import files, guard, keys
+from .. import diagnostics, files, guard, keys
 from .jsonl import bytes_written
-from .. import diagnostics
 
 logger = logging.getLogger("otel_rl")
 

@@ -8,10 +8,9 @@ from opentelemetry import context as context_api
 from opentelemetry import propagate
 from opentelemetry.trace import SpanKind, StatusCode
 
-from .. import guard, keys
+from .. import diagnostics, guard, keys
 from . import incoming
 from ..state import STATE
-from .. import diagnostics
 
 
 def _headers_of(scope: dict[str, Any]) -> dict[str, str]:

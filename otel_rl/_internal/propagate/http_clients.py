@@ -11,8 +11,7 @@ from typing import Any
 
 from opentelemetry import propagate
 
-from .. import guard
-from .. import diagnostics
+from .. import diagnostics, guard
 
 
 def _inject_into(headers: Any) -> None:

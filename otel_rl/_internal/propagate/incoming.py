@@ -15,9 +15,8 @@ from opentelemetry import baggage as baggage_api
 from opentelemetry import context as context_api
 
 from ... import environment_variables as ev
-from .. import guard, keys
+from .. import diagnostics, guard, keys
 from ..state import STATE
-from .. import diagnostics
 
 #: W3C Baggage limits.
 MAX_ENTRIES = 180

@@ -5,8 +5,7 @@ from __future__ import annotations
 from enum import Enum
 from typing import Any
 
-from .. import guard
-from .. import diagnostics
+from .. import diagnostics, guard
 
 
 class Category(str, Enum):

@@ -24,8 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .. import guard, keys, payload
-from .. import diagnostics
+from .. import diagnostics, guard, keys, payload
 from . import record
 
 Redactor = Callable[[str, Any], Any]

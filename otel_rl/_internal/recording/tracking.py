@@ -21,12 +21,11 @@ from opentelemetry.context import Context, get_current
 from opentelemetry.trace.propagation import _SPAN_KEY
 from opentelemetry.trace.status import StatusCode
 
-from .. import guard, keys
+from .. import diagnostics, guard, keys
 from ..payload import safe_repr, safe_str, snapshot
 from . import record as records
 from .ids import id_value, new_span_id
 from .spans import LeanSpan, SpanSink
-from .. import diagnostics
 
 
 _EMPTY_CONTEXT = Context()

@@ -20,14 +20,13 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol, runtime_checkable
 
-from .. import guard, keys
+from .. import diagnostics, guard, keys
 from ..config import Settings
 from ..export.jsonl import JsonlAppender
 from ..resource import process_resource
 from ..state import STATE
 from .reduce import COUNT_SUFFIX
 from ..recording.tracking import current_id
-from .. import diagnostics
 
 logger = logging.getLogger("otel_rl")
 

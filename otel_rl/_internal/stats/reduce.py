@@ -25,8 +25,7 @@ from typing import Any
 
 import orjson
 
-from .. import guard
-from .. import diagnostics
+from .. import diagnostics, guard
 
 logger = logging.getLogger("otel_rl")
 

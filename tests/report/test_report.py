@@ -15,6 +15,8 @@ import inspect
 import io
 import json
 import os
+import sys
+import threading
 import time
 from collections import Counter, defaultdict
 
@@ -30,6 +32,7 @@ from otel_rl._internal import keys
 from otel_rl.convert import InputLimits
 from otel_rl.report import cli as report_cli
 from otel_rl.report.breakdown import STAGE_INTERVALS
+from support import run_python
 
 QS = (50, 95, 99)
 
@@ -821,3 +824,85 @@ def test_a_gzip_input_damaged_mid_stream_is_reported_not_raised(tmp_path):
 
     ((where, why),) = data.diagnostics.unreadable
     assert where == str(path) and "decompress" in why
+
+
+def _session_rows(data):
+    return [(s.worker, s.task_id, s.session_id, s.status, s.submit, s.finalized, s.total, s.step, s.phases,
+             s.counters, s.tokens) for s in data.sessions]
+
+
+# Worker processes are forked only from a single-threaded process, which a pytest process
+# with receivers and exporters behind it is not: the forked load runs in a fresh interpreter.
+_LOAD_IN_WORKERS = """
+import json, sys
+from otel_rl import report
+from otel_rl._internal.read import sessions
+from otel_rl.convert import InputLimits
+
+pools, fork_pool = [], sessions.fork_pool
+sessions.PARALLEL_BYTES = 0
+sessions.idle_cpus = lambda: 2
+sessions.fork_pool = lambda n: pools.append(fork_pool(n)) or pools[-1]
+ranks = sys.argv[2] or None
+data = report.load(sys.argv[1], ranks=ranks, limits=InputLimits(max_line_bytes=1000))
+rows = [(s.worker, s.task_id, s.session_id, s.status, s.submit, s.finalized, s.total, s.step, s.phases,
+         s.counters, s.tokens) for s in data.sessions]
+print(json.dumps({"forked": bool(pools and pools[0] is not None), "rows": rows,
+                  "diagnostics": data.diagnostics.to_dict(), "workers": data.workers}, default=str))
+"""
+
+
+def _load_in_workers(path, ranks=None):
+    if not sys.platform.startswith("linux"):
+        pytest.skip("worker processes are only forked on Linux")
+    done = run_python(_LOAD_IN_WORKERS, None, str(path), ranks or "", timeout=120)
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert out["forked"]
+    return out
+
+
+def _as_json(value):
+    return json.loads(json.dumps(value, default=str))
+
+
+@pytest.mark.parametrize("ranks", [None, "1"])
+def test_a_large_session_file_read_by_worker_processes_reads_as_read_here(tmp_path, monkeypatch, ranks):
+    lines = []
+    for i in range(400):
+        record = dict(AREAL_RECORD, session_id=i, rank=i % 2, step=i // 40,
+                      counters={"output_tokens": i} if i % 3 else {"turns": 2})
+        if i % 50 == 7:
+            record["submit_ts"] = "yesterday"  # malformed, reported only for a rank that is kept
+        if i % 60 == 11:
+            record["task_id"] = [1]  # malformed whatever the rank
+        lines.append(json.dumps(record))
+        if i % 70 == 3:
+            lines += ["{not json", "[1, 2]", "", json.dumps(dict(record, reason="x" * 2000))]  # the last one too long
+    path = tmp_path / "sessions-rollout-r0.jsonl"
+    path.write_text("\n".join(lines + ['{"task_id": 1, "session_id": 4, "sub']))  # a writer died mid-line
+    limits = InputLimits(max_line_bytes=1000)  # reads of 1000 bytes: a block of lines each
+
+    here = report.load(str(path), ranks=ranks, limits=limits)
+    forked = _load_in_workers(path, ranks)
+
+    assert len(here.sessions) > 100 and here.diagnostics.malformed_count > 10 and here.diagnostics.truncated
+    assert forked["rows"] == _as_json(_session_rows(here))
+    assert forked["diagnostics"] == _as_json(here.diagnostics.to_dict())
+    assert forked["workers"] == _as_json(here.workers)
+
+
+def test_a_damaged_gzip_read_by_worker_processes_keeps_what_was_read_before(tmp_path):
+    data = bytearray(gzip.compress("".join(json.dumps(dict(AREAL_RECORD, session_id=i, reason="r" * (i % 97))) + "\n"
+                                           for i in range(3000)).encode(), compresslevel=1))
+    data[len(data) // 2] ^= 0xFF
+    path = tmp_path / "sessions-r0.jsonl.gz"
+    path.write_bytes(bytes(data))
+    limits = InputLimits(max_line_bytes=1000)
+
+    here = report.load(str(path), limits=limits)
+    forked = _load_in_workers(path)
+
+    assert 0 < len(here.sessions) < 3000 and here.diagnostics.unreadable
+    assert forked["rows"] == _as_json(_session_rows(here))
+    assert forked["diagnostics"] == _as_json(here.diagnostics.to_dict())
