@@ -17,6 +17,7 @@ import time
 
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
+from support.workloads import scopes, sessions
 from support import (clean_env, export_to, read_json, read_sessions, read_trace, slice_names, slices,
                      unreachable_endpoint)
 from waiting import reap_children, wait_until
@@ -44,21 +45,6 @@ def _configure(tmp_path, **kw):
     otel_rl.configure(fileroot=str(tmp_path), tracer_provider=TracerProvider(shutdown_on_exit=False),
                       **kw)
     return otel_rl.settings()
-
-
-def _scopes(n, name="work"):
-    for i in range(n):
-        with otel_rl.trace_scope(name, args={"i": i}):
-            pass
-
-
-def _sessions(n, status="accepted"):
-    otel_rl.set_task_id(otel_rl.register_task())
-    for _ in range(n):
-        otel_rl.set_session_id(otel_rl.register_session())
-        with otel_rl.trace_session_phase("generate"):
-            pass
-        otel_rl.trace_session_event("mark_finalized", status=status)
 
 
 def _names(settings):
@@ -100,7 +86,7 @@ def test_save_does_not_wait_for_an_unreachable_metrics_endpoint(monkeypatch, tmp
 def test_a_step_save_returns_without_waiting_for_the_exporter_process(tmp_path):
     settings = _configure(tmp_path)
     otel_rl.save(force=True)  # started and answering
-    _scopes(30_000)
+    scopes(30_000)
     # Before, save(step) waited for the exporter process to encode all of them
     # (31-43 us of wall time each on the training thread).
     took = _timed(otel_rl.save, 0)
@@ -111,7 +97,7 @@ def test_a_step_save_returns_without_waiting_for_the_exporter_process(tmp_path):
 
 def test_the_first_save_does_not_wait_for_the_exporter_process_to_start(tmp_path):
     settings = _configure(tmp_path)
-    _scopes(10)
+    scopes(10)
     took = _timed(otel_rl.save, 0)
     assert took < 0.1, took
     otel_rl.shutdown()
@@ -120,8 +106,8 @@ def test_the_first_save_does_not_wait_for_the_exporter_process_to_start(tmp_path
 
 def test_a_forced_save_still_writes_everything_before_it_returns(tmp_path):
     settings = _configure(tmp_path, flush_threshold=1000)
-    _scopes(500)
-    _sessions(3)
+    scopes(500)
+    sessions(3)
     otel_rl.save(force=True)
     assert _names(settings).count("work") == 500
     assert [r["status"] for r in read_sessions(settings.file_path(keys.SESSIONS_FILE))] == ["accepted"] * 3
@@ -131,7 +117,7 @@ def test_a_stopped_exporter_process_is_given_up_on_and_export_goes_on_here(tmp_p
     # SIGSTOP stands for a write blocked on a stalled network filesystem: the
     # process is alive and never answers. Every save() used to wait the full bound.
     settings = _configure(tmp_path, shutdown_timeout_ms=1000, export_interval_ms=20)
-    _scopes(10, "before")
+    scopes(10, "before")
 
     def before_written():  # by the exporter process, which may take a while to start on a loaded machine
         otel_rl.save(force=True)
@@ -143,10 +129,10 @@ def test_a_stopped_exporter_process_is_given_up_on_and_export_goes_on_here(tmp_p
     try:
         step_saves = []
         for step in range(5):
-            _scopes(10, "during")
+            scopes(10, "during")
             step_saves.append(_timed(otel_rl.save, step))
         forced = _timed(otel_rl.save, force=True)
-        _scopes(10, "after")
+        scopes(10, "after")
         after = _timed(otel_rl.save, force=True)
     finally:
         try:
@@ -280,7 +266,7 @@ def test_spans_left_when_a_thread_mode_shutdown_runs_out_of_time_are_counted(tmp
     settings = _configure(tmp_path, export_process=False, shutdown_timeout_ms=200,
                           export_interval_ms=60_000)
     STATE.pipeline.wake_at = 10**9  # nothing is processed before shutdown
-    _scopes(60_000)
+    scopes(60_000)
     otel_rl.shutdown()
     summary = _read_summary(settings)
     spans = summary["spans"]
@@ -296,7 +282,7 @@ def test_bursts_larger_than_the_exporter_backlog_bound_are_not_dropped(tmp_path)
     # of 1,200 used to be dropped (almost) whole while the exporter was idle.
     settings = _configure(tmp_path, max_queue_size=2000)
     for _ in range(3):
-        _scopes(1200)
+        scopes(1200)
         otel_rl.save(force=True)
     otel_rl.shutdown()
     summary = _read_summary(settings)
@@ -354,8 +340,8 @@ def test_an_invalid_batch_processor_setting_falls_back_with_one_warning(grpc_rec
     export_to(monkeypatch, grpc_receiver)
     monkeypatch.setenv(name, value)
     settings = _configure(tmp_path)
-    _scopes(5)
-    _sessions(1)
+    scopes(5)
+    sessions(1)
     otel_rl.shutdown()
     assert _names(settings).count("work") == 5
     summary = _read_summary(settings)
@@ -376,11 +362,11 @@ def test_an_unreachable_collector_logs_one_warning_per_exporter(monkeypatch, tmp
     monkeypatch.setenv("OTEL_METRIC_EXPORT_INTERVAL", "100")
     settings = _configure(tmp_path, shutdown_timeout_ms=2500)
     for step in range(3):
-        _scopes(20)
-        _sessions(2)
+        scopes(20)
+        sessions(2)
         otel_rl.save(force=True)
     def several_failed():  # export calls fail meanwhile, each logging its retries and failure
-        _scopes(5)
+        scopes(5)
         otel_rl.save(force=True)  # also brings the exporter process's counts
         return otel_rl.run_summary()["problems"].get("otlp_traces_exporter_log", 0) >= 3
 
