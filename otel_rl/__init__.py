@@ -13,7 +13,8 @@ import os as _os
 from collections.abc import Mapping as _Mapping
 from typing import Any
 
-from ._internal import diagnostics, guard as _guard
+from ._internal import diagnostics as _kinds
+from ._internal import guard as _guard
 from ._internal import runtime as _setup
 from ._internal.config import ConfigError, Settings
 from ._internal.state import STATE as _STATE
@@ -135,7 +136,7 @@ def save(step: int | None = None, force: bool = False) -> None:
     try:
         _setup.save(step, force)
     except Exception as exc:  # noqa: BLE001
-        _guard.report(diagnostics.INTERNAL_ERROR, "save failed: %r", exc)
+        _guard.report(_kinds.INTERNAL_ERROR, "save failed: %r", exc)
 
 
 def shutdown() -> None:
@@ -147,7 +148,7 @@ def shutdown() -> None:
     try:
         _setup.shutdown()
     except Exception as exc:  # noqa: BLE001
-        _guard.report(diagnostics.INTERNAL_ERROR, "shutdown failed: %r", exc)
+        _guard.report(_kinds.INTERNAL_ERROR, "shutdown failed: %r", exc)
 
 
 def reset() -> None:
@@ -203,7 +204,7 @@ def run_summary() -> dict[str, Any] | None:
     try:
         return _setup.run_summary()
     except Exception as exc:  # noqa: BLE001
-        _guard.report(diagnostics.INTERNAL_ERROR, "run_summary failed: %r", exc)
+        _guard.report(_kinds.INTERNAL_ERROR, "run_summary failed: %r", exc)
         return None
 
 

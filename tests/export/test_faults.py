@@ -382,3 +382,18 @@ def test_an_unreachable_collector_logs_one_warning_per_exporter(monkeypatch, tmp
     assert len(sdk_lines) <= 2, sdk_lines
     assert summary["problems"]["otlp_traces_exporter_log"] >= 3  # the rest are counted
     assert summary["spans"]["exported_file"] == summary["spans"]["recorded"]  # the file has them all
+
+
+@pytest.mark.expect_diagnostics("internal_error")
+@pytest.mark.parametrize("call", ["save", "shutdown", "run_summary"])
+def test_a_failure_inside_a_public_call_is_counted_not_raised(tmp_path, monkeypatch, call):
+    from otel_rl._internal import runtime
+
+    _configure(tmp_path)
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("broken on purpose")
+
+    monkeypatch.setattr(runtime, call, broken)
+    getattr(otel_rl, call)()
+    assert otel_rl.diagnostics().get("internal_error", 0) >= 1

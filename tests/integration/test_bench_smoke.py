@@ -4,7 +4,6 @@ reports every workload. No timing is asserted."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 

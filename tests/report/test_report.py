@@ -16,7 +16,6 @@ import io
 import json
 import os
 import sys
-import threading
 import time
 from collections import Counter, defaultdict
 
