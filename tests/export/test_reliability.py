@@ -16,6 +16,7 @@ import time
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
 from receivers import GrpcReceiver
+from waiting import wait_until
 from support import clean_env, export_to, read_json, slice_names, start_python, unreachable_endpoint
 
 import otel_rl
@@ -117,6 +118,13 @@ def test_exit_is_bounded_when_the_collector_is_slow(tmp_path):
     assert _summary(tmp_path)["spans"]["dropped"].get("otlp_unsent_at_exit") == 500
 
 
+def _otlp_acknowledged(n):
+    def acknowledged():
+        otel_rl.save(force=True)  # its answer brings the exporter's latest numbers
+        return otel_rl.run_summary()["spans"]["exported_otlp"] >= n
+    return acknowledged
+
+
 def test_spans_recorded_while_the_collector_is_away_are_delivered_when_it_returns(monkeypatch, tmp_path):
     receiver = GrpcReceiver().start()
     try:
@@ -132,7 +140,10 @@ def test_spans_recorded_while_the_collector_is_away_are_delivered_when_it_return
                     pass
             otel_rl.save(force=True)
             if name == "before":
-                receiver.wait_for_spans(20)
+                # Acknowledged to the exporter, not only received: a request the
+                # receiver took but never answered is retried after it stops, and
+                # delivered twice (OTLP is at-least-once).
+                wait_until(_otlp_acknowledged(20), what="the first 20 spans acknowledged")
             if name == "during":
                 _refuse_one_connection(receiver.port)  # an export met the outage
                 receiver.start()  # the same port
