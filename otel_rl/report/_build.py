@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import time
-from collections import Counter
 from collections.abc import Iterable
 from typing import Any
 
+from ._columns import session_table
 from ._model import RunData
 from ._stats import step_sort_key
 from .breakdown import phase_breakdown, span_breakdown, stage_breakdown
@@ -30,12 +30,11 @@ def summary(data: RunData) -> dict[str, Any]:
         "spans", "requests", "request_events", "start_ts", "end_ts",
         "duration_s", "inputs", "filters"}``.
     """
-    statuses = Counter(r.status for r in data.sessions)
-    finalized = sum(1 for r in data.sessions if r.finalized is not None)
-    times = [r.submit for r in data.sessions if r.submit is not None]
-    times += [r.finalized for r in data.sessions if r.finalized is not None]
-    start = min(times, default=None)
-    end = max(times, default=None)
+    table = session_table(data)
+    statuses = table.status_counts
+    finalized = table.finalized_n
+    start = table.tmin
+    end = table.tmax
     if data.spans:
         s0 = min(s.start for s in data.spans)
         s1 = max(s.end for s in data.spans)
@@ -46,8 +45,8 @@ def summary(data: RunData) -> dict[str, Any]:
         r1 = max(events[-1][0] for events in data.requests.values() if events) / 1e9
         start = r0 if start is None else min(start, r0)
         end = r1 if end is None else max(end, r1)
-    steps = {r.step for r in data.sessions if r.step is not None}
-    workers = sorted({r.worker for r in data.sessions} | {s.worker for s in data.spans})
+    steps = {s for s in table.steps if s is not None}
+    workers = sorted(table.workers | {s.worker for s in data.spans})
     return {
         "sessions": len(data.sessions), "finalized": finalized, "open": len(data.sessions) - finalized,
         "by_status": dict(sorted(statuses.items())),

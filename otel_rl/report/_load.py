@@ -40,6 +40,7 @@ from .._internal.read.sniff import record_kind, sniff_file, why_ignored
 from .._internal.read.stats_exports import read_stats_exports
 from .._internal.read.torch_trace import is_torch_trace
 from ._clocks import align_clocks as _align
+from ._columns import LazySessions, SessionTable
 from ._derive import derive
 from ._model import RunData, SpanRow, record_row
 from ._requests import scope_request_ids
@@ -156,6 +157,8 @@ class _Loader:
         self._allowed: dict[str, bool] = {}
         self._keep = self._step_ok if data.steps is not None else None
         self.pool: Executor | None = None  # worker processes parsing session records
+        # Session records gathered as columns, when every record is kept (no --step / --rank).
+        self.table = SessionTable() if data.steps is None and data.ranks is None else None
 
     # --- where readers report bad lines -------------------------------------------------------
     def bad_line(self, path: str, line: int, message: str) -> None:
@@ -240,7 +243,8 @@ class _Loader:
                 on_read = self.progress.callback(path)
                 if kind == "sessions":
                     count = read_session_records(path, self.limits, self, self._session_workers(path),
-                                                 record_row, self.data.sessions.append, on_read, self.pool)
+                                                 record_row, self.data.sessions.append, on_read, self.pool,
+                                                 self.table.add if self.table is not None else None)
                 elif kind == "request-events":
                     count = self._request_events(path, on_read)
                 elif kind == "stats":
@@ -420,6 +424,13 @@ def load(inputs: str | Sequence[str], *, steps: Any = None, ranks: Any = None,
                 loader.read(path)
             except OSError as exc:
                 data.diagnostics.unreadable.append((path, str(exc)))
+        table = loader.table
+        if table is not None and table.n:
+            if data.spans:
+                # Sessions are matched with their spans, and shifted with their worker's clock: as rows.
+                data.sessions = [table.row(i) for i in range(table.n)]
+            else:
+                data.sessions = LazySessions(table)
         derive(data, loader.names)
         _align(data, align_clocks)
         scope_request_ids(data)

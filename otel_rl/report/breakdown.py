@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import math
+from array import array
 from collections import defaultdict
 from typing import Any
 
 from .._internal import keys
+from .._internal.read.session_facts import UNATTRIBUTED
+from ._columns import session_table
 from ._model import RunData
 from ._stats import step_sort_key, summarize
 from .timer_tree import parents
 
-#: Name of the row for session time spent in no phase (queueing, waiting, scheduling).
-UNATTRIBUTED = "(unattributed)"
 
 #: sglang-omni's ``(open_event, close_event)`` pairs framing a stage-local interval.
 #: An opener may take part in several pairs; each pair has its own FIFO of
@@ -28,74 +29,47 @@ STAGE_INTERVALS: tuple[tuple[str, str], ...] = (
 )
 
 
-class _PhaseAcc:
-    """Accumulates phase durations and shares for one group of sessions."""
-
-    __slots__ = ("durations", "open", "sessions_with", "share_sums", "unattributed", "totals")
-
-    def __init__(self) -> None:
-        self.durations: dict[str, list[float]] = defaultdict(list)
-        self.open: dict[str, int] = defaultdict(int)
-        self.sessions_with: dict[str, int] = defaultdict(int)
-        self.share_sums: dict[str, float] = defaultdict(float)
-        self.unattributed: list[float] = []
-        self.totals: list[float] = []
-
-    def add(self, other: _PhaseAcc) -> None:
-        for name, values in other.durations.items():
-            self.durations[name].extend(values)
-        for target, source in ((self.open, other.open), (self.sessions_with, other.sessions_with),
-                               (self.share_sums, other.share_sums)):
-            for name, value in source.items():
-                target[name] += value
-        self.unattributed.extend(other.unattributed)
-        self.totals.extend(other.totals)
-
-    def rows(self) -> dict[str, Any]:
-        """The group's statistics; sorts its lists in place (merging sorted groups is then cheap)."""
-        for values in (*self.durations.values(), self.unattributed, self.totals):
-            values.sort()
-        time_total = math.fsum(self.totals)
-        n = len(self.totals)
-        durations = self.durations
-        stats = {name: summarize(values, presorted=True) for name, values in durations.items()}
-        rows = []
-        for phase in sorted(set(durations) | set(self.open),
-                            key=lambda p: -(stats[p]["total_s"] if p in stats else 0.0)):
-            row: dict[str, Any] = {"phase": phase}
-            row.update(stats.get(phase) or summarize(()))
-            row["open"] = self.open.get(phase, 0)
-            row["sessions"] = self.sessions_with.get(phase, 0)
-            row["share"] = row["total_s"] / time_total if time_total > 0 else None
-            row["avg_share"] = self.share_sums.get(phase, 0.0) / n if n else None
-            rows.append(row)
-        if self.unattributed:
-            row = {"phase": UNATTRIBUTED}
-            row.update(summarize(self.unattributed, presorted=True))
-            row["open"] = 0
-            row["sessions"] = len(self.unattributed)
-            row["share"] = row["total_s"] / time_total if time_total > 0 else None
-            row["avg_share"] = self.share_sums.get(UNATTRIBUTED, 0.0) / n if n else None
-            rows.append(row)
-        return {"sessions": n, "session_time_s": time_total, "session": summarize(self.totals, presorted=True),
-                "rows": rows}
+def _floats(raw: bytes) -> array:
+    a = array("d")
+    a.frombytes(raw)
+    return a
 
 
-def covered_length(spans: list[tuple[float, float]]) -> float:
-    """Length of the union of ``(start, end)`` intervals (sorted in place)."""
-    if len(spans) == 1:
-        s, e = spans[0]
-        return e - s
-    spans.sort()
-    total = 0.0
-    cur_s, cur_e = spans[0]
-    for s, e in spans:
-        if s > cur_e:
-            total += cur_e - cur_s
-            cur_s, cur_e = s, e
-        elif e > cur_e:
-            cur_e = e
-    return total + cur_e - cur_s
+def _merged(raws: list[bytes]) -> list[float]:
+    """Sorted runs of floats (packed) merged into one sorted list."""
+    values: list[float] = []
+    for raw in raws:
+        values += _floats(raw)
+    values.sort()  # sorted runs: a merge
+    return values
+
+
+def _group_rows(durations: dict[str, list[float]], opened: dict[str, int], with_phase: dict[str, int],
+                share_sums: dict[str, float], unattributed: list[float], totals: list[float]) -> dict[str, Any]:
+    """A group's statistics from its sorted durations (per phase), unattributed times and totals."""
+    time_total = math.fsum(totals)
+    n = len(totals)
+    stats = {name: summarize(values, presorted=True) for name, values in durations.items()}
+    rows = []
+    for phase in sorted(set(durations) | set(opened),
+                        key=lambda p: -(stats[p]["total_s"] if p in stats else 0.0)):
+        row: dict[str, Any] = {"phase": phase}
+        row.update(stats.get(phase) or summarize(()))
+        row["open"] = opened.get(phase, 0)
+        row["sessions"] = with_phase.get(phase, 0)
+        row["share"] = row["total_s"] / time_total if time_total > 0 else None
+        row["avg_share"] = share_sums.get(phase, 0.0) / n if n else None
+        rows.append(row)
+    if unattributed:
+        row = {"phase": UNATTRIBUTED}
+        row.update(summarize(unattributed, presorted=True))
+        row["open"] = 0
+        row["sessions"] = len(unattributed)
+        row["share"] = row["total_s"] / time_total if time_total > 0 else None
+        row["avg_share"] = share_sums.get(UNATTRIBUTED, 0.0) / n if n else None
+        rows.append(row)
+    return {"sessions": n, "session_time_s": time_total, "session": summarize(totals, presorted=True),
+            "rows": rows}
 
 
 def phase_breakdown(data: RunData) -> dict[str, Any]:
@@ -117,48 +91,31 @@ def phase_breakdown(data: RunData) -> dict[str, Any]:
         total_s, "rows": [{"phase", "count", ..., "open", "sessions", "share",
         "avg_share"}]}``.
     """
-    groups: dict[Any, _PhaseAcc] = {}
-    for row in data.sessions:
-        acc = groups.get(row.step)
-        if acc is None:
-            acc = groups[row.step] = _PhaseAcc()
-        p = row.phases
-        total = row.total
-        durations = acc.durations
-        per: dict[str, float] = {}
-        spans: list[tuple[float, float]] = []
-        for i in range(0, len(p), 3):
-            name = p[i]
-            end = p[i + 2]
-            if end is None:
-                acc.open[name] += 1
-                continue
-            start = p[i + 1]
-            d = end - start
-            durations[name].append(d)
-            per[name] = per.get(name, 0.0) + d
-            spans.append((start, end))
-        if total is None:
-            continue
-        acc.totals.append(total)
-        unattributed = total - covered_length(spans) if spans else total
-        if unattributed < 0.0:
-            unattributed = 0.0
-        acc.unattributed.append(unattributed)
-        with_phase = acc.sessions_with
-        for name in per:
-            with_phase[name] += 1
-        if total > 0:
-            shares = acc.share_sums
-            for name, d in per.items():
-                shares[name] += d / total
-            shares[UNATTRIBUTED] += unattributed / total
-    by_step = [dict(step=step, **groups[step].rows())
-               for step in sorted((s for s in groups if s is not None), key=step_sort_key)]
-    overall = _PhaseAcc()
-    for acc in groups.values():
-        overall.add(acc)  # sorted runs: the overall sort merges them
-    return {"unit": "s", "overall": overall.rows(), "by_step": by_step}
+    groups = session_table(data).phase
+    by_step = []
+    for step in sorted((s for s in groups if s is not None), key=step_sort_key):
+        durations, opened, with_phase, shares, unattr, totals = groups[step]
+        by_step.append(dict(step=step, **_group_rows({name: _merged(raws) for name, raws in durations.items()},
+                                                     opened, with_phase, shares, _merged(unattr),
+                                                     _merged(totals))))
+    # Overall: every group's values merged, counts and share sums added in order of the groups.
+    durations_all: dict[str, list[bytes]] = {}
+    opened_all: dict[str, int] = defaultdict(int)
+    with_all: dict[str, int] = defaultdict(int)
+    shares_all: dict[str, float] = defaultdict(float)
+    unattr_all: list[bytes] = []
+    totals_all: list[bytes] = []
+    for durations, opened, with_phase, shares, unattr, totals in groups.values():
+        for name, raws in durations.items():
+            durations_all.setdefault(name, []).extend(raws)
+        for target, source in ((opened_all, opened), (with_all, with_phase), (shares_all, shares)):
+            for name, value in source.items():
+                target[name] += value
+        unattr_all += unattr
+        totals_all += totals
+    overall = _group_rows({name: _merged(raws) for name, raws in durations_all.items()}, opened_all, with_all,
+                          shares_all, _merged(unattr_all), _merged(totals_all))
+    return {"unit": "s", "overall": overall, "by_step": by_step}
 
 
 def span_breakdown(data: RunData) -> dict[str, Any]:

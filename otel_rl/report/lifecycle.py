@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import math
-from collections import Counter, defaultdict
+from array import array
+from collections import defaultdict
 from typing import Any
 
+from ._columns import SessionTable, session_table
 from ._model import RunData, SessionRow
 from ._stats import clip_high, percentile, step_sort_key
 
@@ -36,14 +39,27 @@ def _lanes(rows: list[SessionRow]) -> list[int]:
     return lanes
 
 
-def _worker_usage(rows: list[SessionRow]) -> dict[str, Any]:
-    starts = [r.submit for r in rows]
-    ends = [r.finalized for r in rows]
-    intervals = sorted(zip(starts, ends))  # type: ignore[arg-type]
-    starts.sort()  # type: ignore[call-arg]
-    ends.sort()  # type: ignore[call-arg]
+def _floats(raws: list[bytes]) -> list[float]:
+    values: list[float] = []
+    for raw in raws:
+        a = array("d")
+        a.frombytes(raw)
+        values += a
+    return values
+
+
+def _worker_usage(groups: list[list[bytes]], comps: list[bytes]) -> dict[str, Any]:
+    """A worker's usage from its sessions' sorted submissions, finalizations and durations
+    (``groups``), and the unions of their intervals a block at a time (``comps``)."""
+    starts = _floats(groups[0])
+    ends = _floats(groups[1])
+    starts.sort()  # sorted runs: a merge
+    ends.sort()
     start = starts[0]
     end = ends[-1]
+    # The union of every interval: the blocks' unions merged again (the same components).
+    flat = _floats(comps)
+    intervals = sorted(zip(flat[0::2], flat[1::2]))
     busy = 0.0
     gaps: list[tuple[float, float]] = []
     cur_s, cur_e = intervals[0]
@@ -55,55 +71,62 @@ def _worker_usage(rows: list[SessionRow]) -> dict[str, Any]:
         elif e > cur_e:
             cur_e = e
     busy += cur_e - cur_s
-    window = end - start  # type: ignore[operator]
+    window = end - start
     # Peak concurrency: merge the sorted submissions and finalizations (an end at the
     # same instant as a start comes first).
     running = peak = 0
     j = 0
     n = len(ends)
     for s in starts:
-        while j < n and ends[j] <= s:  # type: ignore[operator]
+        while j < n and ends[j] <= s:
             running -= 1
             j += 1
         running += 1
         if running > peak:
             peak = running
-    total = math.fsum([e - s for s, e in intervals])
+    total = math.fsum(_floats(groups[3]))
     gaps = heapq.nlargest(GAPS_LISTED, gaps, key=lambda g: g[1])
     return {
-        "sessions": len(rows), "start_ts": start, "window_s": window, "busy_s": busy,
+        "sessions": n, "start_ts": start, "window_s": window, "busy_s": busy,
         "idle_s": window - busy, "idle_share": (window - busy) / window if window > 0 else 0.0,
-        "max_concurrency": peak, "avg_concurrency": total / window if window > 0 else float(len(rows)),
-        "longest_gaps": [{"at_s": at - start, "duration_s": d} for at, d in gaps],  # type: ignore[operator]
+        "max_concurrency": peak, "avg_concurrency": total / window if window > 0 else float(n),
+        "longest_gaps": [{"at_s": at - start, "duration_s": d} for at, d in gaps],
     }
 
 
-def _histograms(rows: list[SessionRow], bins: int, hi: float) -> tuple[dict[str, Any], dict[str, list[int]],
-                                                                      dict[Any, list[int]]]:
-    """Counts per bin overall, per status and per step, in one pass."""
-    width = (hi if hi > 0 else 1e-9) / bins
+def _bin_counts(sorted_totals: list[float], width: float, bins: int) -> list[int]:
+    """Counts per bin of ``int(total / width)`` (clamped to the bins), from sorted totals:
+    the bin grows with the total, so each bin is a run found by bisection."""
     last = bins - 1
-    overall = [0] * bins
-    by_status: dict[str, list[int]] = {}
-    by_step: dict[Any, list[int]] = {}
-    for r in rows:
-        i = int(r.total / width)  # type: ignore[operator]
-        if i > last:
-            i = last
-        elif i < 0:
-            i = 0
-        overall[i] += 1
-        counts = by_status.get(r.status)
-        if counts is None:
-            counts = by_status[r.status] = [0] * bins
-        counts[i] += 1
-        if r.step is not None:
-            counts = by_step.get(r.step)
-            if counts is None:
-                counts = by_step[r.step] = [0] * bins
-            counts[i] += 1
+
+    def bin_of(t: float) -> int:
+        i = int(t / width)
+        return last if i > last else (0 if i < 0 else i)
+
+    counts = []
+    lo = 0
+    for i in range(bins):
+        hi = bisect.bisect_right(sorted_totals, i, lo, key=bin_of)
+        counts.append(hi - lo)
+        lo = hi
+    return counts
+
+
+def _histograms(table: SessionTable, bins: int, hi: float, totals: list[float]
+                ) -> tuple[dict[str, Any], dict[str, list[int]], dict[Any, list[int]]]:
+    """Counts per bin overall, per status and per step."""
+    width = (hi if hi > 0 else 1e-9) / bins
+    by_status: dict[str, list[bytes]] = {}
+    by_step: dict[Any, list[bytes]] = {}
+    for (step, _worker, status), raws in table.dgroups.items():
+        by_status.setdefault(status, []).extend(raws[2])
+        if step is not None:
+            by_step.setdefault(step, []).extend(raws[2])
+    overall = _bin_counts(totals, width, bins)
+    status_counts = {s: _bin_counts(sorted(_floats(v)), width, bins) for s, v in by_status.items()}
+    step_counts = {s: _bin_counts(sorted(_floats(v)), width, bins) for s, v in by_step.items()}
     edges = [i * width for i in range(bins + 1)]
-    return {"edges": edges, "counts": overall}, by_status, by_step
+    return {"edges": edges, "counts": overall}, status_counts, step_counts
 
 
 def lifecycle(data: RunData, gantt_limit: int = DEFAULT_GANTT_LIMIT, bins: int = 40,
@@ -131,20 +154,24 @@ def lifecycle(data: RunData, gantt_limit: int = DEFAULT_GANTT_LIMIT, bins: int =
         "histogram": {...}, "histogram_by_step": [...], "scatter": {...}}``;
         times in the Gantt and scatter are seconds from ``t0``.
     """
-    status_counts = Counter(r.status for r in data.sessions)
-    done = [r for r in data.sessions
-            if r.total is not None and r.submit is not None and r.finalized is not None]
-    open_rows = [r for r in data.sessions if r.finalized is None]
-    by_worker: dict[str, list[SessionRow]] = defaultdict(list)
-    for r in done:
-        by_worker[r.worker].append(r)
-    workers = [dict(worker=w, **_worker_usage(rows)) for w, rows in sorted(by_worker.items())]
-    t0 = min([r.submit for r in done], default=0.0)  # type: ignore[type-var]
+    table = session_table(data, candidates=max(gantt_limit, scatter_limit // 5))
+    status_counts = table.status_counts
+    open_rows = table.rows(table.first_open)
+    by_worker: dict[str, list[list[bytes]]] = {}
+    for (_step, worker, _status), raws in table.dgroups.items():
+        merged = by_worker.setdefault(worker, [[], [], [], []])
+        for target, raw in zip(merged, raws):
+            target.extend(raw)
+    workers = [dict(worker=w, **_worker_usage(groups, table.comps[w])) for w, groups in sorted(by_worker.items())]
+    totals = _floats([raw for groups in by_worker.values() for raw in groups[2]])
+    totals.sort()
+    n_done = len(totals)
+    t0 = min([array("d", raw[:8])[0] for groups in by_worker.values() for raw in groups[0]], default=0.0)
     # Gantt: the first sessions by submission.
-    if 0 <= gantt_limit < len(done):
-        shown = heapq.nsmallest(gantt_limit, done, key=lambda r: r.submit)  # type: ignore[arg-type, return-value]
+    if 0 <= gantt_limit < n_done:
+        shown = table.rows(table.largest(gantt_limit, "first_submit"))
     else:
-        shown = sorted(done, key=lambda r: r.submit)  # type: ignore[arg-type, return-value]
+        shown = sorted(table.rows(table.largest(n_done, "first_submit")), key=lambda r: r.submit)
     gantt_rows: dict[str, list[SessionRow]] = defaultdict(list)
     for r in shown:
         gantt_rows[r.worker].append(r)
@@ -161,20 +188,19 @@ def lifecycle(data: RunData, gantt_limit: int = DEFAULT_GANTT_LIMIT, bins: int =
                 "start_s": r.submit - t0, "end_s": r.finalized - t0,  # type: ignore[operator]
                 "phases": [[n, s - t0, None if e is None else e - t0] for n, s, e in r.phase_instances()],
             })
-    totals = [r.total for r in done]
-    totals.sort()  # type: ignore[call-arg]
     p50, p95 = percentile(totals, 50), percentile(totals, 95)  # type: ignore[arg-type]
     hi = clip_high(totals)  # type: ignore[arg-type]
-    overall, by_status, step_counts = _histograms(done, bins, hi)
+    overall, by_status, step_counts = _histograms(table, bins, hi, totals)
     # Scatter: the slowest fifth of the budget, then an even sample of the rest.
-    chosen = done
-    if len(done) > scatter_limit:
-        top = heapq.nlargest(scatter_limit // 5, done, key=lambda r: r.total)  # type: ignore[arg-type, return-value]
-        picked = {id(r) for r in top}
-        rest = [r for r in done if id(r) not in picked]
+    if n_done > scatter_limit:
+        top = table.largest(scatter_limit // 5)
+        picked = set(top)
+        rest = [i for i in table.done_indices() if i not in picked]
         stride = len(rest) / (scatter_limit - len(top))
         chosen = top + [rest[int(i * stride)] for i in range(scatter_limit - len(top))]
-    chosen = sorted(chosen, key=lambda r: r.finalized)  # type: ignore[arg-type, return-value]
+    else:
+        chosen = list(table.done_indices())
+    points = sorted(map(table.scatter_point, chosen), key=lambda p: p[0])
     return {
         "t0": t0,
         "status_counts": dict(sorted(status_counts.items())),
@@ -183,20 +209,20 @@ def lifecycle(data: RunData, gantt_limit: int = DEFAULT_GANTT_LIMIT, bins: int =
                                         "session_id": r.session_id, "status": r.status}
                                        for r in open_rows[:10]]},
         "workers": workers,
-        "gantt": {"sessions": gantt, "lanes": lanes_per_worker, "shown": len(shown), "total": len(done),
-                  "truncated": len(shown) < len(done)},
-        "histogram": {"unit": "s", "edges": overall["edges"] if done else [],
-                      "counts": overall["counts"] if done else [], "by_status": dict(sorted(by_status.items())),
-                      "clipped_at_s": hi if done and totals[-1] > hi else None},
+        "gantt": {"sessions": gantt, "lanes": lanes_per_worker, "shown": len(shown), "total": n_done,
+                  "truncated": len(shown) < n_done},
+        "histogram": {"unit": "s", "edges": overall["edges"] if n_done else [],
+                      "counts": overall["counts"] if n_done else [], "by_status": dict(sorted(by_status.items())),
+                      "clipped_at_s": hi if n_done and totals[-1] > hi else None},
         "histogram_by_step": [
             {"step": s, "sessions": sum(c), "counts": c}
             for s, c in sorted(step_counts.items(), key=lambda kv: step_sort_key(kv[0]))],
         "scatter": {
-            "x_s": [r.finalized - t0 for r in chosen],  # type: ignore[operator]
-            "total_s": [r.total for r in chosen],
-            "status": [r.status for r in chosen],
-            "worker": [r.worker for r in chosen],
-            "session_id": [r.session_id for r in chosen],
-            "p50_s": p50, "p95_s": p95, "shown": len(chosen), "total": len(done),
+            "x_s": [p[0] - t0 for p in points],
+            "total_s": [p[1] for p in points],
+            "status": [p[2] for p in points],
+            "worker": [p[3] for p in points],
+            "session_id": [p[4] for p in points],
+            "p50_s": p50, "p95_s": p95, "shown": len(points), "total": n_done,
         },
     }

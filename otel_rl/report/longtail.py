@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import bisect
-import heapq
 import math
 import statistics
+from array import array
 from collections import defaultdict
 from typing import Any
 
-from ._model import RunData, SessionRow
+from ._columns import SessionTable, session_table
+from ._model import RunData
 from ._stats import (TAIL_PERCENTILES, clip_high, histogram, pct_key, percentile, quantile_curve, step_sort_key,
                      summarize, union_length)
 
@@ -25,34 +26,42 @@ FRACTIONS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 MAX_WORKER_CURVES = 16
 
 
-def _step_view(step: Any, rows: list[SessionRow], threshold: float,
+def _merged(raws: list[bytes]) -> list[float]:
+    """Sorted runs of floats (packed) merged into one sorted list."""
+    values: list[float] = []
+    for raw in raws:
+        a = array("d")
+        a.frombytes(raw)
+        values += a
+    values.sort()  # sorted runs: a merge
+    return values
+
+
+def _step_view(step: Any, groups: dict[str, list[list[bytes]]], threshold: float,
                worker_totals: dict[str, list[list[float]]]) -> dict[str, Any]:
-    t0 = min([r.submit for r in rows])  # type: ignore[type-var]
-    t1 = max([r.finalized for r in rows])  # type: ignore[type-var]
+    """One step: ``groups`` per worker ``[submissions, finalizations, totals]``, sorted runs."""
+    submits = {w: _merged(g[0]) for w, g in groups.items()}
+    finals = {w: _merged(g[1]) for w, g in groups.items()}
+    t0 = min([v[0] for v in submits.values()])
+    t1 = max([v[-1] for v in finals.values()])
     span = t1 - t0
-    completion = [r.finalized - t0 for r in rows]  # type: ignore[operator]
-    completion.sort()
+    completion = _merged([raw for g in groups.values() for raw in g[1]])
+    completion = [f - t0 for f in completion]  # still in order: subtracting t0 keeps it
     n = len(completion)
     comp = {pct_key(q): percentile(completion, q) for q in TAIL_PERCENTILES}
-    by_worker: dict[str, list[SessionRow]] = defaultdict(list)
-    for r in rows:
-        by_worker[r.worker].append(r)
     workers = []
     curves = {}
-    for worker in sorted(by_worker):
-        members = by_worker[worker]
-        totals = [r.total for r in members]
-        totals.sort()  # type: ignore[call-arg]
-        worker_totals[worker].append(totals)  # type: ignore[arg-type]
-        done = [r.finalized - t0 for r in members]  # type: ignore[operator]
-        done.sort()
-        if len(by_worker) <= MAX_WORKER_CURVES:
+    for worker in sorted(groups):
+        totals = _merged(groups[worker][2])
+        worker_totals[worker].append(totals)
+        done = [f - t0 for f in finals[worker]]
+        if len(groups) <= MAX_WORKER_CURVES:
             curves[worker] = quantile_curve(done, 100)
         workers.append({
-            "worker": worker, "sessions": len(members),
-            "first_submit_s": min([r.submit for r in members]) - t0,  # type: ignore[operator, type-var]
+            "worker": worker, "sessions": len(totals),
+            "first_submit_s": submits[worker][0] - t0,
             "last_finish_s": done[-1],
-            "p50_s": percentile(totals, 50), "p95_s": percentile(totals, 95), "max_s": totals[-1],  # type: ignore[arg-type]
+            "p50_s": percentile(totals, 50), "p95_s": percentile(totals, 95), "max_s": totals[-1],
         })
     for w in workers:
         others = [o["last_finish_s"] for o in workers if o is not w]
@@ -78,36 +87,26 @@ def _step_view(step: Any, rows: list[SessionRow], threshold: float,
     }
 
 
-def _turns(rows: list[SessionRow], phase: str) -> dict[str, Any] | None:
-    by_turn: dict[int, list[float]] = defaultdict(list)
-    by_count: dict[int, list[float]] = defaultdict(list)
-    step_turn: dict[Any, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
-    step_count: dict[Any, dict[int, int]] = defaultdict(lambda: defaultdict(int))
-    seen = False
-    for r in rows:
-        p = r.phases
-        inst = [(p[i + 1], p[i + 2]) for i in range(0, len(p), 3) if p[i] == phase and p[i + 2] is not None]
-        k = len(inst)
-        if k > 1:
-            inst.sort()  # turns in start order (records list them so already; this is cheap then)
-        if k:
-            seen = True
-        by_count[k].append(r.total)  # type: ignore[arg-type]
-        step_count[r.step][k] += 1
-        st = step_turn[r.step]
-        for i, (s, e) in enumerate(inst, 1):
-            d = e - s
-            by_turn[i].append(d)
-            st[i].append(d)
-    if not seen:
+def _turns(table: SessionTable, n: int) -> dict[str, Any] | None:
+    if not table.seen:
         return None
-    n = len(rows)
+    by_turn: dict[int, list[bytes]] = defaultdict(list)
+    by_count: dict[int, list[bytes]] = defaultdict(list)
+    step_turn: dict[Any, dict[int, list[float]]] = defaultdict(dict)
+    step_count: dict[Any, dict[int, int]] = defaultdict(dict)
+    for (step, k), raws in table.bycount.items():
+        by_count[k] += raws
+        step_count[step][k] = len(_merged(raws))
+    for (step, i), raws in table.turns.items():
+        by_turn[i] += raws
+        step_turn[step][i] = _merged(raws)
+    counts = {k: _merged(v) for k, v in by_count.items()}
     return {
-        "phase": phase,
+        "phase": table.turn_phase,
         "count_distribution": [{"turns": k, "sessions": len(v), "share": len(v) / n}
-                               for k, v in sorted(by_count.items())],
-        "by_turn": [dict(turn=i, **summarize(v)) for i, v in sorted(by_turn.items())],
-        "by_turn_count": [dict(turns=k, **summarize(v)) for k, v in sorted(by_count.items())],
+                               for k, v in sorted(counts.items())],
+        "by_turn": [dict(turn=i, **summarize(_merged(v), presorted=True)) for i, v in sorted(by_turn.items())],
+        "by_turn_count": [dict(turns=k, **summarize(v, presorted=True)) for k, v in sorted(counts.items())],
         "by_step": [{
             "step": step,
             "avg_s_by_turn": {str(i): math.fsum(v) / len(v) for i, v in sorted(step_turn[step].items())},
@@ -132,20 +131,30 @@ def _pearson(xs: list[float], ys: list[float]) -> float | None:
     return math.fsum([a * b for a, b in zip(dx, dy)]) / math.sqrt(sxx * syy)
 
 
-def _response_length(rows: list[SessionRow], bins: int) -> dict[str, Any] | None:
-    with_tokens = [r for r in rows if r.tokens is not None]
-    if not with_tokens:
+def _response_length(table: SessionTable, bins: int) -> dict[str, Any] | None:
+    if not table.tokens:
         return None
-    lengths = [float(r.tokens) for r in with_tokens]  # type: ignore[arg-type]
+    lengths: list[float] = []
+    totals: list[float] = []
+    by_step: dict[Any, list[float]] = {}
+    for step, (tok, tot) in table.tokens.items():
+        v: list[float] = []
+        for raw in tok:
+            a = array("d")
+            a.frombytes(raw)
+            v += a
+        for raw in tot:
+            a = array("d")
+            a.frombytes(raw)
+            totals += a
+        lengths += v
+        by_step[step] = v
     ordered = sorted(lengths)
     stats = summarize(ordered, unit="tokens", presorted=True)
-    by_step: dict[Any, list[float]] = defaultdict(list)
-    for r, length in zip(with_tokens, lengths):
-        by_step[r.step].append(length)
     return {
         "sessions": len(lengths), **stats,
         "histogram": histogram(lengths, bins, 0.0, clip_high(ordered)),
-        "correlation_with_duration": _pearson(lengths, [float(r.total) for r in with_tokens]),  # type: ignore[arg-type]
+        "correlation_with_duration": _pearson(lengths, totals),
         "by_step": [{"step": s, "sessions": len(v), "avg_tokens": math.fsum(v) / len(v), "max_tokens": max(v)}
                     for s, v in sorted(by_step.items(), key=lambda kv: step_sort_key(kv[0]))],
     }
@@ -177,11 +186,12 @@ def long_tail(data: RunData, threshold: float = DEFAULT_THRESHOLD, outliers: int
         ``{"threshold", "steps": [...], "workers": [...], "stragglers": [...],
         "outliers": [...], "turns": {...} | None, "response_length": {...} | None}``.
     """
-    rows = [r for r in data.sessions
-            if r.total is not None and r.submit is not None and r.finalized is not None]
-    groups: dict[Any, list[SessionRow]] = defaultdict(list)
-    for r in rows:
-        groups[r.step].append(r)
+    table = session_table(data, turn_phase, outliers)
+    groups: dict[Any, dict[str, list[list[bytes]]]] = defaultdict(dict)
+    for (step, worker, _status), raws in table.dgroups.items():
+        merged = groups[step].setdefault(worker, [[], [], []])
+        for target, raw in zip(merged, raws):
+            target.extend(raw)
     worker_totals: dict[str, list[list[float]]] = defaultdict(list)
     steps = [_step_view(step, groups[step], threshold, worker_totals)
              for step in sorted(groups, key=step_sort_key)]
@@ -219,7 +229,7 @@ def long_tail(data: RunData, threshold: float = DEFAULT_THRESHOLD, outliers: int
     totals = [v for values in by_worker.values() for v in values]
     totals.sort()
     median_total = percentile(totals, 50)
-    out_rows = heapq.nlargest(max(0, outliers), rows, key=lambda r: r.total)  # type: ignore[arg-type, return-value]
+    out_rows = table.rows(table.largest(max(0, outliers)))
     outlier_list = []
     for r in out_rows:
         per_phase: dict[str, float] = defaultdict(float)
@@ -247,6 +257,6 @@ def long_tail(data: RunData, threshold: float = DEFAULT_THRESHOLD, outliers: int
         "workers": workers,
         "stragglers": stragglers,
         "outliers": outlier_list,
-        "turns": _turns(rows, turn_phase),
-        "response_length": _response_length(rows, bins),
+        "turns": _turns(table, len(totals)),
+        "response_length": _response_length(table, bins),
     }

@@ -9,6 +9,7 @@ from typing import Any
 
 from .._internal import keys
 from ._requests import requests_by_session, session_requests
+from ._columns import session_table
 from ._model import RunData, SessionRow
 
 #: Timelines listed when none are asked for by id: every one up to this many, else the slowest.
@@ -102,7 +103,8 @@ def timeline(data: RunData, sessions: Iterable[Any] | None = None,
         chosen = sorted(rows, key=lambda r: (r.submit if r.submit is not None else 0.0))
         selected = "all"
     else:
-        chosen = heapq.nlargest(limit, (r for r in rows if r.total is not None), key=lambda r: r.total)
+        table = session_table(data, candidates=limit)
+        chosen = table.rows(table.largest(limit, "top_total"))
         selected = "slowest"
     # A session's spans: those carrying its id in its trace (on any worker: a server's
     # spans join the caller's trace), or on its worker when the trace is unknown.

@@ -32,6 +32,7 @@ from .limits import InputLimits, long_line_message
 from .lines import BLOCK, LONG, line_blocks
 from .packed import pack, pack_details
 from .pool import fork_pool, idle_cpus
+from .session_facts import FactsBuilder
 from .source import open_input
 
 __all__ = ["PARALLEL_BYTES", "RESPONSE_LENGTH_COUNTERS", "parse_block", "read_session_records", "response_length",
@@ -46,13 +47,14 @@ _LENGTH_NAMES = frozenset(RESPONSE_LENGTH_COUNTERS)
 _IDS = ("session_id", "task_id", "span_id", "trace_id")
 # Items of parse_block: a row; a malformed line; a malformed line, reported only if its
 # worker is kept (what comes after the worker is known); a last line cut short.
-_ROW, _BAD, _BAD_IF_KEPT, _TRUNCATED = 0, 1, 2, 3
+_ROW, _BAD, _BAD_IF_KEPT, _TRUNCATED, _FACTS = 0, 1, 2, 3, 4
 
 
 def read_session_records(path: str, limits: InputLimits, problems: LineProblems,
                          worker_of: Callable[[Any, Any], str | None], make: Callable[..., Any],
                          add: Callable[[Any], None], on_read: Callable[[int], None] | None = None,
-                         pool: Executor | None = None) -> int:
+                         pool: Executor | None = None,
+                         add_facts: Callable[[dict[str, Any], list[str]], None] | None = None) -> int:
     """Reads a session records file; returns how many rows it added.
 
     Args:
@@ -72,9 +74,14 @@ def read_session_records(path: str, limits: InputLimits, problems: LineProblems,
         on_read: Called with the size of each chunk read (for progress bars).
         pool: Worker processes that parse blocks of lines (:func:`session_pool`);
             blocks are parsed here when ``None``.
+        add_facts: Given, every record is kept: blocks of records are gathered as
+            columns (:class:`.session_facts.FactsBuilder`), each handed to
+            ``add_facts(facts, workers)`` (``workers``: the worker of each of the
+            block's keys) instead of rows to ``make`` and ``add``.
     """
     workers: dict[Any, str | None] = {}
     count = 0
+    columns = add_facts is not None
 
     def apply(items: list[tuple]) -> None:
         nonlocal count
@@ -90,6 +97,18 @@ def read_session_records(path: str, limits: InputLimits, problems: LineProblems,
                 if worker is not None:
                     add(make(worker, *fields))
                     count += 1
+            elif kind == _FACTS:
+                facts = item[1]
+                labels = []
+                for rank, role in facts["keys"]:
+                    key = (rank, role) if rank is not None else None
+                    if key in workers:
+                        worker = workers[key]
+                    else:
+                        worker = workers[key] = worker_of(rank, role)
+                    labels.append(worker)
+                add_facts(facts, labels)  # type: ignore[misc, arg-type]
+                count += facts["n"]
             elif kind == _BAD:
                 problems.bad_line(path, item[1], item[2])
             elif kind == _BAD_IF_KEPT:
@@ -113,9 +132,9 @@ def read_session_records(path: str, limits: InputLimits, problems: LineProblems,
             for kind, payload in line_blocks(f, limits.max_line_bytes):
                 if kind == BLOCK:
                     if pool is None:
-                        apply(parse_block(payload, lineno))
+                        apply(parse_block(payload, lineno, columns=columns))
                     else:
-                        pending.append((True, pool.submit(parse_block, payload, lineno, True)))
+                        pending.append((True, pool.submit(parse_block, payload, lineno, True, False, columns)))
                         while len(pending) > in_flight:
                             _apply_next(pending, apply, path, problems, limits)
                     lineno += payload.count(b"\n")
@@ -128,7 +147,7 @@ def read_session_records(path: str, limits: InputLimits, problems: LineProblems,
                 else:
                     while pending:
                         _apply_next(pending, apply, path, problems, limits)
-                    apply(parse_block(payload, lineno, last=True))
+                    apply(parse_block(payload, lineno, last=True, columns=columns))
         except (OSError, EOFError):
             # A file damaged part way: what was read before counts, as it does when read here.
             while pending:
@@ -161,7 +180,7 @@ def _apply_next(pending: collections.deque[tuple[bool, Any]], apply: Callable[[l
         problems.bad_line(path, lineno, long_line_message(length, limits))
 
 
-def parse_block(data: bytes, lineno: int, packed: bool = False, last: bool = False) -> Any:
+def parse_block(data: bytes, lineno: int, packed: bool = False, last: bool = False, columns: bool = False) -> Any:
     """Parses whole lines of session records into items, in line order.
 
     Runs in worker processes for large files, so it only touches its arguments.
@@ -172,6 +191,9 @@ def parse_block(data: bytes, lineno: int, packed: bool = False, last: bool = Fal
         packed: Return the items marshalled (to send them from a worker process).
         last: ``data`` is a last line without a newline (a writer may have died
             half way through it).
+        columns: Gather the records as columns: one ``(_FACTS, facts)`` item
+            last (:meth:`.session_facts.FactsBuilder.result`; keys ``(rank, role)``),
+            every record kept (no ``_ROW`` or ``_BAD_IF_KEPT`` items).
 
     Returns:
         The items: ``(_ROW, rank, role, fields)`` for a record (``rank`` ``None``
@@ -185,6 +207,7 @@ def parse_block(data: bytes, lineno: int, packed: bool = False, last: bool = Fal
     items: list[tuple] = []
     out = items.append
     ints: dict[int, int] = {}  # steps and token counts repeat: one object for each value
+    builder = FactsBuilder() if columns else None
     lines = [data] if last else data.split(b"\n")
     if not last:
         lines.pop()
@@ -216,14 +239,20 @@ def parse_block(data: bytes, lineno: int, packed: bool = False, last: bool = Fal
         if type(rank) is not int:
             rank = None
         try:
-            out((_ROW, rank, role, _fields(rec, ints)))
+            if builder is None:
+                out((_ROW, rank, role, _fields(rec, ints)))
+            else:
+                builder.add((rank, role) if rank is not None else (None, None), *_fields(rec, ints, False))
         except (ValueError, TypeError, AttributeError) as exc:
-            out((_BAD_IF_KEPT, lineno, str(exc), rank, role))
+            out((_BAD_IF_KEPT, lineno, str(exc), rank, role) if builder is None else (_BAD, lineno, str(exc)))
+    if builder is not None:
+        out((_FACTS, builder.result()))
     return marshal.dumps(items) if packed else items
 
 
-def _fields(rec: dict[str, Any], ints: dict[int, int]) -> tuple:
-    """What a row is made of (all but its worker), checked; ``ints`` shares equal ints."""
+def _fields(rec: dict[str, Any], ints: dict[int, int], packed: bool = True) -> tuple:
+    """What a row is made of (all but its worker), checked; ``ints`` shares equal ints.
+    ``packed`` false: phases and details as tuples (what ``FactsBuilder.add`` takes)."""
     get = rec.get
     intern = sys.intern
     lo, hi = -MAX_S, MAX_S
@@ -261,7 +290,7 @@ def _fields(rec: dict[str, Any], ints: dict[int, int]) -> tuple:
                 if not (type(s) is float and type(e) is float and lo < s < hi and lo < e < hi):
                     _check_instance(name, s, e)
                 add((name, s, e))
-        phases = pack(tuple(flat))
+        phases = pack(tuple(flat)) if packed else tuple(flat)
     else:
         phases = ()
     step = get("step")
@@ -284,6 +313,9 @@ def _fields(rec: dict[str, Any], ints: dict[int, int]) -> tuple:
             tokens = ints.setdefault(tokens, tokens)
     else:
         counters = tokens = None
+    if not packed:
+        return (intern(status), submit, finalized, total, step, phases, tokens,
+                (get("task_id"), rec["session_id"], reason, counters, get("span_id"), get("trace_id")))
     return (intern(status), submit, finalized, total, step, phases, tokens,
             pack_details(get("task_id"), rec["session_id"], reason, counters, get("span_id"), get("trace_id")))
 
