@@ -44,7 +44,8 @@ from .. import diagnostics, guard, keys
 from ..config import ConfigError, Settings
 from .jsonl import JsonlAppender
 from .metrics_file import JsonlMetricExporter
-from .session_processor import SessionMetrics, SessionSpanProcessor
+from .session_metrics import AggregatedSessionMetrics, InstrumentSessionMetrics
+from .session_processor import SessionSpanProcessor
 
 logger = logging.getLogger("otel_rl")
 
@@ -342,7 +343,7 @@ class ExportChain:
         self.otlp_exporter: CountingSpanExporter | None = None
         self.closed = False
         self.session_processor: SessionSpanProcessor | None = None
-        self.owned_meter_provider: MeterProvider | None = None
+        self.owned_metric_reader: PeriodicExportingMetricReader | None = None
         if settings.file_export:
             from .file_exporter import ChromeTraceFileExporter, InPlaceBatchProcessor
 
@@ -370,8 +371,9 @@ class ExportChain:
                 downstream.add_span_processor(processor)
         if not self.settings.session_tracer:
             return downstream
-        meter_provider = self._meter_provider
-        if meter_provider is None:
+        if self._meter_provider is not None:
+            metrics: Any = InstrumentSessionMetrics(self._meter_provider.get_meter(keys.INSTRUMENTATION_NAME))
+        else:
             metric_exporter = otlp_metric_exporter(self._environ)
             if metric_exporter is not None:
                 reader = PeriodicExportingMetricReader(metric_exporter)
@@ -380,13 +382,13 @@ class ExportChain:
                 reader = PeriodicExportingMetricReader(
                     JsonlMetricExporter(self.settings.file_path(keys.METRICS_FILE)),
                     export_interval_millis=60_000)
-            meter_provider = self.owned_meter_provider = MeterProvider(
-                metric_readers=[reader], resource=self._resource, shutdown_on_exit=False)
+            metrics = AggregatedSessionMetrics(self._resource, self._environ)
+            self.owned_metric_reader = metrics.attach(reader)
         records = JsonlAppender(self.settings.file_path(keys.SESSIONS_FILE),
                                 self.settings.flush_threshold, kind="session_records")
         self.session_processor = SessionSpanProcessor(
             downstream, rank=self.settings.rank, role=self.settings.role, records=records,
-            metrics=SessionMetrics(meter_provider.get_meter(keys.INSTRUMENTATION_NAME)),
+            metrics=metrics,
             max_pending_sessions=self.settings.max_pending_sessions)
         return self.session_processor
 
@@ -407,7 +409,7 @@ class ExportChain:
             self.file_processor.force_flush()  # what save_interval held back
         if self.session_processor is not None:
             self.session_processor.flush()
-        if self.owned_meter_provider is not None and not self._metrics_over_network:
+        if self.owned_metric_reader is not None and not self._metrics_over_network:
             self._flush_metrics(timeout_s)
         if self.otlp_processor is not None or self._metrics_over_network:
             self._network.request(timeout_s)
@@ -430,7 +432,7 @@ class ExportChain:
 
     def _flush_metrics(self, timeout_s: float) -> None:
         try:
-            self.owned_meter_provider.force_flush(int(timeout_s * 1000))  # type: ignore[union-attr]
+            self.owned_metric_reader.force_flush(timeout_s * 1000)  # type: ignore[union-attr]
         except Exception as exc:  # noqa: BLE001
             guard.report(diagnostics.METRICS_ERROR, "metrics flush failed: %r", exc)
 
@@ -450,8 +452,8 @@ class ExportChain:
         self._network.stop(max(0.0, end - time.monotonic()))
         if self.otlp_processor is not None:
             bounded(self.otlp_processor.shutdown, max(0.0, end - time.monotonic()))
-        if self.owned_meter_provider is not None:
-            bounded(self.owned_meter_provider.shutdown, max(0.0, end - time.monotonic()))
+        if self.owned_metric_reader is not None:
+            bounded(self.owned_metric_reader.shutdown, max(0.0, end - time.monotonic()))
         self.closed = True
 
     def stats(self) -> dict[str, Any]:

@@ -15,10 +15,7 @@ from __future__ import annotations
 import collections
 from typing import Any
 
-from opentelemetry import trace as trace_api
-from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
-from opentelemetry.trace import NonRecordingSpan
 from opentelemetry.trace.status import StatusCode
 
 from .. import diagnostics, guard, keys
@@ -28,35 +25,7 @@ from ..payload import INT64_MAX, INT64_MIN, utf8_text
 #: Phases every record carries, even at zero (AReaL's fields).
 BUILTIN_PHASES = ("generate", "reward", "toolcall")
 
-#: Bucket boundaries in seconds, from sub-second rewards to multi-minute rollouts.
-DURATION_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
-
 _NS_PER_S = 1e9
-
-
-class SessionMetrics:
-    """The session instruments, recorded through the OpenTelemetry metrics API."""
-
-    def __init__(self, meter: Any) -> None:
-        self.session_duration = meter.create_histogram(
-            "rl.session.duration", unit="s",
-            description="Session time from submission to finalization, by status",
-            explicit_bucket_boundaries_advisory=DURATION_BUCKETS_S,
-        )
-        self.phase_duration = meter.create_histogram(
-            "rl.session.phase.duration", unit="s",
-            description="Duration of each session phase instance, by phase and status",
-            explicit_bucket_boundaries_advisory=DURATION_BUCKETS_S,
-        )
-        self.sessions = meter.create_counter(
-            "rl.sessions", unit="{session}", description="Finalized sessions by status"
-        )
-
-
-def _exemplar_context(span: ReadableSpan) -> Context:
-    # Exemplars link a histogram bucket to the trace; the metrics SDK takes the
-    # span from the context passed to record().
-    return trace_api.set_span_in_context(NonRecordingSpan(span.context))
 
 
 class SessionSpanProcessor(SpanProcessor):
@@ -69,7 +38,7 @@ class SessionSpanProcessor(SpanProcessor):
         rank: int,
         role: str,
         records: JsonlAppender | None,
-        metrics: SessionMetrics | None,
+        metrics: Any,
         max_pending_sessions: int,
     ) -> None:
         self._next = next_processor
@@ -116,11 +85,9 @@ class SessionSpanProcessor(SpanProcessor):
         if self._metrics is not None:
             status = "interrupted" if interrupted else (
                 "error" if span.status.status_code is StatusCode.ERROR else "ok")
-            self._metrics.phase_duration.record(
-                (span.end_time - span.start_time) / _NS_PER_S,
-                {keys.PHASE: phase, "status": status},
-                context=_exemplar_context(span),
-            )
+            ctx = span.context
+            self._metrics.phase((span.end_time - span.start_time) / _NS_PER_S, phase, status,
+                                ctx.trace_id, ctx.span_id, ctx.trace_flags)
 
     def _on_session(self, span: ReadableSpan, attrs: Any) -> ReadableSpan:
         session_id = attrs.get(keys.SESSION_ID)
@@ -182,10 +149,9 @@ class SessionSpanProcessor(SpanProcessor):
                 guard.count(diagnostics.SESSION_RECORDS_LINES_LOST)
                 guard.report(diagnostics.SESSION_RECORDS_WRITE_ERROR, "a session record could not be written: %r", exc)
         if self._metrics is not None and not pending:
-            labels = {keys.SESSION_STATUS: record["status"]}
+            ctx = span.context
             try:
-                self._metrics.session_duration.record(total_s, labels, context=_exemplar_context(span))
-                self._metrics.sessions.add(1, labels)
+                self._metrics.session(total_s, record["status"], ctx.trace_id, ctx.span_id, ctx.trace_flags)
             except Exception as exc:  # noqa: BLE001
                 guard.report(diagnostics.METRICS_ERROR, "session metrics could not be recorded: %r", exc)
         return _with_attributes(span, derived)

@@ -1,0 +1,221 @@
+"""The session metrics: durations by status and phase, and sessions by status.
+
+Two ways to the same three instruments (``rl.session.duration``,
+``rl.session.phase.duration``, ``rl.sessions``):
+
+- :class:`InstrumentSessionMetrics` records through the OpenTelemetry metrics
+  API on a meter of the application's own ``MeterProvider`` (``configure(meter_provider=...)``).
+- :class:`AggregatedSessionMetrics` is what otel_rl's own exporter uses: it
+  aggregates in plain Python (a bisect and a few additions per value, where the
+  SDK's ``record`` costs about 7 µs through views, attribute hashing and
+  exemplar reservoirs) and hands the totals to the SDK's
+  ``PeriodicExportingMetricReader`` once per interval, so the SDK's exporters,
+  intervals, timeouts and temporality preference apply unchanged. The points
+  are those the SDK would make: explicit-bucket histograms with min and max,
+  one exemplar per bucket (the latest value that fell in it, from a sampled
+  span under the default ``trace_based`` filter), start times as the SDK sets
+  them for either temporality.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from bisect import bisect_left
+from typing import Any
+
+from opentelemetry import trace as trace_api
+from opentelemetry.sdk.environment_variables import OTEL_METRICS_EXEMPLAR_FILTER
+from opentelemetry.sdk.metrics import Counter, Histogram
+from opentelemetry.sdk.metrics.export import (
+    AggregationTemporality,
+    HistogramDataPoint,
+    Metric,
+    MetricReader,
+    MetricsData,
+    NumberDataPoint,
+    ResourceMetrics,
+    ScopeMetrics,
+    Sum,
+)
+from opentelemetry.sdk.metrics.export import Histogram as HistogramData
+from opentelemetry.sdk.metrics._internal.exemplar import Exemplar
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
+
+from .. import keys
+
+#: Bucket boundaries in seconds, from sub-second rewards to multi-minute rollouts.
+DURATION_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
+
+SESSION_DURATION = ("rl.session.duration", "s", "Session time from submission to finalization, by status")
+PHASE_DURATION = ("rl.session.phase.duration", "s", "Duration of each session phase instance, by phase and status")
+SESSIONS = ("rl.sessions", "{session}", "Finalized sessions by status")
+
+_SAMPLED = TraceFlags(TraceFlags.SAMPLED)
+
+
+class InstrumentSessionMetrics:
+    """The session instruments on an application's meter (the metrics API's ``record`` per value)."""
+
+    def __init__(self, meter: Any) -> None:
+        self._session_duration = meter.create_histogram(
+            SESSION_DURATION[0], unit=SESSION_DURATION[1], description=SESSION_DURATION[2],
+            explicit_bucket_boundaries_advisory=DURATION_BUCKETS_S)
+        self._phase_duration = meter.create_histogram(
+            PHASE_DURATION[0], unit=PHASE_DURATION[1], description=PHASE_DURATION[2],
+            explicit_bucket_boundaries_advisory=DURATION_BUCKETS_S)
+        self._sessions = meter.create_counter(SESSIONS[0], unit=SESSIONS[1], description=SESSIONS[2])
+
+    def phase(self, seconds: float, phase: Any, status: str, trace_id: int, span_id: int, flags: int) -> None:
+        """One phase instance of ``seconds`` (exemplar: the phase span)."""
+        self._phase_duration.record(seconds, {keys.PHASE: phase, "status": status},
+                                    context=_span_context(trace_id, span_id, flags))
+
+    def session(self, seconds: float, status: Any, trace_id: int, span_id: int, flags: int) -> None:
+        """One finalized session of ``seconds`` (exemplar: the session span)."""
+        labels = {keys.SESSION_STATUS: status}
+        self._session_duration.record(seconds, labels, context=_span_context(trace_id, span_id, flags))
+        self._sessions.add(1, labels)
+
+
+def _span_context(trace_id: int, span_id: int, flags: int) -> Any:
+    # Exemplars link a histogram bucket to the trace; the metrics SDK takes the
+    # span from the context passed to record().
+    return trace_api.set_span_in_context(NonRecordingSpan(SpanContext(trace_id, span_id, False, TraceFlags(flags))))
+
+
+class _Points:
+    """One instrument's points by attribute set: histogram state or a sum."""
+
+    __slots__ = ("name", "unit", "description", "histogram", "points")
+
+    def __init__(self, spec: tuple[str, str, str], histogram: bool) -> None:
+        self.name, self.unit, self.description = spec
+        self.histogram = histogram
+        # attributes key -> [attributes, start ns, count, sum since the last collection, min, max,
+        # bucket counts, exemplars by bucket, sum collected before]
+        self.points: dict[Any, list[Any]] = {}
+
+
+class AggregatedSessionMetrics:
+    """The session instruments aggregated here and collected by an SDK metric reader.
+
+    Args:
+        resource: The resource the points are reported under.
+        environ: Where ``OTEL_METRICS_EXEMPLAR_FILTER`` is read (``trace_based``,
+            the default, ``always_on`` or ``always_off``).
+    """
+
+    def __init__(self, resource: Resource, environ: Any) -> None:
+        self._resource = resource
+        self._scope = InstrumentationScope(keys.INSTRUMENTATION_NAME)
+        exemplars = (environ.get(OTEL_METRICS_EXEMPLAR_FILTER) or "trace_based").strip().lower()
+        #: 0: no exemplars; 1: from sampled spans; 2: from every span.
+        self._exemplars = {"always_off": 0, "always_on": 2}.get(exemplars, 1)
+        self._lock = threading.Lock()
+        self._phase = _Points(PHASE_DURATION, True)
+        self._session = _Points(SESSION_DURATION, True)
+        self._sessions = _Points(SESSIONS, False)
+        self._bounds = DURATION_BUCKETS_S
+        self._collected_at: dict[int, int] = {}  # id(reader) -> time of its last collection
+
+    def attach(self, reader: MetricReader) -> MetricReader:
+        """Makes ``reader`` collect these metrics, as a ``MeterProvider`` would make it collect its own."""
+        # The SDK has no public way to feed a reader metrics made elsewhere
+        # (MetricProducer, open-telemetry/opentelemetry-python#4768); this is
+        # the callback a MeterProvider registers on its readers.
+        reader._set_collect_callback(self.collect)  # noqa: SLF001
+        return reader
+
+    def phase(self, seconds: float, phase: Any, status: str, trace_id: int, span_id: int, flags: int) -> None:
+        """One phase instance of ``seconds`` (exemplar: the phase span)."""
+        with self._lock:
+            self._histogram(self._phase, (phase, status), (keys.PHASE, phase, "status", status), seconds,
+                            trace_id, span_id, flags)
+
+    def session(self, seconds: float, status: Any, trace_id: int, span_id: int, flags: int) -> None:
+        """One finalized session of ``seconds`` (exemplar: the session span)."""
+        with self._lock:
+            self._histogram(self._session, status, (keys.SESSION_STATUS, status), seconds,
+                            trace_id, span_id, flags)
+            point = self._sessions.points.get(status)
+            if point is None:
+                self._sessions.points[status] = [(keys.SESSION_STATUS, status), time.time_ns(), 1]
+            else:
+                point[2] += 1
+
+    def _histogram(self, points: _Points, key: Any, attributes: tuple, value: float, trace_id: int,
+                   span_id: int, flags: int) -> None:
+        bucket = bisect_left(self._bounds, value)
+        point = points.points.get(key)
+        now = time.time_ns()
+        if point is None:
+            counts = [0] * (len(self._bounds) + 1)
+            point = points.points[key] = [attributes, now, 0, 0.0, value, value, counts, {}, 0.0]
+        point[2] += 1
+        point[3] += value
+        if value < point[4]:
+            point[4] = value
+        if value > point[5]:
+            point[5] = value
+        point[6][bucket] += 1
+        if self._exemplars == 2 or (self._exemplars and flags & 1):
+            # The SDK's aligned-bucket reservoir: the latest value of each bucket.
+            point[7][bucket] = (value, now, span_id, trace_id)
+
+    # --- collection (the reader's thread) ------------------------------------------------------
+    def collect(self, reader: MetricReader, timeout_millis: float = 10_000, **_: Any) -> MetricsData:
+        """The points for ``reader`` now, in the temporality it prefers."""
+        now = time.time_ns()
+        prefs = getattr(reader, "_preferred_temporality", None) or {}
+        with self._lock:
+            previous = self._collected_at.get(id(reader))
+            self._collected_at[id(reader)] = now
+            metrics = []
+            for points, instrument in ((self._phase, Histogram), (self._session, Histogram),
+                                       (self._sessions, Counter)):
+                temporality = prefs.get(instrument, AggregationTemporality.CUMULATIVE)
+                metric = self._metric(points, temporality, previous, now)
+                if metric is not None:
+                    metrics.append(metric)
+                if temporality is AggregationTemporality.DELTA:
+                    points.points.clear()
+                else:
+                    for point in points.points.values():
+                        if points.histogram:
+                            # Sums added per collection, as the SDK's cumulative
+                            # histograms add them (the same float, to the last bit).
+                            point[8] += point[3]
+                            point[3] = 0.0
+                            point[7] = {}  # exemplars are reported once, as the SDK's reservoirs do
+        return MetricsData(resource_metrics=[ResourceMetrics(
+            resource=self._resource, schema_url="",
+            scope_metrics=[ScopeMetrics(scope=self._scope, metrics=metrics, schema_url="")] if metrics else [])])
+
+    def _metric(self, points: _Points, temporality: AggregationTemporality, previous: int | None,
+                now: int) -> Metric | None:
+        if not points.points:
+            return None
+        delta = temporality is AggregationTemporality.DELTA
+        data_points = []
+        for point in points.points.values():
+            attributes = dict(zip(point[0][::2], point[0][1::2]))
+            # Delta points start at the previous collection, cumulative ones at their first value.
+            start = previous if delta and previous is not None else point[1]
+            if points.histogram:
+                exemplars = [Exemplar({}, value, at, span_id, trace_id)
+                             for _, (value, at, span_id, trace_id) in sorted(point[7].items())]
+                data_points.append(HistogramDataPoint(
+                    attributes=attributes, start_time_unix_nano=start, time_unix_nano=now, count=point[2],
+                    sum=point[8] + point[3], bucket_counts=tuple(point[6]), explicit_bounds=self._bounds,
+                    min=point[4], max=point[5], exemplars=exemplars))
+            else:
+                data_points.append(NumberDataPoint(attributes=attributes, start_time_unix_nano=start,
+                                                   time_unix_nano=now, value=point[2], exemplars=[]))
+        if points.histogram:
+            data: Any = HistogramData(data_points=data_points, aggregation_temporality=temporality)
+        else:
+            data = Sum(data_points=data_points, aggregation_temporality=temporality, is_monotonic=True)
+        return Metric(name=points.name, description=points.description, unit=points.unit, data=data)
