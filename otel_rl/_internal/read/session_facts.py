@@ -17,11 +17,9 @@ caller in that order.
 
 from __future__ import annotations
 
-import heapq
 import marshal
 import zlib
 from array import array
-from collections.abc import Callable
 from typing import Any
 
 __all__ = ["CANDIDATES", "FIRST_OPEN", "TURN_PHASE", "UNATTRIBUTED", "FactsBuilder", "covered_length"]
@@ -35,6 +33,7 @@ CANDIDATES = 2000
 #: Sessions never finalized listed as examples.
 FIRST_OPEN = 10
 _NAN = float("nan")
+_dumps = marshal.dumps
 
 
 def covered_length(spans: list[tuple[float, float]]) -> float:
@@ -71,15 +70,6 @@ def _components(pairs: list[tuple[float, float]]) -> list[float]:
     return out
 
 
-def _index(table: dict[Any, int]) -> Callable[[Any], int]:
-    def index(value: Any) -> int:
-        i = table.get(value)
-        if i is None:
-            i = table[value] = len(table)
-        return i
-    return index
-
-
 def _sorted(values: list[float]) -> bytes:
     values.sort()
     return array("d", values).tobytes()
@@ -102,20 +92,16 @@ class FactsBuilder:
         self.keys: dict[Any, int] = {}
         self.statuses: dict[Any, int] = {}
         self.steps: dict[Any, int] = {}
-        self.key_of = _index(self.keys)
-        self.status_of = _index(self.statuses)
-        self.step_of = _index(self.steps)
         self.col_key = array("H")
         self.col_status = array("H")
         self.col_finalized = array("d")
         self.col_total = array("d")
         self.col_submit: list[Any] = []  # None kept: candidate keys
+        self.col_finals: list[Any] = []
         self.ids: list[Any] = []
         self.cold: list[bytes] = []
         self.done = bytearray()
         self.finalized_n = 0
-        self.tmin: Any = None
-        self.tmax: Any = None
         self.exact = True  # every time a float (or None): what the columns hold is what was read
         self.phase: dict[int, list] = {}
         self.dgroups: dict[tuple[int, int, int], list[list[float]]] = {}
@@ -130,28 +116,30 @@ class FactsBuilder:
         """One session: ``phases`` flat ``(name, start, end, ...)``, ``details``
         ``(task_id, session_id, reason, counters, span_id, trace_id)``."""
         i = len(self.col_total)
-        k = self.key_of(key)
-        st = self.status_of(status)
-        sp = self.step_of(step)
+        table = self.keys
+        k = table.get(key)
+        if k is None:
+            k = table[key] = len(table)
+        table = self.statuses
+        st = table.get(status)
+        if st is None:
+            st = table[status] = len(table)
+        table = self.steps
+        sp = table.get(step)
+        if sp is None:
+            sp = table[step] = len(table)
         self.col_key.append(k)
         self.col_status.append(st)
         self.col_finalized.append(_NAN if finalized is None else finalized)
         self.col_total.append(_NAN if total is None else total)
         self.col_submit.append(submit)
+        self.col_finals.append(finalized)
         self.ids.append(details[1])
         if self.keep_cold:
-            self.cold.append(marshal.dumps((submit, step, phases, tokens, details)))
-        for t in (submit, finalized, total):
-            if t is not None:
-                if type(t) is not float:
-                    self.exact = False
-                    break
-        for t in (submit, finalized):
-            if t is not None:
-                if self.tmin is None or t < self.tmin:
-                    self.tmin = t
-                if self.tmax is None or t > self.tmax:
-                    self.tmax = t
+            self.cold.append(_dumps((submit, step, phases, tokens, details)))
+        if not ((type(submit) is float or submit is None) and (type(finalized) is float or finalized is None)
+                and (type(total) is float or total is None)):
+            self.exact = False
         if finalized is None:
             if len(self.first_open) < FIRST_OPEN:
                 self.first_open.append(i)
@@ -164,6 +152,8 @@ class FactsBuilder:
         durations, opened, with_phase, shares, unattr, totals = g
         per: dict[str, float] = {}
         spans: list[tuple[float, float]] = []
+        turn = self.turn_phase
+        inst = []
         for j in range(0, len(phases), 3):
             name = phases[j]
             end = phases[j + 2]
@@ -179,6 +169,8 @@ class FactsBuilder:
                 values.append(d)
             per[name] = per.get(name, 0.0) + d
             spans.append((start, end))
+            if name == turn:
+                inst.append((start, end))
         if total is not None:
             totals.append(total)
             unattributed = total - covered_length(spans) if spans else total
@@ -189,8 +181,16 @@ class FactsBuilder:
                 with_phase[name] = with_phase.get(name, 0) + 1
             if total > 0:
                 for name, d in per.items():
-                    shares.setdefault(name, []).append(d / total)
-                shares.setdefault(UNATTRIBUTED, []).append(unattributed / total)
+                    values = shares.get(name)
+                    if values is None:
+                        shares[name] = [d / total]
+                    else:
+                        values.append(d / total)
+                values = shares.get(UNATTRIBUTED)
+                if values is None:
+                    shares[UNATTRIBUTED] = [unattributed / total]
+                else:
+                    values.append(unattributed / total)
         if total is None or submit is None or finalized is None:
             self.done.append(0)
             return
@@ -209,17 +209,23 @@ class FactsBuilder:
                 tok = self.tokens[sp] = [[], []]
             tok[0].append(float(tokens))
             tok[1].append(float(total))
-        turn = self.turn_phase
-        inst = [(phases[j + 1], phases[j + 2]) for j in range(0, len(phases), 3)
-                if phases[j] == turn and phases[j + 2] is not None]
         n = len(inst)
         if n > 1:
             inst.sort()
         if n:
             self.seen = True
-        self.bycount.setdefault((sp, n), []).append(total)
+        values = self.bycount.get((sp, n))
+        if values is None:
+            self.bycount[(sp, n)] = [total]
+        else:
+            values.append(total)
+        turns = self.turns
         for t, (s, e) in enumerate(inst, 1):
-            self.turns.setdefault((sp, t), []).append(e - s)
+            values = turns.get((sp, t))
+            if values is None:
+                turns[(sp, t)] = [e - s]
+            else:
+                values.append(e - s)
 
     def result(self) -> dict[str, Any]:
         """The facts gathered (only ints, floats, strings, bytes, lists, tuples and dicts: marshallable)."""
@@ -229,9 +235,12 @@ class FactsBuilder:
         with_total = [i for i in range(n) if total[i] == total[i]]
         done = [i for i in range(n) if self.done[i]]
         k = self.candidates
-        top_total = heapq.nlargest(k, with_total, key=total.__getitem__)
-        top_done = heapq.nlargest(k, done, key=total.__getitem__)
-        first = heapq.nsmallest(k, done, key=submit.__getitem__)
+        # heapq.nlargest / nsmallest, ties in session order (a stable sort), at C speed.
+        top_total = sorted(with_total, key=total.__getitem__, reverse=True)[:k]
+        top_done = sorted(done, key=total.__getitem__, reverse=True)[:k]
+        first = sorted(done, key=submit.__getitem__)[:k]
+        times = [t for t in submit if t is not None]
+        times += [t for t in self.col_finals if t is not None]
         by_key: dict[int, list[tuple[float, float]]] = {}
         dgroups = {}
         for g, (s, f, t, spans) in self.dgroups.items():
@@ -250,7 +259,8 @@ class FactsBuilder:
             "key": self.col_key.tobytes(), "status": self.col_status.tobytes(),
             "finalized": self.col_finalized.tobytes(), "total": total.tobytes(),
             "ids": marshal.dumps(self.ids), "cold": cold, "done": bytes(self.done),
-            "finalized_n": self.finalized_n, "tmin": self.tmin, "tmax": self.tmax, "exact": self.exact,
+            "finalized_n": self.finalized_n, "tmin": min(times, default=None),
+            "tmax": max(times, default=None), "exact": self.exact,
             "phase": phase, "dgroups": dgroups,
             "comps": {key: array("d", _components(pairs)).tobytes() for key, pairs in by_key.items()},
             "tokens": {sp: (array("d", v[0]).tobytes(), array("d", v[1]).tobytes())
