@@ -46,7 +46,8 @@ class _Block:
 class SessionTable:
     """The facts of every session of a run, merged in session order."""
 
-    def __init__(self, turn_phase: str = TURN_PHASE, candidates: int = CANDIDATES) -> None:
+    def __init__(self, turn_phase: str = TURN_PHASE, candidates: int = CANDIDATES, cold: str = "all") -> None:
+        self.cold = cold  # what the blocks keep of the sessions (FactsBuilder's cold)
         self.turn_phase = turn_phase
         self.candidates = candidates
         self.n = 0
@@ -85,7 +86,7 @@ class SessionTable:
         rows = list(rows)
         k = len(rows) if candidates is None else candidates
         table = cls(turn_phase, k)
-        builder = FactsBuilder(turn_phase, k, cold=False)
+        builder = FactsBuilder(turn_phase, k, cold="none")
         for r in rows:
             builder.add(r.worker, r.status, r.submit, r.finalized, r.total, r.step, r.phases, r.tokens,
                         (None, r.session_id, None, None, None, None))
@@ -162,6 +163,23 @@ class SessionTable:
             getattr(self, name + "_v").frombytes(facts[name + "_v"])
         if len(self.first_open) < FIRST_OPEN:
             self.first_open.extend(i + start for i in facts["first_open"][:FIRST_OPEN - len(self.first_open)])
+        if type(b.cold) is dict and self.n > 2 * self.candidates and len(self.blocks) % 16 == 0:
+            self.prune()
+
+    def prune(self) -> None:
+        """Keeps only the sessions that can still make a candidate list (of a table that keeps
+        only those: ``FactsBuilder(cold="candidates")``)."""
+        keep = set(self.first_open)
+        for name in ("top_total", "top_done", "first_submit"):
+            ids, values = getattr(self, name), getattr(self, name + "_v")
+            pick = heapq.nsmallest if name == "first_submit" else heapq.nlargest
+            positions = sorted(pick(self.candidates, range(len(ids)), key=values.__getitem__))
+            setattr(self, name, array("I", [ids[j] for j in positions]))
+            setattr(self, name + "_v", array("d", [values[j] for j in positions]))
+            keep.update(getattr(self, name))
+        for b in self.blocks:
+            if type(b.cold) is dict:
+                b.cold = {j: e for j, e in b.cold.items() if b.start + j in keep}
 
     # --- one session ----------------------------------------------------------------------------
     def _at(self, i: int) -> tuple[_Block, int]:
@@ -199,9 +217,15 @@ class SessionTable:
         if self.rows_list is not None:
             return self.rows_list[i]
         b, j = self._at(i)
-        if self._cold is None or self._cold[0] != b.start:
-            self._cold = (b.start, marshal.loads(zlib.decompress(b.cold)))
-        submit, step, phases, tokens, details = marshal.loads(self._cold[1][j])
+        if type(b.cold) is dict:
+            entry = b.cold.get(j)
+            if entry is None:
+                raise LookupError(f"session {i} was not kept (read for a report that does not show it)")
+        else:
+            if self._cold is None or self._cold[0] != b.start:
+                self._cold = (b.start, marshal.loads(zlib.decompress(b.cold)))
+            entry = self._cold[1][j]
+        submit, step, phases, tokens, details = marshal.loads(entry)
         t = b.total[j]
         f = b.finalized[j]
         return record_row(b.workers[b.key[j]], b.statuses[b.status[j]], submit, None if f != f else f,

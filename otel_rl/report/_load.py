@@ -147,7 +147,7 @@ class _Loader:
     (a ``LineProblems`` and a ``ChromeEventSink``), and which worker each thing is from."""
 
     def __init__(self, data: RunData, progress: _Progress, named: frozenset[str] = frozenset(),
-                 limits: InputLimits | None = None) -> None:
+                 limits: InputLimits | None = None, cold: str = "all") -> None:
         self.data = data
         self.named = named
         self.limits = limits or InputLimits()
@@ -158,7 +158,7 @@ class _Loader:
         self._keep = self._step_ok if data.steps is not None else None
         self.pool: Executor | None = None  # worker processes parsing session records
         # Session records gathered as columns, when every record is kept (no --step / --rank).
-        self.table = SessionTable() if data.steps is None and data.ranks is None else None
+        self.table = SessionTable(cold=cold) if data.steps is None and data.ranks is None else None
 
     # --- where readers report bad lines -------------------------------------------------------
     def bad_line(self, path: str, line: int, message: str) -> None:
@@ -244,7 +244,8 @@ class _Loader:
                 if kind == "sessions":
                     count = read_session_records(path, self.limits, self, self._session_workers(path),
                                                  record_row, self.data.sessions.append, on_read, self.pool,
-                                                 self.table.add if self.table is not None else None)
+                                                 self.table.add if self.table is not None else None,
+                                                 self.table.cold if self.table is not None else "all")
                 elif kind == "request-events":
                     count = self._request_events(path, on_read)
                 elif kind == "stats":
@@ -393,6 +394,16 @@ def load(inputs: str | Sequence[str], *, steps: Any = None, ranks: Any = None,
         that cannot be used (not JSON, a field of the wrong type, over the line
         bound) is skipped and named with its file and line, never raised.
     """
+    return load_run(inputs, steps=steps, ranks=ranks, align_clocks=align_clocks, progress=progress, limits=limits)
+
+
+def load_run(inputs: str | Sequence[str], *, steps: Any = None, ranks: Any = None,
+             align_clocks: bool = True, progress: bool | None = None,
+             limits: InputLimits | None = None, every_row: bool = True) -> RunData:
+    """:func:`load`; ``every_row`` false: the sessions are read for the report views alone,
+    which show only a few of them one by one (the slowest, the first, the open ones):
+    only those can be read back from ``data.sessions`` (what the others were shown with
+    is not kept, a large run then takes less memory and time)."""
     if isinstance(inputs, (str, os.PathLike)):
         inputs = [os.fspath(inputs)]
     inputs = [os.fspath(i) for i in inputs]
@@ -410,7 +421,7 @@ def load(inputs: str | Sequence[str], *, steps: Any = None, ranks: Any = None,
         except OSError:
             pass
     loader = _Loader(data, _Progress(0, False), frozenset(os.path.realpath(p) for p in inputs if os.path.isfile(p)),
-                     limits)
+                     limits, "all" if every_row else "candidates")
     # Millions of small objects and no cycles: the cyclic collector would only
     # rescan them over and over while they are created.
     collecting = gc.isenabled()

@@ -14,7 +14,8 @@ import orjson
 
 from .._internal.read.limits import add_limit_options, limits_from_args
 from ._build import VIEWS, build
-from ._load import load, parse_ranks, parse_steps
+from .._internal.read.session_facts import CANDIDATES
+from ._load import load_run, parse_ranks, parse_steps
 from .lifecycle import DEFAULT_GANTT_LIMIT
 from .longtail import DEFAULT_OUTLIERS, DEFAULT_THRESHOLD, DEFAULT_TURN_PHASE
 from .timeline import DEFAULT_LIMIT
@@ -131,8 +132,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         except ImportError:
             err.write("otel-rl report: --format html needs plotly: pip install 'otel_rl[report]'\n")
             return 1
-    data = load(args.inputs, steps=args.step, ranks=ranks, align_clocks=not args.no_align_clocks,
-                progress=args.progress, limits=limits_from_args(args))
+    # The views show only a few sessions one by one (the slowest, the first by submission, the
+    # open ones): what the others were shown with need not be kept, unless asked for by id.
+    every_row = bool(args.session) or max(args.timeline_limit, args.gantt_limit, args.outliers) > CANDIDATES
+    data = load_run(args.inputs, steps=args.step, ranks=ranks, align_clocks=not args.no_align_clocks,
+                    progress=args.progress, limits=limits_from_args(args), every_row=every_row)
     messages = data.diagnostics.messages()
     if not args.quiet:
         for message in messages[:MAX_MESSAGES]:

@@ -81,14 +81,17 @@ class FactsBuilder:
     Args:
         turn_phase: The phase whose instances are turns.
         candidates: How many sessions to keep in each candidate list.
-        cold: Keep what few sessions are shown with, compressed (the rows are
-            not kept elsewhere).
+        cold: What to keep of what few sessions are shown with: ``"all"`` (every
+            session's, compressed), ``"candidates"`` (only the sessions of a
+            candidate list's, for a report that never reads other sessions back)
+            or ``"none"`` (the caller keeps the rows).
     """
 
-    def __init__(self, turn_phase: str = TURN_PHASE, candidates: int = CANDIDATES, cold: bool = True) -> None:
+    def __init__(self, turn_phase: str = TURN_PHASE, candidates: int = CANDIDATES, cold: str = "all") -> None:
         self.turn_phase = turn_phase
         self.candidates = candidates
-        self.keep_cold = cold
+        self.keep_cold = cold != "none"
+        self.cold_mode = cold
         self.keys: dict[Any, int] = {}
         self.statuses: dict[Any, int] = {}
         self.steps: dict[Any, int] = {}
@@ -99,7 +102,7 @@ class FactsBuilder:
         self.col_submit: list[Any] = []  # None kept: candidate keys
         self.col_finals: list[Any] = []
         self.ids: list[Any] = []
-        self.cold: list[bytes] = []
+        self.cold: list[tuple] = []
         self.done = bytearray()
         self.finalized_n = 0
         self.exact = True  # every time a float (or None): what the columns hold is what was read
@@ -136,7 +139,7 @@ class FactsBuilder:
         self.col_finals.append(finalized)
         self.ids.append(details[1])
         if self.keep_cold:
-            self.cold.append(_dumps((submit, step, phases, tokens, details)))
+            self.cold.append((submit, step, phases, tokens, details))
         if not ((type(submit) is float or submit is None) and (type(finalized) is float or finalized is None)
                 and (type(total) is float or total is None)):
             self.exact = False
@@ -251,9 +254,12 @@ class FactsBuilder:
             phase[sp] = ({name: _sorted(v) for name, v in durations.items()}, opened, with_phase,
                          {name: array("d", v).tobytes() for name, v in shares.items()},
                          _sorted(unattr), _sorted(totals))
-        cold = b""
-        if self.keep_cold:
-            cold = zlib.compress(marshal.dumps(self.cold), 1)
+        cold: bytes | dict[int, bytes] = b""
+        if self.cold_mode == "all":
+            cold = zlib.compress(_dumps(list(map(_dumps, self.cold))), 1)
+        elif self.cold_mode == "candidates":
+            entries = self.cold
+            cold = {i: _dumps(entries[i]) for i in {*top_total, *top_done, *first, *self.first_open}}
         return {
             "n": n, "keys": list(self.keys), "statuses": list(self.statuses), "steps": list(self.steps),
             "key": self.col_key.tobytes(), "status": self.col_status.tobytes(),

@@ -54,7 +54,8 @@ def read_session_records(path: str, limits: InputLimits, problems: LineProblems,
                          worker_of: Callable[[Any, Any], str | None], make: Callable[..., Any],
                          add: Callable[[Any], None], on_read: Callable[[int], None] | None = None,
                          pool: Executor | None = None,
-                         add_facts: Callable[[dict[str, Any], list[str]], None] | None = None) -> int:
+                         add_facts: Callable[[dict[str, Any], list[str]], None] | None = None,
+                         cold: str = "all") -> int:
     """Reads a session records file; returns how many rows it added.
 
     Args:
@@ -78,10 +79,12 @@ def read_session_records(path: str, limits: InputLimits, problems: LineProblems,
             columns (:class:`.session_facts.FactsBuilder`), each handed to
             ``add_facts(facts, workers)`` (``workers``: the worker of each of the
             block's keys) instead of rows to ``make`` and ``add``.
+        cold: With ``add_facts``: what is kept of what few sessions are shown with
+            (``FactsBuilder``'s ``cold``).
     """
     workers: dict[Any, str | None] = {}
     count = 0
-    columns = add_facts is not None
+    columns = cold if add_facts is not None else None
 
     def apply(items: list[tuple]) -> None:
         nonlocal count
@@ -180,7 +183,8 @@ def _apply_next(pending: collections.deque[tuple[bool, Any]], apply: Callable[[l
         problems.bad_line(path, lineno, long_line_message(length, limits))
 
 
-def parse_block(data: bytes, lineno: int, packed: bool = False, last: bool = False, columns: bool = False) -> Any:
+def parse_block(data: bytes, lineno: int, packed: bool = False, last: bool = False,
+                columns: str | None = None) -> Any:
     """Parses whole lines of session records into items, in line order.
 
     Runs in worker processes for large files, so it only touches its arguments.
@@ -191,7 +195,8 @@ def parse_block(data: bytes, lineno: int, packed: bool = False, last: bool = Fal
         packed: Return the items marshalled (to send them from a worker process).
         last: ``data`` is a last line without a newline (a writer may have died
             half way through it).
-        columns: Gather the records as columns: one ``(_FACTS, facts)`` item
+        columns: Gather the records as columns, keeping this much of what few sessions
+            are shown with (``FactsBuilder``'s ``cold``): one ``(_FACTS, facts)`` item
             last (:meth:`.session_facts.FactsBuilder.result`; keys ``(rank, role)``),
             every record kept (no ``_ROW`` or ``_BAD_IF_KEPT`` items).
 
@@ -207,7 +212,7 @@ def parse_block(data: bytes, lineno: int, packed: bool = False, last: bool = Fal
     items: list[tuple] = []
     out = items.append
     ints: dict[int, int] = {}  # steps and token counts repeat: one object for each value
-    builder = FactsBuilder() if columns else None
+    builder = FactsBuilder(cold=columns) if columns else None
     lines = [data] if last else data.split(b"\n")
     if not last:
         lines.pop()
