@@ -41,7 +41,6 @@ from __future__ import annotations
 import functools
 import inspect
 import math
-import os
 import threading
 import time
 from typing import Any, Callable, Dict, Optional, TypeVar
@@ -51,6 +50,7 @@ from opentelemetry.trace.propagation import _SPAN_KEY
 
 from ._internal import diagnostics, guard, keys
 from ._internal.recording.spans import LeanSpan, get_current
+from ._internal.runtime import RUNTIME
 from ._internal.state import STATE
 from ._internal.recording.resumed import ResumedSpan, record_failure
 from ._internal.recording.timer_frames import FRAME, close_node, merge_gauges_into, open_node, restore_frame
@@ -104,8 +104,7 @@ def _after_fork_in_child() -> None:
     _thread_timer_stacks[ident] = _global_timer_stack
 
 
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
+RUNTIME.add_fork_step("timers", _after_fork_in_child)
 
 
 # The innermost open block of this thread / asyncio task (see timer_frames), read on every block.

@@ -102,3 +102,8 @@ def test_start_times_are_the_first_value_then_the_previous_collection_for_delta(
     assert first.start_time_unix_nano < first.time_unix_nano
     assert second.start_time_unix_nano == first.time_unix_nano
     assert (first.count, second.count, second.sum) == (1, 1, 2.0)
+
+
+def test_nothing_is_exported_before_the_first_value():
+    reader, _ = _own_reader(None)
+    assert reader.get_metrics_data() is None

@@ -30,7 +30,7 @@ from otel_rl._internal.stats import backends
 
 #: The fork walk, bottom floor first; the pipeline last (it starts the child's export thread).
 FORK_ORDER = ["guard", "jsonl", "file_exporter", "export_chain", "summary", "stats", "request_events",
-              "torch_profiler", "control", "runtime", "pipeline"]
+              "torch_profiler", "control", "timers", "runtime", "pipeline"]
 
 
 @pytest.fixture(autouse=True)
@@ -71,7 +71,7 @@ def _child_reports(work):
     return json.loads(data)
 
 
-def test_the_runtime_holds_the_only_fork_hook_below_the_public_modules():
+def test_the_runtime_holds_the_only_fork_hook_of_the_package():
     code = textwrap.dedent("""
         import os, sys
         registered = []
@@ -80,9 +80,9 @@ def test_the_runtime_holds_the_only_fork_hook_below_the_public_modules():
             registered.append(sys._getframe(1).f_globals.get("__name__"))
             return real(**hooks)
         os.register_at_fork = register
-        import otel_rl, otel_rl.stats, otel_rl.report, otel_rl.convert
+        import otel_rl, otel_rl.stats, otel_rl.report, otel_rl.convert, otel_rl.timers
         import otel_rl._internal.export.file_exporter, otel_rl._internal.export.process
-        print(sorted(name for name in registered if name.startswith("otel_rl._internal")))
+        print(sorted(name for name in registered if name.startswith("otel_rl")))
     """)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert out.stdout.strip() == "['otel_rl._internal.runtime.core']"
@@ -103,6 +103,7 @@ def test_the_fork_walk_visits_every_component_once_bottom_floor_first(tmp_path, 
                         ("control", control), ("pipeline", STATE.pipeline)]:
         monkeypatch.setattr(owner, "after_fork_in_child", spy(name))
     monkeypatch.setattr(RUNTIME, "_after_fork_in_child", spy("runtime"))
+    monkeypatch.setattr(RUNTIME, "_public_fork_steps", [("timers", spy("timers"))])
     assert _child_reports(lambda: visited) == FORK_ORDER
     assert visited == []  # the parent ran none of it
 

@@ -166,8 +166,8 @@ class AggregatedSessionMetrics:
             point[7][bucket] = (value, now, span_id, trace_id)
 
     # --- collection (the reader's thread) ------------------------------------------------------
-    def collect(self, reader: MetricReader, timeout_millis: float = 10_000, **_: Any) -> MetricsData:
-        """The points for ``reader`` now, in the temporality it prefers."""
+    def collect(self, reader: MetricReader, timeout_millis: float = 10_000, **_: Any) -> MetricsData | None:
+        """The points for ``reader`` now, in the temporality it prefers; ``None`` before the first value."""
         now = time.time_ns()
         prefs = getattr(reader, "_preferred_temporality", None) or {}
         with self._lock:
@@ -190,9 +190,11 @@ class AggregatedSessionMetrics:
                             point[8] += point[3]
                             point[3] = 0.0
                             point[7] = {}  # exemplars are reported once, as the SDK's reservoirs do
+        if not metrics:
+            return None  # as the SDK: nothing to export, no request
         return MetricsData(resource_metrics=[ResourceMetrics(
-            resource=self._resource, schema_url="",
-            scope_metrics=[ScopeMetrics(scope=self._scope, metrics=metrics, schema_url="")] if metrics else [])])
+            resource=self._resource, schema_url=self._resource.schema_url,
+            scope_metrics=[ScopeMetrics(scope=self._scope, metrics=metrics, schema_url="")])])
 
     def _metric(self, points: _Points, temporality: AggregationTemporality, previous: int | None,
                 now: int) -> Metric | None:

@@ -19,6 +19,7 @@ from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 from opentelemetry.trace.status import StatusCode
 
 from .. import diagnostics, guard, keys
+from ..encode.readable import ExportSpan
 from .jsonl import JsonlAppender
 from ..payload import INT64_MAX, INT64_MIN, utf8_text
 
@@ -184,6 +185,8 @@ def _with_attributes(span: ReadableSpan, extra: dict[str, Any]) -> ReadableSpan:
     """A copy of ``span`` with ``extra`` attributes (ReadableSpans are immutable)."""
     if not extra:
         return span
+    if isinstance(span, ExportSpan):
+        return span.with_attributes(extra)
     attributes = dict(span.attributes or {})
     attributes.update(extra)
     return ReadableSpan(

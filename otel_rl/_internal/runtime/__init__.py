@@ -35,7 +35,8 @@ fork (in the child; :meth:`.core.Runtime.fork_walk`)
     open files, the trace-file exporters, the chain's background flushers, the
     summary's baseline (the child reports its own numbers), the stats
     backends, the request-event recorder, the torch profiler, live control;
-    then the runtime's own lock and exit state and the registry's lock; last
+    the steps public modules added (``add_fork_step``: ML-Agents' timer
+    stacks); then the runtime's own lock and exit state and the registry's lock; last
     the pipeline (the parent's queued spans dropped, its own export thread).
 """
 

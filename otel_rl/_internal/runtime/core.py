@@ -63,6 +63,13 @@ class Runtime:
     def __init__(self) -> None:
         self._lock = threading.RLock()
         self.exit_hooks = ExitHooks(self.shutdown, self._shutdown_timeout_s)
+        #: Steps the public modules add to the fork walk (ML-Agents' timer stacks,
+        #: whose module globals must stay where ML-Agents' code patches them).
+        self._public_fork_steps: list[tuple[str, Callable[[], Any]]] = []
+
+    def add_fork_step(self, name: str, step: Callable[[], Any]) -> None:
+        """Adds ``step`` to the fork walk, after the floors and before the runtime itself."""
+        self._public_fork_steps.append((name, step))
 
     # --- configure ------------------------------------------------------------------------
     def configure(self, config: Any = None, *, rank: int | None = None, role: str | None = None,
@@ -258,6 +265,7 @@ class Runtime:
             ("request_events", events.after_fork_in_child),
             ("torch_profiler", torch_profiler.after_fork_in_child),
             ("control", control.after_fork_in_child),
+            *self._public_fork_steps,
             ("runtime", self._after_fork_in_child),
             ("pipeline", comps.pipeline.after_fork_in_child if comps is not None else None),
         ]
