@@ -35,28 +35,26 @@ _TRACE_FLAGS = {value: TraceFlags(value) for value in (TraceFlags.DEFAULT, Trace
 
 
 class ExportSpan(ReadableSpan):
-    """A ``ReadableSpan`` made by otel_rl's export path, cheaper to read.
+    """A ``ReadableSpan`` made by otel_rl's export path, cheaper to build and to read.
 
-    The SDK's ``ReadableSpan`` wraps its attributes in a new ``MappingProxyType``
-    and copies its events and links into new tuples on every read; the encoders
-    and processors read each span several times. These spans hand out what they
-    hold (already immutable tuples, and an attribute dict nothing downstream
-    changes), and are built without keyword processing (:meth:`make`). Everything
-    else is the SDK's, so an application's own processors and exporters take them
-    as they take any ``ReadableSpan``.
+    The SDK's ``ReadableSpan`` reads every field through a property, wraps its
+    attributes in a new ``MappingProxyType`` and copies its events and links
+    into new tuples on every read; the encoders and processors read each span
+    several times. These spans keep their fields in slots of the public names
+    (already immutable tuples, and an attribute dict nothing downstream
+    changes), and are built without keyword processing (:meth:`make`). The
+    rest of ``ReadableSpan``'s surface is kept (``get_span_context``,
+    ``to_json``, the dropped counts: always 0, limits were applied when the
+    record was built), so an application's own processors and exporters take
+    them as they take any ``ReadableSpan``.
     """
 
-    @property
-    def attributes(self) -> Any:  # type: ignore[override]
-        return self._attributes
-
-    @property
-    def events(self) -> Any:  # type: ignore[override]
-        return self._events
-
-    @property
-    def links(self) -> Any:  # type: ignore[override]
-        return self._links
+    __slots__ = ("name", "context", "parent", "resource", "attributes", "events", "links", "kind", "status",
+                 "start_time", "end_time", "instrumentation_scope")
+    dropped_attributes = 0
+    dropped_events = 0
+    dropped_links = 0
+    instrumentation_info = None
 
     @classmethod
     def make(cls, name: str, context: SpanContext, parent: SpanContext | None, resource: Resource,
@@ -64,18 +62,33 @@ class ExportSpan(ReadableSpan):
              start_time: int, end_time: int, scope: InstrumentationScope) -> ExportSpan:
         """A span from its fields (``events`` and ``links`` as tuples)."""
         span = _new(cls)
-        span.__dict__.update(_name=name, _context=context, _kind=kind, _instrumentation_info=None,
-                             _instrumentation_scope=scope, _parent=parent, _start_time=start_time,
-                             _end_time=end_time, _attributes=attributes, _events=events, _links=links,
-                             _resource=resource, _status=status)
+        span.name = name
+        span.context = context
+        span.parent = parent
+        span.resource = resource
+        span.attributes = attributes
+        span.events = events
+        span.links = links
+        span.kind = kind
+        span.status = status
+        span.start_time = start_time
+        span.end_time = end_time
+        span.instrumentation_scope = scope
         return span
 
     def with_attributes(self, extra: dict[str, Any]) -> ExportSpan:
         """A copy with ``extra`` attributes added (spans are never changed once built)."""
-        span = _new(type(self))
-        span.__dict__.update(self.__dict__)
-        span._attributes = {**self._attributes, **extra}
-        return span
+        return self.make(self.name, self.context, self.parent, self.resource, {**self.attributes, **extra},
+                         self.events, self.links, self.kind, self.status, self.start_time, self.end_time,
+                         self.instrumentation_scope)
+
+    def get_span_context(self) -> SpanContext:
+        return self.context
+
+    def to_json(self, indent: int | None = 4) -> str:
+        return ReadableSpan(self.name, self.context, self.parent, self.resource, self.attributes, self.events,
+                            self.links, self.kind, None, self.status, self.start_time, self.end_time,
+                            self.instrumentation_scope).to_json(indent)
 
 
 _new = object.__new__
