@@ -72,6 +72,7 @@ _CATEGORY = keys.CATEGORY
 _SPAN_KIND = keys.SPAN_KIND
 _KIND_INSTANT = keys.KIND_INSTANT
 _CONTEXT_SENT = keys.CONTEXT_SENT
+_THREAD_ID = keys.THREAD_ID
 _INTERNAL = SpanKind.INTERNAL
 _UNSET = StatusCode.UNSET
 
@@ -206,7 +207,8 @@ class ChromeTraceEncoder:
                     self._place(span, proc, attrs, out)
                 else:
                     self._buffer(key, span, proc, out)
-        self._release_stale(out)
+        if self._buffered:
+            self._release_stale(out)
 
     def _buffer(self, key: tuple, span: ReadableSpan, proc: ProcessLanes,
                 out: list[dict[str, Any]]) -> None:
@@ -348,45 +350,59 @@ class ChromeTraceEncoder:
         end = span.end_time or start
         if end < start:
             end = start
-        ctx = span.context
-        span_id = ctx.span_id
+        span_id = span.context.span_id
         parent = span.parent
-        group = self._group(proc, attrs, span)
+        parent_id = 0 if parent is None else parent.span_id
+        remote = parent is not None and parent.is_remote
+        thread = attrs.get(_THREAD_ID)
+        group = proc.groups.get(thread) if thread is not None else None
+        if group is None:
+            group = self._group(proc, attrs, span)
+        else:
+            self._clock += 1
+            group.used = self._clock
         lanes = group.lanes
 
-        parent_rec = None
-        if parent is not None and not parent.is_remote:
-            parent_rec = self._placed.get(parent.span_id)
-        children = self._waiting.pop(span_id)
+        parent_rec = self._placed.get(parent_id) if parent_id and not remote else None
+        waiting = self._waiting
+        children = waiting.pop(span_id) if (waiting.young or waiting.old) else None
 
-        # Lanes worth trying first: the parent's (children sit under parents),
-        # the session's, then the lane of a child already placed (a parent
-        # arriving after its children can enclose them there).
-        tried: list[int] = []
-        if parent_rec is not None and parent_rec[0] is group:
-            tried.append(parent_rec[1])
-        if prefer is not None and prefer[0] is group and prefer[1] not in tried:
-            tried.append(prefer[1])
-        if children:
-            for child in children:
-                if child[0] is group and child[1] not in tried:
-                    tried.append(child[1])
-                    break
         chosen = None
         is_ancestor = self._is_ancestor
-        for index in tried:
-            if lanes[index].insert(start, end, span_id, is_ancestor):
-                chosen = lanes[index]
-                break
-        if chosen is None:
+        if parent_rec is None and prefer is None and not children:
+            # Nothing to sit under or enclose: the first lane that takes it.
             for lane in lanes:
-                if lane.index not in tried and lane.insert(start, end, span_id, is_ancestor):
+                if lane.insert(start, end, span_id, is_ancestor):
                     chosen = lane
                     break
+        else:
+            # Lanes worth trying first: the parent's (children sit under parents),
+            # the session's, then the lane of a child already placed (a parent
+            # arriving after its children can enclose them there).
+            tried: list[int] = []
+            if parent_rec is not None and parent_rec[0] is group:
+                tried.append(parent_rec[1])
+            if prefer is not None and prefer[0] is group and prefer[1] not in tried:
+                tried.append(prefer[1])
+            if children:
+                for child in children:
+                    if child[0] is group and child[1] not in tried:
+                        tried.append(child[1])
+                        break
+            for index in tried:
+                if lanes[index].insert(start, end, span_id, is_ancestor):
+                    chosen = lanes[index]
+                    break
+            if chosen is None:
+                for lane in lanes:
+                    if lane.index not in tried and lane.insert(start, end, span_id, is_ancestor):
+                        chosen = lane
+                        break
         if chosen is None:
             chosen = self._new_lane(proc, group, out)
             chosen.insert(start, end, span_id, is_ancestor)
-        self._maybe_prune(chosen)
+        if chosen.count >= chosen.next_prune:
+            self._maybe_prune(chosen)
 
         pid = proc.pid
         tid = chosen.tid
@@ -394,14 +410,14 @@ class ChromeTraceEncoder:
         span_kind = attrs.get(_SPAN_KIND)
         cat = attrs.get(_CATEGORY) or span_kind or "span"
         args = chrome_args(attrs)
-        trace_id = ctx.trace_id
+        trace_id = span.context.trace_id
         trace_hex = self._trace_hex
         if trace_hex[0] != trace_id:
             trace_hex = self._trace_hex = (trace_id, f"{trace_id:032x}")
         args["trace_id"] = trace_hex[1]
         args["span_id"] = f"{span_id:016x}"
         if parent is not None:
-            args["parent_span_id"] = f"{parent.span_id:016x}"
+            args["parent_span_id"] = f"{parent_id:016x}"
         kind = span.kind
         if kind is not _INTERNAL:
             args["span.kind"] = kind.name
@@ -416,10 +432,10 @@ class ChromeTraceEncoder:
                              for link in links]
         rank = proc.rank
         role = proc.role
-        if rank is not None:
-            args.setdefault("rank", rank)
-        if role is not None:
-            args.setdefault("role", role)
+        if rank is not None and "rank" not in args:
+            args["rank"] = rank
+        if role is not None and "role" not in args:
+            args["role"] = role
         if span_kind == _KIND_INSTANT:
             # instant() outside any span: a point in time, as AReaL writes it.
             out.append({"ph": "i", "s": "t", "name": span.name, "cat": cat, "ts": ts,
@@ -427,32 +443,35 @@ class ChromeTraceEncoder:
         else:
             out.append({"ph": "X", "name": span.name, "cat": cat, "ts": ts,
                         "dur": (end - start) / 1000, "pid": pid, "tid": tid, "args": args})
-        for event in span.events or ():
-            event_args = chrome_args(event.attributes)
-            if rank is not None:
-                event_args.setdefault("rank", rank)
-            if role is not None:
-                event_args.setdefault("role", role)
-            out.append({"ph": "i", "s": "t", "name": event.name, "cat": cat,
-                        "ts": event.timestamp / 1000, "pid": pid, "tid": tid, "args": event_args})
+        events = span.events
+        if events:
+            for event in events:
+                event_args = chrome_args(event.attributes)
+                if rank is not None:
+                    event_args.setdefault("rank", rank)
+                if role is not None:
+                    event_args.setdefault("role", role)
+                out.append({"ph": "i", "s": "t", "name": event.name, "cat": cat,
+                            "ts": event.timestamp / 1000, "pid": pid, "tid": tid, "args": event_args})
 
         record = (group, chosen.index, pid, tid, ts)
         self._placed.set(span_id, record)
         if parent is not None:
-            if parent.is_remote:
+            if remote:
                 # The other side of a process boundary. Its parent is in another file:
                 # the converter adds the flow's start on the parent's slice (a
                 # FLOW_SOURCE line names it). One id per child, so a parent with
                 # several remote children (a broadcast) gets an arrow to each.
                 out.append({"ph": "f", "bp": "e", "name": FLOW_NAME, "cat": FLOW_CATEGORY,
                             "id": _flow_id(span_id ^ _REMOTE_FLOW_MIX), "ts": ts, "pid": pid,
-                            "tid": tid, "args": {"parent_span_id": f"{parent.span_id:016x}"}})
+                            "tid": tid, "args": {"parent_span_id": f"{parent_id:016x}"}})
             elif parent_rec is not None:
-                self._link(parent_rec, record, span_id, out)
+                if parent_rec[2] != pid or parent_rec[3] != tid:
+                    self._link(parent_rec, record, span_id, out)
             else:
-                siblings = self._waiting.get(parent.span_id)
+                siblings = waiting.get(parent_id)
                 if siblings is None:
-                    self._waiting.set(parent.span_id, [record + (span_id,)])
+                    waiting.set(parent_id, [record + (span_id,)])
                 elif len(siblings) < _MAX_WAITING_CHILDREN:
                     siblings.append(record + (span_id,))
                 else:
