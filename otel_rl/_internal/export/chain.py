@@ -259,9 +259,9 @@ def otlp_span_exporter(environ: Any) -> Any:
         from .grpc import GrpcSpanExporter
 
         return CountingSpanExporter(GrpcSpanExporter(**options))
-    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HTTPExporter
+    from .http import HttpSpanExporter
 
-    return CountingSpanExporter(HTTPExporter(**options))
+    return CountingSpanExporter(HttpSpanExporter(**options))
 
 
 def otlp_metric_exporter(environ: Any, **options: Any) -> Any:
