@@ -21,8 +21,8 @@ from functools import reduce
 from operator import add
 from typing import Any
 
-from .._internal.read.packed import pack, pack_details
 from .._internal.read.session_facts import CANDIDATES, FIRST_OPEN, TURN_PHASE, FactsBuilder
+from .._internal.read.sessions import record_fields
 from ._model import RunData, SessionRow, record_row
 
 
@@ -89,7 +89,7 @@ class SessionTable:
         builder = FactsBuilder(turn_phase, k, cold="none")
         for r in rows:
             builder.add(r.worker, r.status, r.submit, r.finalized, r.total, r.step, r.phases, r.tokens,
-                        (None, r.session_id, None, None, None, None))
+                        r.session_id)
         facts = builder.result()
         table.add(facts, facts["keys"])
         table.rows_list = rows
@@ -223,14 +223,9 @@ class SessionTable:
                 raise LookupError(f"session {i} was not kept (read for a report that does not show it)")
         else:
             if self._cold is None or self._cold[0] != b.start:
-                self._cold = (b.start, marshal.loads(zlib.decompress(b.cold)))
+                self._cold = (b.start, zlib.decompress(b.cold).split(b"\n"))
             entry = self._cold[1][j]
-        submit, step, phases, tokens, details = marshal.loads(entry)
-        t = b.total[j]
-        f = b.finalized[j]
-        return record_row(b.workers[b.key[j]], b.statuses[b.status[j]], submit, None if f != f else f,
-                          None if t != t else t, step, pack(phases), tokens,
-                          pack_details(*details))
+        return record_row(b.workers[b.key[j]], *record_fields(entry))
 
     def rows(self, indices: Sequence[int]) -> list[SessionRow]:
         """Sessions read back, in the order asked (each compressed block is read once)."""

@@ -429,6 +429,7 @@ def load_run(inputs: str | Sequence[str], *, steps: Any = None, ranks: Any = Non
     # Forked before the progress bar starts its thread.
     loader.pool = session_pool(total)
     bar = loader.progress = _Progress(total, progress)
+    again = False
     try:
         for path in files:
             try:
@@ -436,21 +437,29 @@ def load_run(inputs: str | Sequence[str], *, steps: Any = None, ranks: Any = Non
             except OSError as exc:
                 data.diagnostics.unreadable.append((path, str(exc)))
         table = loader.table
-        if table is not None and table.n:
+        if table is not None and table.n and (data.spans or not table.exact) and not every_row:
+            # Sessions matched with spans, or times that are not all floats (the views then read
+            # the rows themselves): only every row kept can give them. Read again, keeping them.
+            again = True
+        elif table is not None and table.n:
             if data.spans:
                 # Sessions are matched with their spans, and shifted with their worker's clock: as rows.
                 data.sessions = [table.row(i) for i in range(table.n)]
             else:
                 data.sessions = LazySessions(table)
-        derive(data, loader.names)
-        _align(data, align_clocks)
-        scope_request_ids(data)
-        for events in data.requests.values():
-            events.sort(key=lambda e: e[0])
+        if not again:
+            derive(data, loader.names)
+            _align(data, align_clocks)
+            scope_request_ids(data)
+            for events in data.requests.values():
+                events.sort(key=lambda e: e[0])
     finally:
         bar.close()
         if loader.pool is not None:
             loader.pool.shutdown(cancel_futures=True)
         if collecting:
             gc.enable()
+    if again:
+        return load_run(inputs, steps=steps, ranks=ranks, align_clocks=align_clocks, progress=progress,
+                        limits=limits, every_row=True)
     return data

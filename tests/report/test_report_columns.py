@@ -10,6 +10,7 @@ shown with.
 
 from __future__ import annotations
 
+import marshal
 import random
 
 import orjson
@@ -53,12 +54,104 @@ def _records(rank: int, count: int, seed: int) -> list[dict]:
     return out
 
 
+def _odd(rec: dict, rng: random.Random, floats: bool = False) -> None:
+    """One thing otel_rl's exporter may write, or another writer, or a damaged line
+    (``floats``: session times stay floats)."""
+    choice = rng.randrange(22)
+    while floats and choice in (10, 11):
+        choice = rng.randrange(22)
+    if choice == 0:  # still open
+        rec["finalized_ts"] = rec["total_s"] = None
+        rec["phases"].setdefault("reward", []).append({"start_ts": rec["submit_ts"] + 1, "end_ts": None})
+    elif choice == 1:  # an interrupted phase of a finished session
+        rec["phases"].setdefault("toolcall", []).append({"start_ts": rec["submit_ts"], "end_ts": None})
+    elif choice == 2:
+        rec["step"] = None
+    elif choice == 3:
+        rec["step"] = None
+        rec["global_step"] = 7
+    elif choice == 4:
+        rec["step"] = "3"
+    elif choice == 5:
+        rec["status"] = rng.choice((None, "", 1, "pending"))
+    elif choice == 6:
+        rec["rank"] = rng.choice((None, True, 1.0, "0"))
+    elif choice == 7:
+        rec["role"] = None
+    elif choice == 8:
+        rec["counters"] = rng.choice(({}, {"response_length": 3.5, "output_tokens": 2}, {"output_tokens": "x"}, []))
+    elif choice == 9:
+        rec["phases"] = rng.choice(({}, None, {"generate": []}))
+    elif choice == 10:
+        rec["total_s"] = rng.choice((0.0, -0.5, 1))
+    elif choice == 11:
+        rec["submit_ts"] = int(rec["submit_ts"])
+    elif choice == 12:  # phases overlapping, out of order, a custom one
+        rec["phases"]["custom"] = [{"start_ts": rec["submit_ts"] - 1.0, "end_ts": rec["submit_ts"] + 0.5},
+                                   {"start_ts": rec["submit_ts"] + 0.25, "end_ts": rec["submit_ts"] + 0.3}]
+    elif choice == 13:
+        rec["phases"]["generate"] = [{"start_ts": 1800000000, "end_ts": 1800000001.5}]  # an int time
+    elif choice == 14:
+        rec["task_id"] = rng.choice(([1], {"a": 1}, None))
+    elif choice == 15:
+        del rec[rng.choice(("task_id", "span_id", "counters", "total_s", "step", "rank"))]
+    elif choice == 16:
+        rec["reason"] = rng.choice(({"why": "timeout"}, ["a"], "cancelled"))
+    elif choice == 17:
+        rec["phases"]["generate"] = rng.choice(("x", {"start_ts": 1.0}, [1], [{"end_ts": 2.0}]))
+    elif choice == 18:
+        rec["role"] = rng.choice((["rollout"], 3))
+    elif choice == 19:
+        rec["finalized_ts"] = 1e300
+    elif choice == 20:
+        rec["session_id"] = rng.choice((["s"], 2.5, "s-1"))
+    else:
+        rec.pop("session_id")
+
+
+def _exported(rank: int, count: int, seed: int, odd: float = 0.0, floats: bool = False) -> list[bytes]:
+    """Session record lines as otel_rl's exporter writes them (every field, closed phases back to
+    back, per-phase totals), a share ``odd`` of them changed by :func:`_odd`."""
+    rng = random.Random(seed)
+    out = []
+    for i in range(count):
+        submit = 1.8e9 + i * 0.3 + rng.random() * 20
+        t = submit
+        phases: dict[str, list] = {}
+        turns = rng.choice((1, 1, 2, 3))
+        for turn in range(turns):
+            d = rng.lognormvariate(-1.0, 0.8)
+            phases.setdefault("generate", []).append({"start_ts": t, "end_ts": t + d})
+            t += d
+            if turn < turns - 1:
+                d = rng.expovariate(20.0)
+                phases.setdefault("toolcall", []).append({"start_ts": t, "end_ts": t + d})
+                t += d
+        if rng.random() < 0.9:
+            d = rng.expovariate(200.0)
+            phases["reward"] = [{"start_ts": t, "end_ts": t + d}]
+            t += d
+        finalized = t + rng.expovariate(50.0)
+        rec = {"task_id": i // 4, "session_id": f"{rank}-{i}", "rank": rank, "role": "rollout",
+               "step": i * 4 // count, "status": rng.choice(("accepted", "accepted", "rejected")), "reason": None,
+               "submit_ts": submit, "finalized_ts": finalized, "total_s": finalized - submit,
+               **{f"{name}_s": 0.5 for name in phases}, "phase_counts": {k: len(v) for k, v in phases.items()},
+               "phases": phases, "counters": {"output_tokens": rng.randint(10, 1000)},
+               "trace_id": f"{rng.getrandbits(128):032x}", "span_id": f"{rng.getrandbits(64):016x}"}
+        if rng.random() < odd:
+            _odd(rec, rng, floats)
+        out.append(b"{" if rng.random() < odd / 20 else orjson.dumps(rec))
+    return out
+
+
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     root = tmp_path_factory.mktemp("columns-run")
-    for rank in range(3):
+    for rank in range(2):
         with open(root / f"sessions-rollout-r{rank}.jsonl", "wb") as f:
             f.writelines(orjson.dumps(r) + b"\n" for r in _records(rank, 3000, rank))
+    with open(root / "sessions-rollout-r2.jsonl", "wb") as f:  # as the exporter writes them
+        f.writelines(line + b"\n" for line in _exported(2, 3000, 2, odd=0.01, floats=True))
     return str(root)
 
 
@@ -81,7 +174,9 @@ def test_columns_give_the_report_of_the_rows(run):
     assert isinstance(data.sessions, _columns.LazySessions)
     columns = _doc(data)
     assert columns == _doc(_from_rows(report.load(run)))
-    assert columns["summary"]["sessions"] == 9000
+    malformed = data.diagnostics.malformed_count + len(data.diagnostics.truncated)
+    assert 0 < malformed < 100
+    assert columns["summary"]["sessions"] == 9000 - malformed
     assert columns["lifecycle"]["open_sessions"]["count"] > 0
 
 
@@ -150,3 +245,46 @@ def test_rows_that_were_not_kept_are_said_so(run):
     with pytest.raises(LookupError):
         data.sessions[missing]
     assert data.sessions[next(iter(kept))].worker.startswith("rollout-r")
+
+
+@pytest.mark.parametrize("cold", ["all", "candidates"])
+@pytest.mark.parametrize("odd", [0.0, 0.002, 0.05, 0.5])
+def test_records_as_the_exporter_writes_them_are_gathered_as_line_by_line(cold, odd):
+    # A block of records read at a few operations each (with any other record, and a block
+    # holding a line that cannot be used, read line by line) gives what reading every line
+    # one by one gives: the same facts, kept lines and diagnostics.
+    for seed in range(4):
+        data = b"".join(line + b"\n" for line in _exported(seed % 2, 400, seed, odd))
+        quick = session_reader.parse_block(data, 0, columns=cold)
+        careful = session_reader.parse_block(b"\n" + data, -1, columns=cold)  # a blank line: one by one
+        assert quick[-1][0] == careful[-1][0] == session_reader._FACTS
+        for facts in (quick[-1][1], careful[-1][1]):
+            facts["ids"] = marshal.loads(facts["ids"])  # equal values, marshalled with or without references
+        assert quick == careful
+
+
+def test_a_block_as_the_exporter_writes_it_is_not_read_line_by_line(monkeypatch):
+    calls = []
+    monkeypatch.setattr(session_reader.FactsBuilder, "add", lambda self, *a, **k: calls.append(a))
+    data = b"".join(line + b"\n" for line in _exported(0, 300, 1))
+    facts = session_reader.parse_block(data, 0, columns="candidates")[-1][1]
+    assert facts["n"] == 300 and not calls
+
+
+def test_the_cli_reads_every_row_when_the_views_need_them(tmp_path, monkeypatch):
+    # A time written as an int: the views read the rows themselves, so the CLI, which keeps
+    # only the sessions it shows, reads the run again keeping every row.
+    monkeypatch.setattr(_columns.SessionTable.__init__, "__defaults__", (_columns.TURN_PHASE, 100, "all"))
+    lines = _exported(0, 3000, 5)
+    rec = orjson.loads(lines[2000])
+    rec["submit_ts"] = int(rec["submit_ts"])
+    lines[2000] = orjson.dumps(rec)
+    (tmp_path / "sessions-rollout-r0.jsonl").write_bytes(b"".join(line + b"\n" for line in lines))
+    data = _load.load_run(str(tmp_path), every_row=False)
+    assert not data.sessions.table.exact and len(list(data.sessions)) == 3000
+    out = tmp_path / "r.json"
+    assert report_cli.main([str(tmp_path), "--format", "json", "--out", str(out), "-q", "--no-progress"]) == 0
+    doc = orjson.loads(out.read_bytes())
+    full = _doc(_from_rows(report.load(str(tmp_path))))
+    for view in VIEWS:
+        assert doc[view] == full[view]

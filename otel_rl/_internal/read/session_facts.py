@@ -6,7 +6,8 @@ views are computed from are gathered here, a block of sessions at a time
 (in the worker process that parsed the block, for large inputs), as arrays
 of floats grouped the way the views group them, already sorted where a view
 sorts. What only a few sessions are shown with (phases, ids, reason,
-counters) is kept per session, compressed, and read back for those few.
+counters) is kept as the record's own line (compressed when every one is
+kept), and read again for those few.
 
 Every value is computed with the same operations, in the same order, as a
 view over the sessions themselves would: the report is the same to the last
@@ -18,9 +19,17 @@ caller in that order.
 from __future__ import annotations
 
 import marshal
+import sys
 import zlib
 from array import array
+from collections.abc import Callable
+from itertools import chain
+from operator import itemgetter
 from typing import Any
+
+import orjson
+
+from .checks import ID_TYPES, MAX_S
 
 __all__ = ["CANDIDATES", "FIRST_OPEN", "TURN_PHASE", "UNATTRIBUTED", "FactsBuilder", "covered_length"]
 
@@ -33,7 +42,11 @@ CANDIDATES = 2000
 #: Sessions never finalized listed as examples.
 FIRST_OPEN = 10
 _NAN = float("nan")
-_dumps = marshal.dumps
+# What add_lines reads of a record: its fields, the ids it only checks, a phase instance's times.
+_FIELDS = itemgetter("session_id", "rank", "role", "status", "submit_ts", "finalized_ts", "total_s", "step",
+                     "phases", "counters", "task_id", "span_id", "trace_id")
+_OPEN = b'"end_ts":null'
+_SPAN = itemgetter("start_ts", "end_ts")
 
 
 def covered_length(spans: list[tuple[float, float]]) -> float:
@@ -81,7 +94,8 @@ class FactsBuilder:
     Args:
         turn_phase: The phase whose instances are turns.
         candidates: How many sessions to keep in each candidate list.
-        cold: What to keep of what few sessions are shown with: ``"all"`` (every
+        cold: What to keep of the lines the sessions were read from (:meth:`add`'s
+            ``line``), for what few sessions are shown with: ``"all"`` (every
             session's, compressed), ``"candidates"`` (only the sessions of a
             candidate list's, for a report that never reads other sessions back)
             or ``"none"`` (the caller keeps the rows).
@@ -102,7 +116,7 @@ class FactsBuilder:
         self.col_submit: list[Any] = []  # None kept: candidate keys
         self.col_finals: list[Any] = []
         self.ids: list[Any] = []
-        self.cold: list[tuple] = []
+        self.lines: list[bytes] = []
         self.done = bytearray()
         self.finalized_n = 0
         self.exact = True  # every time a float (or None): what the columns hold is what was read
@@ -115,9 +129,9 @@ class FactsBuilder:
         self.first_open: list[int] = []
 
     def add(self, key: Any, status: Any, submit: Any, finalized: Any, total: Any, step: Any,
-            phases: tuple, tokens: Any, details: tuple) -> None:
-        """One session: ``phases`` flat ``(name, start, end, ...)``, ``details``
-        ``(task_id, session_id, reason, counters, span_id, trace_id)``."""
+            phases: tuple, tokens: Any, session_id: Any, line: bytes = b"") -> None:
+        """One session: ``phases`` flat ``(name, start, end, ...)``, ``line`` the
+        record it was read from (kept as ``cold`` says)."""
         i = len(self.col_total)
         table = self.keys
         k = table.get(key)
@@ -137,9 +151,9 @@ class FactsBuilder:
         self.col_total.append(_NAN if total is None else total)
         self.col_submit.append(submit)
         self.col_finals.append(finalized)
-        self.ids.append(details[1])
+        self.ids.append(session_id)
         if self.keep_cold:
-            self.cold.append((submit, step, phases, tokens, details))
+            self.lines.append(line)
         if not ((type(submit) is float or submit is None) and (type(finalized) is float or finalized is None)
                 and (type(total) is float or total is None)):
             self.exact = False
@@ -230,6 +244,194 @@ class FactsBuilder:
             else:
                 values.append(e - s)
 
+    def add_lines(self, lines: list[bytes], careful: Callable[[dict[str, Any]], tuple],
+                  tokens_of: Callable[[dict[str, Any]], Any]) -> bool:
+        """Adds a session per line of otel_rl's session records, most at a few Python
+        operations each: a record with every field this reads, of the types otel_rl
+        writes (times floats in range, phases closed), is added here, any other by
+        ``careful(record)`` (``(key, status, submit, finalized, total, step, phases,
+        tokens, session_id)`` as :meth:`add` takes them; raises ``ValueError``,
+        ``TypeError`` or ``AttributeError`` for a record that cannot be used).
+
+        Returns ``False``, the builder then spoiled, when a line is not a JSON object
+        with a ``session_id``, when ``careful`` refuses a record, or when what is
+        checked in bulk (ids, phase times) does not hold: the caller then reads the
+        lines one by one, naming each line that cannot be used.
+        """
+        try:
+            return self._add_lines(lines, careful, tokens_of)
+        except (KeyError, TypeError, AttributeError, ValueError):
+            return False  # a phase that is not a list of {start_ts, end_ts}: a line that cannot be used
+
+    def _add_lines(self, lines: list[bytes], careful: Callable[[dict[str, Any]], tuple],
+                   tokens_of: Callable[[dict[str, Any]], Any]) -> bool:
+        loads = orjson.loads
+        decode_error = orjson.JSONDecodeError
+        fields = _FIELDS
+        span_of = _SPAN
+        keys, statuses, steps = self.keys, self.statuses, self.steps
+        col_key, col_status = self.col_key.append, self.col_status.append
+        col_finalized, col_total = self.col_finalized.append, self.col_total.append
+        col_submit, col_finals = self.col_submit.append, self.col_finals.append
+        ids = self.ids.append
+        keep = self.lines.append if self.keep_cold else None
+        done = self.done.append
+        phase, dgroups, tokens_by, turns, bycount = self.phase, self.dgroups, self.tokens, self.turns, self.bycount
+        turn = self.turn_phase
+        lo, hi = -MAX_S, MAX_S
+        other_ids: list[tuple] = []
+        checked = other_ids.append
+        times: list[list[tuple[float, float]]] = []
+        add_times = times.append
+        # A phase still open ("end_ts": null) is read by careful(); a line can only hold one where it says so.
+        open_phases = any(_OPEN in line for line in lines) if lines and _OPEN in b"".join(lines) else False
+        fast = 0
+        last_sp = -1
+        g: list = []
+        for line in lines:
+            try:
+                rec = loads(line)
+            except decode_error:
+                return False
+            try:
+                (sid, rank, role, status, submit, finalized, total, step, phases, counters, task_id, span_id,
+                 trace_id) = fields(rec)
+            except KeyError:
+                rec_ok = False
+            else:
+                checked((sid, task_id, span_id, trace_id))
+                rec_ok = (submit.__class__ is float and finalized.__class__ is float and total.__class__ is float
+                          and lo < submit < hi and lo < finalized < hi and lo < total < hi
+                          and phases.__class__ is dict and status.__class__ is str and status != ""
+                          and not (open_phases and _OPEN in line))
+            if not rec_ok:
+                self.add(*careful(rec), line=line)
+                continue
+            if role is not None and role.__class__ is not str:
+                return False
+            key = (rank, role) if rank.__class__ is int else (None, None)
+            k = keys.get(key)
+            if k is None:
+                k = keys[key] = len(keys)
+            st = statuses.get(status)
+            if st is None:
+                st = statuses[sys.intern(status)] = len(statuses)
+            if step is None:
+                step = rec.get("global_step")
+            if step.__class__ is not int:
+                step = None
+            sp = steps.get(step)
+            if sp is None:
+                sp = steps[step] = len(steps)
+            fast += 1
+            col_key(k)
+            col_status(st)
+            col_finalized(finalized)
+            col_total(total)
+            col_submit(submit)
+            col_finals(finalized)
+            ids(sid)
+            if keep is not None:
+                keep(line)
+            if sp != last_sp:
+                g = phase.get(sp)
+                if g is None:
+                    g = phase[sp] = [{}, {}, {}, {}, [], []]
+                last_sp = sp
+            durations, _, with_phase, shares, unattr, totals = g
+            spans: list[tuple[float, float]] = []
+            inst: list[tuple[float, float]] = []
+            positive = total > 0
+            for name, instances in phases.items():
+                if not instances:
+                    if instances.__class__ is not list:
+                        return False
+                    continue
+                pairs = list(map(span_of, instances))
+                spans += pairs
+                if name == turn:
+                    inst = pairs
+                ds = [e - s for s, e in pairs]
+                values = durations.get(name)
+                if values is None:
+                    durations[name] = ds
+                else:
+                    values += ds
+                with_phase[name] = with_phase.get(name, 0) + 1
+                if positive:
+                    if len(ds) == 1:
+                        d = 0.0 + ds[0]
+                    else:
+                        d = 0.0
+                        for x in ds:
+                            d += x
+                    values = shares.get(name)
+                    if values is None:
+                        shares[name] = [d / total]
+                    else:
+                        values.append(d / total)
+            totals.append(total)
+            if spans:
+                add_times(spans)
+                if len(spans) == 1:
+                    s, e = spans[0]
+                    unattributed = total - (e - s)
+                else:
+                    unattributed = total - covered_length(spans)
+                if unattributed < 0.0:
+                    unattributed = 0.0
+            else:
+                unattributed = total
+            unattr.append(unattributed)
+            if positive:
+                values = shares.get(UNATTRIBUTED)
+                if values is None:
+                    shares[UNATTRIBUTED] = [unattributed / total]
+                else:
+                    values.append(unattributed / total)
+            done(1)
+            group = dgroups.get((sp, k, st))
+            if group is None:
+                group = dgroups[(sp, k, st)] = [[], [], [], []]
+            group[0].append(submit)
+            group[1].append(finalized)
+            group[2].append(total)
+            group[3].append(finalized - submit)
+            if counters.__class__ is dict and counters:
+                tokens = tokens_of(counters)
+                if tokens is not None:
+                    tok = tokens_by.get(sp)
+                    if tok is None:
+                        tok = tokens_by[sp] = [[], []]
+                    tok[0].append(float(tokens))
+                    tok[1].append(total)
+            n = len(inst)
+            values = bycount.get((sp, n))
+            if values is None:
+                bycount[(sp, n)] = [total]
+            else:
+                values.append(total)
+            if n:
+                self.seen = True
+                if n > 1:
+                    inst = sorted(inst)
+                t = 0
+                for s, e in inst:
+                    t += 1
+                    values = turns.get((sp, t))
+                    if values is None:
+                        turns[(sp, t)] = [e - s]
+                    else:
+                        values.append(e - s)
+        self.finalized_n += fast
+        # What was not checked record by record: the ids' JSON types, the phases' times.
+        if not ID_TYPES.issuperset(map(type, chain.from_iterable(other_ids))):
+            return False
+        values = list(chain.from_iterable(chain.from_iterable(times)))
+        if values and not (set(map(type, values)) == {float} and lo < min(values) and max(values) < hi):
+            return False
+        return True
+
     def result(self) -> dict[str, Any]:
         """The facts gathered (only ints, floats, strings, bytes, lists, tuples and dicts: marshallable)."""
         n = len(self.col_total)
@@ -256,10 +458,10 @@ class FactsBuilder:
                          _sorted(unattr), _sorted(totals))
         cold: bytes | dict[int, bytes] = b""
         if self.cold_mode == "all":
-            cold = zlib.compress(_dumps(list(map(_dumps, self.cold))), 1)
+            cold = zlib.compress(b"\n".join(self.lines), 1)
         elif self.cold_mode == "candidates":
-            entries = self.cold
-            cold = {i: _dumps(entries[i]) for i in {*top_total, *top_done, *first, *self.first_open}}
+            lines = self.lines
+            cold = {i: lines[i] for i in {*top_total, *top_done, *first, *self.first_open}}
         return {
             "n": n, "keys": list(self.keys), "statuses": list(self.statuses), "steps": list(self.steps),
             "key": self.col_key.tobytes(), "status": self.col_status.tobytes(),

@@ -35,8 +35,8 @@ from .pool import fork_pool, idle_cpus
 from .session_facts import FactsBuilder
 from .source import open_input
 
-__all__ = ["PARALLEL_BYTES", "RESPONSE_LENGTH_COUNTERS", "parse_block", "read_session_records", "response_length",
-           "session_pool"]
+__all__ = ["PARALLEL_BYTES", "RESPONSE_LENGTH_COUNTERS", "parse_block", "read_session_records", "record_fields",
+           "response_length", "session_pool"]
 
 #: Inputs at least this large are parsed in worker processes (one per CPU) when there are several CPUs.
 PARALLEL_BYTES = 32 << 20
@@ -212,10 +212,17 @@ def parse_block(data: bytes, lineno: int, packed: bool = False, last: bool = Fal
     items: list[tuple] = []
     out = items.append
     ints: dict[int, int] = {}  # steps and token counts repeat: one object for each value
-    builder = FactsBuilder(cold=columns) if columns else None
     lines = [data] if last else data.split(b"\n")
     if not last:
         lines.pop()
+    if columns and not last and b"\n\n" not in data and data[:1] != b"\n":
+        # Records as otel_rl writes them, a few Python operations each; a block with
+        # anything else (a line that cannot be used) is read again line by line below.
+        builder = FactsBuilder(cold=columns)
+        if builder.add_lines(lines, lambda rec: _careful(rec, ints), response_length):
+            items = [(_FACTS, builder.result())]
+            return marshal.dumps(items) if packed else items
+    builder = FactsBuilder(cold=columns) if columns else None
     for line in lines:
         lineno += 1
         if not line or line.isspace():
@@ -247,7 +254,7 @@ def parse_block(data: bytes, lineno: int, packed: bool = False, last: bool = Fal
             if builder is None:
                 out((_ROW, rank, role, _fields(rec, ints)))
             else:
-                builder.add((rank, role) if rank is not None else (None, None), *_fields(rec, ints, False))
+                builder.add((rank, role) if rank is not None else (None, None), *_fields(rec, ints, False), line)
         except (ValueError, TypeError, AttributeError) as exc:
             out((_BAD_IF_KEPT, lineno, str(exc), rank, role) if builder is None else (_BAD, lineno, str(exc)))
     if builder is not None:
@@ -319,10 +326,27 @@ def _fields(rec: dict[str, Any], ints: dict[int, int], packed: bool = True) -> t
     else:
         counters = tokens = None
     if not packed:
-        return (intern(status), submit, finalized, total, step, phases, tokens,
-                (get("task_id"), rec["session_id"], reason, counters, get("span_id"), get("trace_id")))
+        return intern(status), submit, finalized, total, step, phases, tokens, rec["session_id"]
     return (intern(status), submit, finalized, total, step, phases, tokens,
             pack_details(get("task_id"), rec["session_id"], reason, counters, get("span_id"), get("trace_id")))
+
+
+def _careful(rec: dict[str, Any], ints: dict[int, int]) -> tuple:
+    """What ``FactsBuilder.add`` takes of a record (all but its line), checked as
+    :func:`parse_block` checks it; raises ``ValueError`` for a record it would refuse."""
+    get = rec.get
+    role = get("role")
+    if "session_id" not in rec or (role is not None and type(role) is not str) or \
+            not ID_TYPES.issuperset(map(type, map(get, _IDS))):
+        raise ValueError("not a usable session record")
+    rank = get("rank")
+    return ((rank, role) if type(rank) is int else (None, None), *_fields(rec, ints, False))
+
+
+def record_fields(line: bytes) -> tuple:
+    """A row's fields (``make``'s arguments after the worker) from the line of a record
+    :func:`parse_block` kept (the values it read, read again)."""
+    return _fields(orjson.loads(line), {})
 
 
 def response_length(counters: dict[str, Any] | None, from_spans: float | None = None) -> float | None:
