@@ -181,3 +181,13 @@ UNKNOWN_TASK = "unknown_task"
 #: from an append-only file, ``otlp_<signal>_exporter_log`` from the SDK exporters' own logs.
 DYNAMIC_SUFFIXES = ("_lines_lost", "_write_error")
 
+
+# --- inference server timings (``record_server_timings``)
+#: ``record_server_timings`` left out a timing or token field that is not a finite,
+#: non-negative number (a string, a bool, NaN, a negative value, a stage ending before it starts).
+SERVER_TIMINGS_BAD_VALUE = "server_timings_bad_value"
+#: ``record_server_timings`` with no recording span current; nothing recorded.
+SERVER_TIMINGS_NO_SPAN = "server_timings_no_span"
+#: ``record_server_timings`` got timings of no engine it knows, or an ``engine`` other than
+#: ``sglang`` / ``vllm``; nothing recorded.
+SERVER_TIMINGS_UNRECOGNIZED = "server_timings_unrecognized"

@@ -55,6 +55,24 @@ CONTEXT_SENT = "rl.context.sent"
 #: The step in force where a session's task was registered, when the step that
 #: consumed it (``rl.step`` on the session, the step in force at ``mark_finalized``) differs.
 SESSION_SUBMIT_STEP = "rl.session.submit_step"
+#: The policy (weights) version a span ran under (``set_policy_version``): on phase spans
+#: (the version when the phase started), session spans (when registered), weight syncs
+#: (the version synced) and annotations. Maps to the ``rl.policy.version`` proposal of the
+#: semantic conventions for RL.
+POLICY_VERSION = "rl.policy.version"
+#: On session spans: the trainer step that consumed the session (``otel_rl.consume``).
+SESSION_CONSUMED_STEP = "rl.session.consumed_step"
+#: On session spans and consume links: the consumer's policy version minus the oldest
+#: version the session saw (numeric versions only).
+SESSION_STALENESS = "rl.session.staleness"
+#: On consume links: ``true`` when the session saw more than one policy version.
+SESSION_CROSSED_UPDATE = "rl.session.crossed_update"
+#: On session spans: the reward given with ``mark_finalized(..., reward=...)``.
+SESSION_REWARD = "rl.session.reward"
+#: On weight-sync spans: ``send`` (the trainer publishing) or ``recv`` (a worker loading).
+WEIGHT_SYNC_ROLE = "rl.weight_sync.role"
+#: ``rl.annotation.<name>`` carries an ``otel_rl.annotate`` value on an annotation span.
+ANNOTATION_PREFIX = "rl.annotation."
 #: ``rl.session.<phase>_s`` and ``rl.session.<phase>_count`` are derived per phase.
 SESSION_PREFIX = "rl.session."
 #: ``rl.session.counter.<name>`` carries ``increment_counter`` values.
@@ -91,6 +109,12 @@ CUDA_ELAPSED_MS = "rl.cuda.elapsed_ms"
 #: Value of an ML-Agents-style gauge (``otel_rl.timers.set_gauge``), on a span event
 #: (or a zero-length span) named after the gauge.
 GAUGE_VALUE = "rl.gauge.value"
+#: On ``rl.gauge`` metric points: the gauge's (or sampled counter's) name.
+GAUGE_NAME = "rl.gauge.name"
+#: The sampled counter of open sessions in a process (a counter track in Perfetto).
+SESSIONS_IN_FLIGHT = "rl.sessions.in_flight"
+#: The sampled counter of GPU memory allocated by torch at the end of each step, in bytes.
+GPU_MEMORY_ALLOCATED = "rl.gpu.memory.allocated"
 
 # --- content capture (``OTEL_RL_CAPTURE_CONTENT``): user payload keys whose values are
 # prompt / completion text or token ids. A flattened payload attribute
@@ -126,6 +150,13 @@ KIND_PHASE = "phase"
 KIND_STEP = "step"
 #: ``instant()`` with no span current: a zero-length span.
 KIND_INSTANT = "instant"
+#: A weight sync (``otel_rl.weight_sync``): the trainer's send or a worker's receive.
+KIND_WEIGHT_SYNC = "weight_sync"
+#: ``otel_rl.annotate``: a zero-length span linked to the annotated session's span.
+KIND_ANNOTATION = "annotation"
+#: A sampled counter value (sessions in flight, GPU memory): a zero-length span named after
+#: the counter with ``rl.gauge.value``, drawn as a counter track, not a slice.
+KIND_COUNTER = "counter"
 
 # --- GenAI semantic conventions used by generation phases
 #: The model a generation request asked for, when passed as an attribute.
@@ -186,6 +217,9 @@ CONTROL_ACK_FILE = "ack-{host}-{pid}.json"
 CONTROL_ACK_PREFIX = "ack-"
 #: ``otel_rl.stats`` exports of the logging rank: one line per tracker export.
 STATS_FILE = "stats-r{rank}.jsonl"
+#: Annotations and consumptions of sessions (``otel_rl.annotate``, ``otel_rl.consume``),
+#: appended one JSON object a line and joined into the sessions when read.
+ANNOTATIONS_FILE = "annotations-r{rank}.jsonl"
 #: The run summary of one process (``otel_rl.run_summary()``), written at shutdown.
 SUMMARY_FILE = "summary-r{rank}.json"
 #: The merged trace the demo leaves in a run directory (every process, for Perfetto).
@@ -217,3 +251,21 @@ HTTP_RESPONSE_STATUS_CODE = "http.response.status_code"
 URL_PATH = "url.path"
 #: On ``ASGIMiddleware`` SERVER spans: the request's scheme.
 URL_SCHEME = "url.scheme"
+
+# --- inference server timings (``record_server_timings``)
+#: A child span made from an inference engine's own per-request timings (``queue``,
+#: ``prefill``, ``kv_transfer``, ``decode``), under the span current at the call.
+KIND_SERVER_TIMING = "server_timing"
+#: On server-timing spans: the engine whose fields they were read from (``sglang``, ``vllm``).
+SERVER_ENGINE = "rl.server.engine"
+#: On server-timing spans: ``measured`` when both ends come from the engine's own timestamps
+#: (or one timestamp and the stage's duration), ``inferred`` when the span was laid against
+#: its neighbours or the time of the call from a duration (see ``record_server_timings``).
+SERVER_PLACEMENT = "rl.server.placement"
+#: ``rl.server.placement`` of a span placed by the engine's own clock.
+PLACEMENT_MEASURED = "measured"
+#: ``rl.server.placement`` of a span placed from its duration alone.
+PLACEMENT_INFERRED = "inferred"
+#: On ``prefill`` server-timing spans: prompt tokens served from the engine's prefix cache
+#: (OpenTelemetry GenAI semantic conventions; included in ``gen_ai.usage.input_tokens``).
+GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS = "gen_ai.usage.cache_read.input_tokens"
