@@ -264,7 +264,8 @@ SERVER_ENGINE = "rl.server.engine"
 SERVER_PLACEMENT = "rl.server.placement"
 #: ``rl.server.placement`` of a span placed by the engine's own clock.
 PLACEMENT_MEASURED = "measured"
-#: ``rl.server.placement`` of a span placed from its duration alone.
+#: ``rl.server.placement`` of a span with an end taken from a neighbouring stage or the
+#: time of the call (the engine gave its duration, or one timestamp, only).
 PLACEMENT_INFERRED = "inferred"
 #: On ``prefill`` server-timing spans: prompt tokens served from the engine's prefix cache
 #: (OpenTelemetry GenAI semantic conventions; included in ``gen_ai.usage.input_tokens``).
