@@ -23,8 +23,8 @@ import sys
 import zlib
 from array import array
 from collections.abc import Callable
-from itertools import chain
-from operator import itemgetter
+from itertools import accumulate, chain
+from operator import gt, itemgetter
 from typing import Any
 
 import orjson
@@ -55,6 +55,10 @@ def covered_length(spans: list[tuple[float, float]]) -> float:
         s, e = spans[0]
         return e - s
     spans.sort()
+    starts, ends = zip(*spans)
+    reach = list(accumulate(ends, max))
+    if not any(map(gt, starts[1:], reach)):  # one interval (the usual case, at C speed): the loop's sum
+        return 0.0 + reach[-1] - starts[0]
     total = 0.0
     cur_s, cur_e = spans[0]
     for s, e in spans:
@@ -270,12 +274,8 @@ class FactsBuilder:
         fields = _FIELDS
         span_of = _SPAN
         keys, statuses, steps = self.keys, self.statuses, self.steps
-        col_key, col_status = self.col_key.append, self.col_status.append
-        col_finalized, col_total = self.col_finalized.append, self.col_total.append
-        col_submit, col_finals = self.col_submit.append, self.col_finals.append
-        ids = self.ids.append
-        keep = self.lines.append if self.keep_cold else None
-        done = self.done.append
+        rows: list[tuple] = []  # (key, status, finalized, total, submit, session_id, line): columns, in bulk
+        row = rows.append
         phase, dgroups, tokens_by, turns, bycount = self.phase, self.dgroups, self.tokens, self.turns, self.bycount
         turn = self.turn_phase
         lo, hi = -MAX_S, MAX_S
@@ -285,7 +285,6 @@ class FactsBuilder:
         add_times = times.append
         # A phase still open ("end_ts": null) is read by careful(); a line can only hold one where it says so.
         open_phases = any(_OPEN in line for line in lines) if lines and _OPEN in b"".join(lines) else False
-        fast = 0
         last_sp = -1
         g: list = []
         for line in lines:
@@ -305,6 +304,7 @@ class FactsBuilder:
                           and phases.__class__ is dict and status.__class__ is str and status != ""
                           and not (open_phases and _OPEN in line))
             if not rec_ok:
+                self._flush(rows)
                 self.add(*careful(rec), line=line)
                 continue
             if role is not None and role.__class__ is not str:
@@ -323,16 +323,7 @@ class FactsBuilder:
             sp = steps.get(step)
             if sp is None:
                 sp = steps[step] = len(steps)
-            fast += 1
-            col_key(k)
-            col_status(st)
-            col_finalized(finalized)
-            col_total(total)
-            col_submit(submit)
-            col_finals(finalized)
-            ids(sid)
-            if keep is not None:
-                keep(line)
+            row((k, st, finalized, total, submit, sid, line))
             if sp != last_sp:
                 g = phase.get(sp)
                 if g is None:
@@ -389,7 +380,6 @@ class FactsBuilder:
                     shares[UNATTRIBUTED] = [unattributed / total]
                 else:
                     values.append(unattributed / total)
-            done(1)
             group = dgroups.get((sp, k, st))
             if group is None:
                 group = dgroups[(sp, k, st)] = [[], [], [], []]
@@ -423,7 +413,7 @@ class FactsBuilder:
                         turns[(sp, t)] = [e - s]
                     else:
                         values.append(e - s)
-        self.finalized_n += fast
+        self._flush(rows)
         # What was not checked record by record: the ids' JSON types, the phases' times.
         if not ID_TYPES.issuperset(map(type, chain.from_iterable(other_ids))):
             return False
@@ -431,6 +421,24 @@ class FactsBuilder:
         if values and not (set(map(type, values)) == {float} and lo < min(values) and max(values) < hi):
             return False
         return True
+
+    def _flush(self, rows: list[tuple]) -> None:
+        """Appends the columns of finished sessions held as rows by :meth:`add_lines` (and clears them)."""
+        if not rows:
+            return
+        k, st, finalized, total, submit, sid, line = zip(*rows)
+        self.col_key.extend(k)
+        self.col_status.extend(st)
+        self.col_finalized.extend(finalized)
+        self.col_total.extend(total)
+        self.col_submit += submit
+        self.col_finals += finalized
+        self.ids += sid
+        if self.keep_cold:
+            self.lines += line
+        self.done += b"\x01" * len(rows)
+        self.finalized_n += len(rows)
+        rows.clear()
 
     def result(self) -> dict[str, Any]:
         """The facts gathered (only ints, floats, strings, bytes, lists, tuples and dicts: marshallable)."""
