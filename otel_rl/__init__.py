@@ -45,6 +45,8 @@ from .tracing import (
     trace_perf,
     trace_scope,
 )
+from .training import annotate, consume, get_policy_version, set_policy_version, weight_sync
+from .inference import record_server_timings
 from . import stats  # noqa: E402 - AReaL stats_tracker names; imports neither torch nor numpy
 from . import events  # noqa: E402 - request events (sglang-omni's recorder names)
 from ._internal.control import (  # noqa: E402 - live profiling control (sglang-omni's endpoints)
@@ -254,6 +256,8 @@ from . import timers  # noqa: E402 - Unity ML-Agents timer names over the same s
 from .timers import hierarchical_timer, set_gauge, timed  # noqa: E402
 
 __all__ += ["hierarchical_timer", "set_gauge", "timed", "timers"]
+__all__ += ["annotate", "consume", "get_policy_version", "record_server_timings", "set_policy_version",
+            "weight_sync"]
 
 
 def _auto_configure() -> None:

@@ -227,7 +227,8 @@ def trace_session_event(method: str, session_id: Any = None, task_id: Any = None
 
     Methods:
         ``mark_finalized`` (``status``: accepted, rejected, failed or dropped;
-        ``reason``): ends the session; with ``task_id`` and no ``session_id``
+        ``reason``; ``reward``: a number, ``rl.session.reward`` and the record's
+        ``reward``): ends the session; with ``task_id`` and no ``session_id``
         it finalizes every open session of the task and ends the task span.
         ``mark_<phase>_start`` / ``mark_<phase>_end``: opens / closes a phase
         instance (payload recorded on it). ``increment_counter`` (``name``,
@@ -251,12 +252,12 @@ def trace_session_event(method: str, session_id: Any = None, task_id: Any = None
                 phases = state.open_phases
                 if parsed[1]:  # tracking.marked_phase, inlined
                     args = own_values(payload) if payload else None
-                    phases.append((parsed[0], time_ns(), get_ident(), args))
+                    phases.append((parsed[0], time_ns(), get_ident(), args, STATE.policy_version))
                     return
                 if phases and type(phases[-1]) is tuple and phases[-1][0] == parsed[0] and not payload:
                     # SessionState.end_marked, inlined.
-                    name, start_ns, thread, args = phases.pop()
-                    state.done.append((name, start_ns, time_ns(), thread, args, None))
+                    name, start_ns, thread, args, version = phases.pop()
+                    state.done.append((name, start_ns, time_ns(), thread, args, None, version))
                     return
                 registry.end_phase_by_name(state, parsed[0], own_values(payload) if payload else None)
                 return
@@ -273,12 +274,13 @@ def _session_event(registry: Any, method: str, session_id: Any, task_id: Any,
         if method == "mark_finalized":
             status = payload.get("status", keys.STATUS_ACCEPTED)
             reason = payload.get("reason")
+            extra = _reward(payload.get("reward"))
             if session_id is None and task_id is not None:
-                registry.finalize_task(task_id, status, reason)
+                registry.finalize_task(task_id, status, reason, extra)
                 return
             if session_id is None:
                 session_id = current_id(keys.SESSION_ID)
-            registry.finalize_session(session_id, status, reason)
+            registry.finalize_session(session_id, status, reason, extra)
             return
         if method == "increment_counter":
             state = registry.lookup_session(session_id, method)
@@ -300,6 +302,20 @@ def _session_event(registry: Any, method: str, session_id: Any, task_id: Any,
             registry.end_phase_by_name(state, phase, own_values(payload) if payload else None)
         return
     guard.report(diagnostics.UNKNOWN_SESSION_METHOD, "unknown trace_session_event method %r; ignored", method)
+
+
+def _reward(reward: Any) -> dict[str, Any] | None:
+    """The session attributes of a ``reward=`` given with a verdict (a number, else counted)."""
+    if reward is None:
+        return None
+    if isinstance(reward, (int, float)) and not isinstance(reward, bool):
+        return {keys.SESSION_REWARD: reward}
+    try:
+        return {keys.SESSION_REWARD: float(reward)}  # a numpy or torch scalar
+    except (TypeError, ValueError):
+        guard.report(diagnostics.BAD_REWARD, "mark_finalized reward=%s is not a number; ignored",
+                     type(reward).__name__)
+        return None
 
 
 def _parse_phase_method(method: str) -> tuple[str, bool] | tuple[()]:

@@ -16,7 +16,7 @@ from opentelemetry.trace import SpanKind
 from opentelemetry.trace.propagation import _SPAN_KEY
 
 from ._internal import diagnostics, guard, keys
-from ._internal.recording import cuda_sync
+from ._internal.recording import counters, cuda_sync
 from ._internal.recording.category import Category, normalize_category
 from ._internal.payload import own_values
 from ._internal.recording.resumed import ResumedSpan as _Resumed, record_failure as _record
@@ -240,8 +240,10 @@ class step_scope:  # noqa: N801 - used like a function, as in AReaL
         ctx = with_ids(_get_current(), **{keys.STEP: self.step})
         values = dict(ctx)
         values.pop(_SPAN_KEY, None)  # each step is the root of its own trace
-        span = self._span = LeanSpan(STATE.pipeline, "step", context_api.Context(values),
-                                     attributes={keys.SPAN_KIND: keys.KIND_STEP, keys.STEP: self.step})
+        attributes = {keys.SPAN_KIND: keys.KIND_STEP, keys.STEP: self.step}
+        if STATE.policy_version is not None:
+            attributes[keys.POLICY_VERSION] = STATE.policy_version
+        span = self._span = LeanSpan(STATE.pipeline, "step", context_api.Context(values), attributes=attributes)
         span.__enter__()
         return span
 
@@ -252,6 +254,10 @@ class step_scope:  # noqa: N801 - used like a function, as in AReaL
                 self._cuda = None
             self._span.__exit__(exc_type, exc, tb)
             self._span = None
+            try:
+                counters.sample_gpu_memory()
+            except Exception as err:  # noqa: BLE001 - a counter never fails a step
+                guard.report(diagnostics.INTERNAL_ERROR, "GPU memory could not be sampled: %r", err)
         if self._torch:
             self._torch = False
             _TORCH.stop_step()

@@ -14,6 +14,8 @@ from __future__ import annotations
 BAD_CATEGORY_TYPE = "bad_category_type"
 #: ``set_gauge`` got a value that is not a number; ignored.
 BAD_GAUGE_VALUE = "bad_gauge_value"
+#: ``mark_finalized`` got a ``reward`` that is not a number; the session is finalized without it.
+BAD_REWARD = "bad_reward"
 #: ``SessionTracer.record_event`` got an event it cannot read; ignored.
 BAD_SESSION_EVENT = "bad_session_event"
 #: ``reset_active_stage`` got something that is not a stage token; ignored.
@@ -168,6 +170,16 @@ TORCH_TRACE_WRITE_ERROR = "torch_trace_write_error"
 TRACE_FILE_ERROR = "trace_file_error"
 #: Trace events that could not be written to the trace file.
 TRACE_FILE_EVENTS_LOST = "trace_file_events_lost"
+#: ``annotate`` named a session nothing here knows and gave no task id; ignored.
+UNKNOWN_ANNOTATED_SESSION = "unknown_annotated_session"
+#: ``consume`` named a session nothing here knows (an id not in this process's
+#: registry, or an item without ``session_id``); ignored.
+UNKNOWN_CONSUMED_SESSION = "unknown_consumed_session"
+#: ``weight_sync`` got a role other than ``send`` or ``recv``; recorded as given.
+UNKNOWN_WEIGHT_SYNC_ROLE = "unknown_weight_sync_role"
+#: A session was consumed under a policy version or with versions that are not numbers
+#: (opaque labels): recorded without a staleness.
+VERSION_NOT_NUMERIC = "version_not_numeric"
 #: A session event for a session id never registered; ignored.
 UNKNOWN_SESSION = "unknown_session"
 #: ``trace_session_event`` with a method otel_rl does not know; ignored.

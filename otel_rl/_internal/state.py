@@ -21,7 +21,7 @@ class State:
 
     __slots__ = (
         "configured", "enabled", "scopes_on", "sessions_on", "settings", "pipeline",
-        "tracer", "registry", "components", "last_summary", "areal_configured",
+        "tracer", "registry", "components", "last_summary", "areal_configured", "policy_version",
     )
 
     def __init__(self) -> None:
@@ -43,6 +43,9 @@ class State:
         #: The configuration came from ``configure(<AReaL config object>)``: a second
         #: such call raises, as AReaL's does, instead of reconfiguring.
         self.areal_configured = False
+        #: The process's current policy version (``set_policy_version``): kept across
+        #: configurations, read when a session or phase starts.
+        self.policy_version: Any = None
 
 
 STATE = State()

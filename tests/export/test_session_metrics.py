@@ -28,11 +28,16 @@ def _values(seed=0, n=300):
 
 
 def _feed(metrics, values):
-    for kind, seconds, phase, status, trace_id, span_id, flags in values:
+    for i, (kind, seconds, phase, status, trace_id, span_id, flags) in enumerate(values):
         if kind == "phase":
             metrics.phase(seconds, phase, "ok", trace_id, span_id, flags)
         else:
             metrics.session(seconds, status, trace_id, span_id, flags)
+        if i % 3 == 0:
+            metrics.staleness(i % 7 if i % 5 else None, bool(i % 2))
+        if i % 11 == 0:
+            metrics.stale(status)
+        metrics.gauge(phase, float(i))
 
 
 def _points(reader):
@@ -49,7 +54,7 @@ def _points(reader):
                     as_dict["bucket_counts"] = list(as_dict.get("bucket_counts", ()))
                     as_dict["explicit_bounds"] = list(as_dict.get("explicit_bounds", ()))
                     key = (metric.name, metric.unit, metric.description,
-                           tuple(sorted(point.attributes.items())), metric.data.aggregation_temporality)
+                           tuple(sorted(point.attributes.items())), getattr(metric.data, "aggregation_temporality", None))
                     out[key] = as_dict
     return out
 
@@ -69,7 +74,7 @@ def _own_reader(temporality, environ=None):
 
 @pytest.mark.parametrize("temporality", [AggregationTemporality.CUMULATIVE, AggregationTemporality.DELTA])
 def test_aggregated_points_equal_the_sdks_over_two_collections(temporality):
-    prefs = {Histogram: temporality, Counter: temporality}
+    prefs = {Histogram: temporality, Counter: temporality}  # a gauge reports its last value either way
     sdk_reader, sdk = _sdk_reader(prefs)
     own_reader, own = _own_reader(prefs)
     for seed in (1, 2):

@@ -73,6 +73,8 @@ _SPAN_KIND = keys.SPAN_KIND
 _KIND_INSTANT = keys.KIND_INSTANT
 _CONTEXT_SENT = keys.CONTEXT_SENT
 _THREAD_ID = keys.THREAD_ID
+_KIND_COUNTER = keys.KIND_COUNTER
+_GAUGE_VALUE = keys.GAUGE_VALUE
 _INTERNAL = SpanKind.INTERNAL
 _UNSET = StatusCode.UNSET
 
@@ -178,6 +180,10 @@ class ChromeTraceEncoder:
     def _add(self, span: ReadableSpan, out: list[dict[str, Any]]) -> None:
         proc = self._process(span.resource, out)
         attrs = span.attributes
+        if attrs.get(_SPAN_KIND) == _KIND_COUNTER:
+            # A sampled counter: a point on the process's counter track, no slice.
+            out.append(_counter(span.name, attrs.get(_GAUGE_VALUE), proc.pid, (span.start_time or 0) / 1000))
+            return
         span_id = span.context.span_id
         parent = span.parent
         self._parent_of.set(span_id, 0 if parent is None or parent.is_remote else parent.span_id)
@@ -443,16 +449,22 @@ class ChromeTraceEncoder:
         else:
             out.append({"ph": "X", "name": span.name, "cat": cat, "ts": ts,
                         "dur": (end - start) / 1000, "pid": pid, "tid": tid, "args": args})
+        if _GAUGE_VALUE in attrs:
+            out.append(_counter(span.name, attrs[_GAUGE_VALUE], pid, ts))
         events = span.events
         if events:
             for event in events:
-                event_args = chrome_args(event.attributes)
+                event_attrs = event.attributes
+                event_args = chrome_args(event_attrs)
                 if rank is not None:
                     event_args.setdefault("rank", rank)
                 if role is not None:
                     event_args.setdefault("role", role)
+                event_ts = event.timestamp / 1000
                 out.append({"ph": "i", "s": "t", "name": event.name, "cat": cat,
-                            "ts": event.timestamp / 1000, "pid": pid, "tid": tid, "args": event_args})
+                            "ts": event_ts, "pid": pid, "tid": tid, "args": event_args})
+                if event_attrs and _GAUGE_VALUE in event_attrs:
+                    out.append(_counter(event.name, event_attrs[_GAUGE_VALUE], pid, event_ts))
 
         record = (group, chosen.index, pid, tid, ts)
         self._placed.set(span_id, record)
@@ -496,6 +508,11 @@ class ChromeTraceEncoder:
                     "ts": parent[4], "pid": parent[2], "tid": parent[3]})
         out.append({"ph": "f", "bp": "e", "name": FLOW_NAME, "cat": FLOW_CATEGORY, "id": flow_id,
                     "ts": child[4], "pid": child[2], "tid": child[3]})
+
+
+def _counter(name: Any, value: Any, pid: int, ts: float) -> dict[str, Any]:
+    """A counter sample (``ph: C``): Perfetto draws the process's track ``<name> value``."""
+    return {"ph": "C", "name": name, "pid": pid, "tid": 0, "ts": ts, "args": {"value": json_safe_value(value)}}
 
 
 def _last_used(group: LaneGroup) -> int:

@@ -99,6 +99,9 @@ class Pipeline:
         #: Spans still queued when shutdown ran out of time (never taken off the queue).
         self.spans_left = 0
         self._closed = False
+        #: Called by the export thread before each drain (counters sampled off the
+        #: training loop's path: sessions in flight).
+        self.samplers: list[Callable[[], None]] = []
         self._init_thread_state()
 
     # --- thread management --------------------------------------------------------
@@ -287,6 +290,11 @@ class Pipeline:
         self._cycle()  # what ended while the shutdown's own flush ran
 
     def _cycle(self) -> None:
+        for sampler in self.samplers:
+            try:
+                sampler()
+            except Exception as exc:  # noqa: BLE001 - a sampler never stops the export
+                guard.report(diagnostics.INTERNAL_ERROR, "a counter could not be sampled: %r", exc)
         with self._cond:
             flushes, saves = self._flush_requested, self._save_requested
         self._drain()

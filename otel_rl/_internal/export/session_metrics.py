@@ -26,7 +26,7 @@ from typing import Any
 
 from opentelemetry import trace as trace_api
 from opentelemetry.sdk.environment_variables import OTEL_METRICS_EXEMPLAR_FILTER
-from opentelemetry.sdk.metrics import Counter, Histogram
+from opentelemetry.sdk.metrics import Counter, Histogram, _Gauge as Gauge
 from opentelemetry.sdk.metrics.export import (
     AggregationTemporality,
     HistogramDataPoint,
@@ -38,6 +38,7 @@ from opentelemetry.sdk.metrics.export import (
     ScopeMetrics,
     Sum,
 )
+from opentelemetry.sdk.metrics.export import Gauge as GaugeData
 from opentelemetry.sdk.metrics.export import Histogram as HistogramData
 from opentelemetry.sdk.metrics._internal.exemplar import Exemplar
 from opentelemetry.sdk.resources import Resource
@@ -49,9 +50,18 @@ from .. import keys
 #: Bucket boundaries in seconds, from sub-second rewards to multi-minute rollouts.
 DURATION_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
 
+#: Bucket boundaries of staleness, in policy versions.
+STALENESS_BUCKETS = (0, 1, 2, 3, 4, 6, 8, 12, 16, 32, 64)
+
 SESSION_DURATION = ("rl.session.duration", "s", "Session time from submission to finalization, by status")
 PHASE_DURATION = ("rl.session.phase.duration", "s", "Duration of each session phase instance, by phase and status")
 SESSIONS = ("rl.sessions", "{session}", "Finalized sessions by status")
+STALENESS = ("rl.session.staleness", "{version}",
+             "Policy versions between the oldest a consumed session saw and its consumer's")
+CONSUMED = ("rl.sessions.consumed", "{session}",
+            "Sessions consumed by training steps, by whether they saw a weight update")
+STALE = ("rl.sessions.stale", "{session}", "Sessions rejected or dropped for staleness, by status")
+GAUGE = ("rl.gauge", "1", "Values of set_gauge and of sampled counters (sessions in flight, GPU memory), by name")
 
 _SAMPLED = TraceFlags(TraceFlags.SAMPLED)
 
@@ -67,6 +77,25 @@ class InstrumentSessionMetrics:
             PHASE_DURATION[0], unit=PHASE_DURATION[1], description=PHASE_DURATION[2],
             explicit_bucket_boundaries_advisory=DURATION_BUCKETS_S)
         self._sessions = meter.create_counter(SESSIONS[0], unit=SESSIONS[1], description=SESSIONS[2])
+        self._staleness = meter.create_histogram(STALENESS[0], unit=STALENESS[1], description=STALENESS[2],
+                                                 explicit_bucket_boundaries_advisory=STALENESS_BUCKETS)
+        self._consumed = meter.create_counter(CONSUMED[0], unit=CONSUMED[1], description=CONSUMED[2])
+        self._stale = meter.create_counter(STALE[0], unit=STALE[1], description=STALE[2])
+        self._gauge = meter.create_gauge(GAUGE[0], unit=GAUGE[1], description=GAUGE[2])
+
+    def staleness(self, versions: Any, crossed_update: bool) -> None:
+        """One consumed session: its staleness (``None`` when not numeric)."""
+        if versions is not None:
+            self._staleness.record(versions)
+        self._consumed.add(1, {keys.SESSION_CROSSED_UPDATE: crossed_update})
+
+    def stale(self, status: Any) -> None:
+        """One session rejected or dropped for staleness."""
+        self._stale.add(1, {keys.SESSION_STATUS: status})
+
+    def gauge(self, name: str, value: float) -> None:
+        """The latest value of gauge ``name``."""
+        self._gauge.set(value, {keys.GAUGE_NAME: name})
 
     def phase(self, seconds: float, phase: Any, status: str, trace_id: int, span_id: int, flags: int) -> None:
         """One phase instance of ``seconds`` (exemplar: the phase span)."""
@@ -87,13 +116,16 @@ def _span_context(trace_id: int, span_id: int, flags: int) -> Any:
 
 
 class _Points:
-    """One instrument's points by attribute set: histogram state or a sum."""
+    """One instrument's points by attribute set: histogram state, a sum or a gauge's last value."""
 
-    __slots__ = ("name", "unit", "description", "histogram", "points")
+    __slots__ = ("name", "unit", "description", "kind", "bounds", "histogram", "points")
 
-    def __init__(self, spec: tuple[str, str, str], histogram: bool) -> None:
+    def __init__(self, spec: tuple[str, str, str], kind: type, bounds: tuple = ()) -> None:
         self.name, self.unit, self.description = spec
-        self.histogram = histogram
+        #: The SDK instrument class whose temporality preference applies (Histogram, Counter, Gauge).
+        self.kind = kind
+        self.bounds = bounds
+        self.histogram = kind is Histogram
         # attributes key -> [attributes, start ns, count, sum since the last collection, min, max,
         # bucket counts, exemplars by bucket, sum collected before]
         self.points: dict[Any, list[Any]] = {}
@@ -115,10 +147,16 @@ class AggregatedSessionMetrics:
         #: 0: no exemplars; 1: from sampled spans; 2: from every span.
         self._exemplars = {"always_off": 0, "always_on": 2}.get(exemplars, 1)
         self._lock = threading.Lock()
-        self._phase = _Points(PHASE_DURATION, True)
-        self._session = _Points(SESSION_DURATION, True)
-        self._sessions = _Points(SESSIONS, False)
-        self._bounds = DURATION_BUCKETS_S
+        self._phase = _Points(PHASE_DURATION, Histogram, DURATION_BUCKETS_S)
+        self._session = _Points(SESSION_DURATION, Histogram, DURATION_BUCKETS_S)
+        self._sessions = _Points(SESSIONS, Counter)
+        self._staleness = _Points(STALENESS, Histogram, STALENESS_BUCKETS)
+        self._consumed = _Points(CONSUMED, Counter)
+        self._stale = _Points(STALE, Counter)
+        self._gauge = _Points(GAUGE, Gauge)
+        #: In the order they are reported.
+        self._all = (self._phase, self._session, self._sessions, self._staleness, self._consumed, self._stale,
+                     self._gauge)
         self._collected_at: dict[int, int] = {}  # id(reader) -> time of its last collection
 
     def attach(self, reader: MetricReader) -> MetricReader:
@@ -140,19 +178,45 @@ class AggregatedSessionMetrics:
         with self._lock:
             self._histogram(self._session, status, (keys.SESSION_STATUS, status), seconds,
                             trace_id, span_id, flags)
-            point = self._sessions.points.get(status)
+            self._add(self._sessions, status, (keys.SESSION_STATUS, status), 1)
+
+    def staleness(self, versions: Any, crossed_update: bool) -> None:
+        """One consumed session: its staleness in policy versions (``None`` when not numeric)."""
+        with self._lock:
+            if versions is not None:
+                self._histogram(self._staleness, None, (), versions, 0, 0, 0)
+            self._add(self._consumed, crossed_update, (keys.SESSION_CROSSED_UPDATE, crossed_update), 1)
+
+    def stale(self, status: Any) -> None:
+        """One session rejected or dropped for staleness."""
+        with self._lock:
+            self._add(self._stale, status, (keys.SESSION_STATUS, status), 1)
+
+    def gauge(self, name: str, value: float) -> None:
+        """The latest value of gauge ``name``."""
+        with self._lock:
+            point = self._gauge.points.get(name)
             if point is None:
-                self._sessions.points[status] = [(keys.SESSION_STATUS, status), time.time_ns(), 1]
+                self._gauge.points[name] = [(keys.GAUGE_NAME, name), time.time_ns(), value]
             else:
-                point[2] += 1
+                point[2] = value
+
+    @staticmethod
+    def _add(points: _Points, key: Any, attributes: tuple, value: int) -> None:
+        point = points.points.get(key)
+        if point is None:
+            points.points[key] = [attributes, time.time_ns(), value]
+        else:
+            point[2] += value
 
     def _histogram(self, points: _Points, key: Any, attributes: tuple, value: float, trace_id: int,
                    span_id: int, flags: int) -> None:
-        bucket = bisect_left(self._bounds, value)
+        bounds = points.bounds
+        bucket = bisect_left(bounds, value)
         point = points.points.get(key)
         now = time.time_ns()
         if point is None:
-            counts = [0] * (len(self._bounds) + 1)
+            counts = [0] * (len(bounds) + 1)
             point = points.points[key] = [attributes, now, 0, 0.0, value, value, counts, {}, 0.0]
         point[2] += 1
         point[3] += value
@@ -161,7 +225,7 @@ class AggregatedSessionMetrics:
         if value > point[5]:
             point[5] = value
         point[6][bucket] += 1
-        if self._exemplars == 2 or (self._exemplars and flags & 1):
+        if span_id and (self._exemplars == 2 or (self._exemplars and flags & 1)):
             # The SDK's aligned-bucket reservoir: the latest value of each bucket.
             point[7][bucket] = (value, now, span_id, trace_id)
 
@@ -174,13 +238,13 @@ class AggregatedSessionMetrics:
             previous = self._collected_at.get(id(reader))
             self._collected_at[id(reader)] = now
             metrics = []
-            for points, instrument in ((self._phase, Histogram), (self._session, Histogram),
-                                       (self._sessions, Counter)):
-                temporality = prefs.get(instrument, AggregationTemporality.CUMULATIVE)
+            for points in self._all:
+                # Gauges report their last value whatever the temporality (as the SDK's do).
+                temporality = prefs.get(points.kind, AggregationTemporality.CUMULATIVE)
                 metric = self._metric(points, temporality, previous, now)
                 if metric is not None:
                     metrics.append(metric)
-                if temporality is AggregationTemporality.DELTA:
+                if temporality is AggregationTemporality.DELTA and points.kind is not Gauge:
                     points.points.clear()
                 else:
                     for point in points.points.values():
@@ -211,13 +275,18 @@ class AggregatedSessionMetrics:
                              for _, (value, at, span_id, trace_id) in sorted(point[7].items())]
                 data_points.append(HistogramDataPoint(
                     attributes=attributes, start_time_unix_nano=start, time_unix_nano=now, count=point[2],
-                    sum=point[8] + point[3], bucket_counts=tuple(point[6]), explicit_bounds=self._bounds,
+                    sum=point[8] + point[3], bucket_counts=tuple(point[6]), explicit_bounds=points.bounds,
                     min=point[4], max=point[5], exemplars=exemplars))
+            elif points.kind is Gauge:
+                data_points.append(NumberDataPoint(attributes=attributes, start_time_unix_nano=None,
+                                                   time_unix_nano=now, value=point[2], exemplars=[]))
             else:
                 data_points.append(NumberDataPoint(attributes=attributes, start_time_unix_nano=start,
                                                    time_unix_nano=now, value=point[2], exemplars=[]))
         if points.histogram:
             data: Any = HistogramData(data_points=data_points, aggregation_temporality=temporality)
+        elif points.kind is Gauge:
+            data = GaugeData(data_points=data_points)
         else:
             data = Sum(data_points=data_points, aggregation_temporality=temporality, is_monotonic=True)
         return Metric(name=points.name, description=points.description, unit=points.unit, data=data)

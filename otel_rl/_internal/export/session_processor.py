@@ -54,6 +54,8 @@ class SessionSpanProcessor(SpanProcessor):
         self._phases: collections.OrderedDict[Any, dict[str, list[tuple[int, int | None]]]] = (
             collections.OrderedDict()
         )
+        # session id -> [(phase start ns, policy version)], for phases that ran under one
+        self._versions: dict[Any, list[tuple[int, Any]]] = {}
 
     def on_start(self, span: Any, parent_context: Any = None) -> None:
         self._next.on_start(span, parent_context=parent_context)
@@ -66,11 +68,35 @@ class SessionSpanProcessor(SpanProcessor):
                 self._on_phase(span, attrs)
             elif kind == keys.KIND_SESSION:
                 span = self._on_session(span, attrs)
+            if self._metrics is not None:
+                if span.links:
+                    self._on_links(span.links)
+                if span.events or keys.GAUGE_VALUE in attrs:
+                    self._on_gauges(span, attrs)
         except Exception as exc:  # noqa: BLE001 - what was derived is lost, never the span
             if kind == keys.KIND_SESSION:
                 guard.count(diagnostics.SESSION_RECORDS_LINES_LOST)
             guard.report(diagnostics.EXPORT_ERROR, "a session's durations could not be derived: %r", exc)
         self._next.on_end(span)
+
+    def _on_links(self, links: Any) -> None:
+        """Consumed sessions (``otel_rl.consume`` links the consuming span to each):
+        their staleness and whether they saw a weight update."""
+        for link in links:
+            link_attrs = link.attributes
+            if link_attrs and keys.SESSION_CONSUMED_STEP in link_attrs:
+                self._metrics.staleness(link_attrs.get(keys.SESSION_STALENESS),
+                                        bool(link_attrs.get(keys.SESSION_CROSSED_UPDATE)))
+
+    def _on_gauges(self, span: ReadableSpan, attrs: Any) -> None:
+        """Gauge values (``set_gauge``, sampled counters): on the span or its events."""
+        value = attrs.get(keys.GAUGE_VALUE)
+        if value is not None:
+            self._metrics.gauge(_plain(span.name), value)
+        for event in span.events:
+            value = event.attributes.get(keys.GAUGE_VALUE) if event.attributes else None
+            if value is not None:
+                self._metrics.gauge(_plain(event.name), value)
 
     def _on_phase(self, span: ReadableSpan, attrs: Any) -> None:
         session_id = attrs.get(keys.SESSION_ID)
@@ -83,6 +109,14 @@ class SessionSpanProcessor(SpanProcessor):
                 guard.count(diagnostics.SESSION_PHASES_EVICTED)
             phases = self._phases[session_id] = {}
         phases.setdefault(phase, []).append((span.start_time, None if interrupted else span.end_time))
+        version = attrs.get(keys.POLICY_VERSION)
+        if version is not None:
+            versions = self._versions.get(session_id)
+            if versions is None:
+                if len(self._versions) >= self._max_pending:
+                    del self._versions[next(iter(self._versions))]
+                versions = self._versions[session_id] = []
+            versions.append((span.start_time, version))
         if self._metrics is not None:
             status = "interrupted" if interrupted else (
                 "error" if span.status.status_code is StatusCode.ERROR else "ok")
@@ -141,6 +175,13 @@ class SessionSpanProcessor(SpanProcessor):
             utf8_text(k[plen:]): _plain(v)
             for k, v in attrs.items() if k.startswith(keys.SESSION_COUNTER_PREFIX)
         }
+        versions = self._versions.pop(session_id, None)
+        if versions is not None or keys.POLICY_VERSION in attrs:
+            record["policy_versions"] = _distinct(attrs.get(keys.POLICY_VERSION), versions)
+        for key, field in _OPTIONAL_FIELDS:
+            value = attrs.get(key)
+            if value is not None:
+                record[field] = _plain(value)
         record["trace_id"] = f"{span.context.trace_id:032x}"
         record["span_id"] = f"{span.context.span_id:016x}"
         if self._records is not None:
@@ -153,6 +194,8 @@ class SessionSpanProcessor(SpanProcessor):
             ctx = span.context
             try:
                 self._metrics.session(total_s, record["status"], ctx.trace_id, ctx.span_id, ctx.trace_flags)
+                if type(reason) is str and _STALE in reason.lower():
+                    self._metrics.stale(record["status"])
             except Exception as exc:  # noqa: BLE001
                 guard.report(diagnostics.METRICS_ERROR, "session metrics could not be recorded: %r", exc)
         return _with_attributes(span, derived)
@@ -168,6 +211,29 @@ class SessionSpanProcessor(SpanProcessor):
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         self.flush()
         return True
+
+
+#: A verdict whose reason holds this (any case) counts as one for staleness.
+_STALE = "stale"
+
+#: Session span attributes copied into the record when set, and their record fields.
+_OPTIONAL_FIELDS = ((keys.SESSION_CONSUMED_STEP, "consumed_step"), (keys.SESSION_STALENESS, "staleness"),
+                    (keys.SESSION_REWARD, "reward"))
+
+
+def _distinct(first: Any, versions: list[tuple[int, Any]] | None) -> list[Any]:
+    """The policy versions a session saw, oldest first, each once: the one it was
+    registered under, then its phases' by start time."""
+    seen = [] if first is None else [_plain(first)]
+    for _, version in sorted(versions or (), key=_first):
+        version = _plain(version)
+        if version not in seen:
+            seen.append(version)
+    return seen
+
+
+def _first(item: tuple) -> Any:
+    return item[0]
 
 
 def _plain(value: Any) -> Any:

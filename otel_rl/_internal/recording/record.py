@@ -53,7 +53,8 @@ Fields (index constant, type, meaning, who sets it):
                                                (phase, ...))``, the phases opened with
                                                ``mark_<phase>_start`` that ended before the
                                                session, each ``(name, start ns, end ns, thread,
-                                               args, interrupted description or None)``
+                                               args, interrupted description or None, policy
+                                               version or None)``
                                                (:func:`bundled_phase`); :func:`expand` makes
                                                them records of their own, children of the session
 ========================  ===================  =================================================
@@ -136,9 +137,10 @@ def link_records(links: Any) -> list[tuple]:
 
 
 def bundled_phase(name: str, start: int, end: int, thread: int, args: Any,
-                  interrupted: str | None) -> tuple:
-    """One ended ``mark_<phase>_start`` phase, as a session's :data:`BUNDLE` holds it."""
-    return (name, start, end, thread, args, interrupted)
+                  interrupted: str | None, version: Any = None) -> tuple:
+    """One ended ``mark_<phase>_start`` phase, as a session's :data:`BUNDLE` holds it
+    (``version``: the policy version when it started, ``None`` when none is set)."""
+    return (name, start, end, thread, args, interrupted, version)
 
 
 def bundle(session_id: Any, phases: list[tuple] | tuple) -> tuple | None:
@@ -168,13 +170,15 @@ _PHASE_ATTRIBUTES: dict[str, dict[str, Any]] = {}
 
 
 def phase(session: tuple, ids: dict[str, Any], name: str, start: int, end: int, thread: int, args: Any,
-          interrupted: str | None) -> tuple:
+          interrupted: str | None, version: Any = None) -> tuple:
     """The record of a phase bundled in ``session`` (a child of it, with the baggage ``ids``);
     an ``interrupted`` one (its description) has ERROR status."""
     if interrupted is None:
         attrs, code = phase_attributes(name), 0
     else:
         attrs, code = {**phase_attributes(name), keys.PHASE_INTERRUPTED: True}, _ERROR
+    if version is not None:
+        attrs = {**attrs, keys.POLICY_VERSION: version}
     return (name, session[TRACE_ID], getrandbits(64) or new_span_id(), session[SPAN_ID], False,
             session[FLAGS], session[TRACE_STATE], start, end, _INTERNAL, ids, thread, None, attrs, args,
             None, None, code, interrupted, None, None)
@@ -198,8 +202,8 @@ def expand(records: list[tuple]) -> list[tuple]:
         # A phase's baggage: the session's (its task's) plus the session id.
         ids = dict(rec[IDS]) if rec[IDS] else {}
         ids[keys.SESSION_ID] = session_id
-        for name, start, end, thread, args, interrupted in phases:
-            out.append(phase(rec, ids, name, start, end, thread, args, interrupted))
+        for name, start, end, thread, args, interrupted, version in phases:
+            out.append(phase(rec, ids, name, start, end, thread, args, interrupted, version))
         out.append(rec[:BUNDLE] + (None,))
     return out
 
@@ -229,7 +233,8 @@ def map_payloads(rec: tuple, args: Any, event_attributes: Any) -> tuple:
         out[EVENTS] = [(name, event_attributes(attrs), ts) for name, attrs, ts in rec[EVENTS]]
     if rec[BUNDLE]:
         session_id, phases = rec[BUNDLE]
-        out[BUNDLE] = (session_id, tuple((n, s, e, t, args(a) if a else a, i) for n, s, e, t, a, i in phases))
+        out[BUNDLE] = (session_id, tuple((n, s, e, t, args(a) if a else a, i, v)
+                                             for n, s, e, t, a, i, v in phases))
     return tuple(out)
 
 
@@ -246,7 +251,7 @@ def make_marshalable(rec: tuple) -> tuple:
         out[LINKS] = [(t, s, r, f, json_safe(a) if a else None) for t, s, r, f, a in out[LINKS]]
     if out[BUNDLE]:
         session_id, phases = out[BUNDLE]
-        out[BUNDLE] = (json_safe(session_id), tuple((n, s, e, t, json_safe(a) if a else None, i)
-                                                    for n, s, e, t, a, i in phases))
+        out[BUNDLE] = (json_safe(session_id), tuple((n, s, e, t, json_safe(a) if a else None, i, json_safe(v))
+                                                    for n, s, e, t, a, i, v in phases))
     out[NAME] = str(out[NAME])
     return tuple(out)

@@ -22,6 +22,7 @@ from opentelemetry.trace.propagation import _SPAN_KEY
 from opentelemetry.trace.status import StatusCode
 
 from .. import diagnostics, guard, keys
+from ..state import STATE
 from ..payload import safe_repr, safe_str, snapshot
 from . import record as records
 from .ids import id_value, new_span_id
@@ -65,6 +66,10 @@ class PhaseOptions:
 PHASES: dict[str, PhaseOptions] = {}
 
 
+#: Finalized sessions a registry remembers for ``otel_rl.consume`` / ``annotate``
+#: in the same process (their ids, trace ids and versions).
+RECENT_SESSIONS = 4096
+
 #: A task whose sessions are all finalized ends after this long without a new
 #: session (its span ends at the last finalize), or at save() / shutdown().
 TASK_IDLE_GRACE_NS = 1_000_000_000
@@ -87,15 +92,26 @@ class TaskState:
 
 def marked_phase(name: str, args: Any) -> tuple:
     """A phase instance opened by ``mark_<phase>_start``: never made current, so
-    it needs no span object, only ``(name, start_ns, thread, args)``. When it
-    ends it joins its session's bundle (:data:`.record.BUNDLE`), shipped with
-    the session's record."""
-    return (name, time_ns(), get_ident(), args)
+    it needs no span object, only ``(name, start_ns, thread, args, policy
+    version)``. When it ends it joins its session's bundle
+    (:data:`.record.BUNDLE`), shipped with the session's record."""
+    return (name, time_ns(), get_ident(), args, STATE.policy_version)
 
 
 def phase_name(phase: LeanSpan | tuple) -> str:
     """The name of an open phase: a span, or a :func:`marked_phase` tuple."""
     return phase[0] if type(phase) is tuple else phase.name
+
+
+def versions_seen(version: Any, done: list[tuple]) -> list[Any]:
+    """The policy versions of a session registered under ``version`` whose marked
+    phases ``done`` ended, oldest first, each once."""
+    seen = [] if version is None else [version]
+    for phase in done:
+        phase_version = phase[6]
+        if phase_version is not None and phase_version not in seen:
+            seen.append(phase_version)
+    return seen
 
 
 class SessionState:
@@ -106,7 +122,7 @@ class SessionState:
     per session instead of one per phase."""
 
     __slots__ = ("session_id", "task_id", "task", "span_id", "start_ns", "thread", "_span", "_ctx",
-                 "open_phases", "done", "counters", "_pipeline")
+                 "open_phases", "done", "counters", "_pipeline", "version", "extra")
 
     def __init__(self, session_id: Any, task_id: Any, task: TaskState, pipeline: SpanSink) -> None:
         self.session_id = session_id
@@ -122,6 +138,10 @@ class SessionState:
         self.open_phases: list[LeanSpan | tuple] = []
         self.done: list[tuple] = []
         self.counters: dict[str, Any] | None = None
+        #: The policy version when the session was registered.
+        self.version = STATE.policy_version
+        #: Attributes set on the session before it ends (consumed step, staleness, reward).
+        self.extra: dict[str, Any] | None = None
 
     @property
     def bag(self) -> dict[str, Any]:
@@ -131,8 +151,20 @@ class SessionState:
         return bag
 
     def attributes(self) -> dict[str, Any]:
-        return {keys.SPAN_KIND: keys.KIND_SESSION, keys.SESSION_ID: self.session_id,
-                keys.TASK_ID: self.task_id}
+        attrs = {keys.SPAN_KIND: keys.KIND_SESSION, keys.SESSION_ID: self.session_id, keys.TASK_ID: self.task_id}
+        if self.version is not None:
+            attrs[keys.POLICY_VERSION] = self.version
+        return attrs
+
+    def versions(self) -> list[Any]:
+        """The policy versions the session saw so far, oldest first, each once:
+        at its registration, then at the start of each phase."""
+        seen = versions_seen(self.version, self.done)
+        for phase in self.open_phases:
+            version = phase[4] if type(phase) is tuple else (phase.attributes or {}).get(keys.POLICY_VERSION)
+            if version is not None and version not in seen:
+                seen.append(version)
+        return seen
 
     @property
     def span(self) -> LeanSpan:
@@ -151,10 +183,10 @@ class SessionState:
                    payload: Any = None) -> None:
         """Keeps an ended :func:`marked_phase` for the session's record (see
         :data:`.record.BUNDLE`); an end ``payload`` joins its start payload."""
-        name, start_ns, thread, args = phase
+        name, start_ns, thread, args, version = phase
         if payload:
             args = {**args, **payload} if args else payload
-        self.done.append(records.bundled_phase(name, start_ns, end_ns, thread, args, description))
+        self.done.append(records.bundled_phase(name, start_ns, end_ns, thread, args, description, version))
 
     def record(self, end_ns: int, attributes: dict[str, Any], status: int, description: str | None) -> tuple:
         """The session's record with its ended marked phases bundled in."""
@@ -201,6 +233,10 @@ class Registry:
         self.tasks: dict[Any, TaskState] = {}
         self.sessions: collections.OrderedDict[Any, SessionState] = collections.OrderedDict()
         self._finalized: collections.OrderedDict[Any, None] = collections.OrderedDict()
+        #: Recently finalized sessions, for a trainer in this process consuming or
+        #: annotating them: id -> (task id, trace id, span id, version at registration,
+        #: ended marked phases).
+        self.recent: collections.OrderedDict[Any, tuple] = collections.OrderedDict()
         # Tasks with no open session, oldest first, waiting out TASK_IDLE_GRACE_NS.
         self._idle: collections.OrderedDict[Any, TaskState] = collections.OrderedDict()
         self.phase_options: dict[str, PhaseOptions] = {}
@@ -331,8 +367,11 @@ class Registry:
         session's ids in its context for the spans inside it."""
         if self.phase_options:
             self._check_overlap(state, phase)
-        span = LeanSpan(self._pipeline, phase, state.ctx, parent=state.span, args=payload,
-                        attributes={keys.SPAN_KIND: keys.KIND_PHASE, keys.PHASE: phase})
+        attributes = {keys.SPAN_KIND: keys.KIND_PHASE, keys.PHASE: phase}
+        version = STATE.policy_version
+        if version is not None:
+            attributes[keys.POLICY_VERSION] = version
+        span = LeanSpan(self._pipeline, phase, state.ctx, parent=state.span, args=payload, attributes=attributes)
         state.open_phases.append(span)
         return span
 
@@ -378,7 +417,8 @@ class Registry:
         counters[name] = counters.get(name, 0) + value
 
     # --- finalization ----------------------------------------------------------------
-    def finalize_session(self, session_id: Any, status: str, reason: Any) -> None:
+    def finalize_session(self, session_id: Any, status: str, reason: Any, extra: dict[str, Any] | None = None,
+                         ) -> None:
         with self._lock:
             state = self.sessions.pop(session_id, None)
         if state is None:
@@ -389,9 +429,9 @@ class Registry:
                 guard.report(diagnostics.UNKNOWN_SESSION, "mark_finalized for unknown session %r; ignored",
                              session_id)
             return
-        self._finalize(state, status, reason)
+        self._finalize_all([state], status, reason, extra)
 
-    def finalize_task(self, task_id: Any, status: str, reason: Any) -> None:
+    def finalize_task(self, task_id: Any, status: str, reason: Any, extra: dict[str, Any] | None = None) -> None:
         task = self.tasks.get(task_id)
         if task is None:
             guard.report(diagnostics.UNKNOWN_TASK, "mark_finalized for unknown task %r; ignored", task_id)
@@ -401,7 +441,7 @@ class Registry:
             pop = self.sessions.pop
             states = [state for state in (pop(sid, None) for sid in list(task.open_sessions)) if state]
         if states:
-            self._finalize_all(states, status, reason)
+            self._finalize_all(states, status, reason, extra)
         with self._lock:
             self._idle.pop(task_id, None)
             ended = self.tasks.pop(task_id, None) is not None
@@ -411,9 +451,11 @@ class Registry:
     def _finalize(self, state: SessionState, status: str, reason: Any) -> None:
         self._finalize_all([state], status, reason)
 
-    def _finalize_all(self, states: list[SessionState], status: str, reason: Any) -> None:
+    def _finalize_all(self, states: list[SessionState], status: str, reason: Any,
+                      extra: dict[str, Any] | None = None) -> None:
         """Ends sessions already taken out of ``sessions``: their records, then
-        the bookkeeping of their tasks under one lock."""
+        the bookkeeping of their tasks under one lock. ``extra`` attributes go on
+        every session's span (the reward given with the verdict)."""
         if type(status) is not str:
             # A str enum member as its value, anything else (a float('nan'), an
             # object) as its text: as a metric label or in a record it would
@@ -449,11 +491,18 @@ class Registry:
             if state.counters:
                 for name, value in state.counters.items():
                     attrs[keys.SESSION_COUNTER_PREFIX + str(name)] = value
+            if state.extra:
+                attrs.update(state.extra)
+            if extra:
+                attrs.update(extra)
             enqueue(state.record(end_ns, attrs, code, description))
         finalized = self._finalized
+        recent = self.recent
         with self._lock:
             for state in states:
                 finalized[state.session_id] = None
+                recent[state.session_id] = (state.task_id, state.task.span.trace_id, state.span_id, state.version,
+                                            state.done)
                 task = self.tasks.get(state.task_id)
                 if task is None:
                     continue
@@ -466,6 +515,8 @@ class Registry:
                     self._idle[task.task_id] = task
             while len(finalized) > 65536:
                 finalized.popitem(last=False)
+            while len(recent) > RECENT_SESSIONS:
+                recent.popitem(last=False)
         if self._idle:
             self.end_idle_tasks(end_ns)
 

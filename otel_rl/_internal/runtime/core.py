@@ -24,10 +24,11 @@ from ..control import torch_profiler
 from ..export import chain as export_chain
 from ..export import jsonl, summary
 from ..export.chain import ExportChain, otlp_protocol, traces_endpoint
+from ..export.jsonl import JsonlAppender
 from ..export.pipeline import Pipeline
 from ..export.process import ExporterProcess
 from ..propagate import carriers
-from ..recording import privacy
+from ..recording import counters, privacy
 from ..recording.spans import LeanTracer
 from ..recording.tracking import PHASES, Registry
 from ..resource import process_resource
@@ -54,6 +55,8 @@ class Components:
         self.pipeline: Pipeline | None = None
         #: The ``meter_provider=`` given to configure(), reused by otel_rl.stats.
         self.meter_provider: MeterProvider | None = None
+        #: ``annotations-r{rank}.jsonl`` (``otel_rl.annotate`` / ``consume``), opened on the first line.
+        self.annotations: JsonlAppender | None = None
 
 
 class Runtime:
@@ -104,6 +107,8 @@ class Runtime:
             STATE.tracer = LeanTracer(comps.pipeline)
             STATE.registry = Registry(comps.pipeline, settings.max_pending_sessions)
             STATE.registry.phase_options.update(PHASES)
+            if settings.session_tracer:
+                comps.pipeline.samplers.append(counters.InFlightSampler(comps.pipeline))
             STATE.enabled = True
             STATE.sessions_on = settings.session_tracer
             STATE.scopes_on = True
@@ -121,6 +126,8 @@ class Runtime:
         """The provider hook, the export chain or exporter process, and the pipeline."""
         comps = Components()
         comps.meter_provider = meter_provider
+        # Written on the caller's thread, a whole call's lines at once (they are few).
+        comps.annotations = JsonlAppender(settings.file_path(keys.ANNOTATIONS_FILE), 1 << 30, kind="annotations")
         provider = tracer_provider
         owns_provider = False
         if provider is None:
@@ -231,6 +238,8 @@ class Runtime:
                     comps.hook.delegates = ()
                 if comps.chain is not None:
                     comps.chain.shutdown(left())
+                if comps.annotations is not None:
+                    comps.annotations.close()
             if stats is not None:
                 stats.join(left())
             if comps is None:
