@@ -37,6 +37,7 @@ from .._internal.read.otlp_json import OtlpReader, is_trace_request, pretty_prin
 from .._internal.read.request_events import read_request_events
 from .._internal.read.sessions import read_session_records, session_pool
 from .._internal.read.sniff import record_kind, sniff_file, why_ignored
+from .._internal.read.annotations import read_annotations
 from .._internal.read.stats_exports import read_stats_exports
 from .._internal.read.torch_trace import is_torch_trace
 from ._clocks import align_clocks as _align
@@ -158,7 +159,7 @@ class _Loader:
         self._keep = self._step_ok if data.steps is not None else None
         self.pool: Executor | None = None  # worker processes parsing session records
         # Session records gathered as columns, when every record is kept (no --step / --rank).
-        self.table = SessionTable(cold=cold) if data.steps is None and data.ranks is None else None
+        self.table = SessionTable(cold=cold) if cold and data.steps is None and data.ranks is None else None
 
     # --- where readers report bad lines -------------------------------------------------------
     def bad_line(self, path: str, line: int, message: str) -> None:
@@ -250,6 +251,8 @@ class _Loader:
                     count = self._request_events(path, on_read)
                 elif kind == "stats":
                     count = read_stats_exports(path, self.limits, self, self.data.stats.append, on_read)
+                elif kind == "annotations":
+                    count = read_annotations(path, self.limits, self, self.data.annotations.append, on_read)
                 else:
                     self.diag.ignored.append((path, why_ignored(kind, head)))
         except (OSError, EOFError, ValueError) as exc:
@@ -394,16 +397,20 @@ def load(inputs: str | Sequence[str], *, steps: Any = None, ranks: Any = None,
         that cannot be used (not JSON, a field of the wrong type, over the line
         bound) is skipped and named with its file and line, never raised.
     """
-    return load_run(inputs, steps=steps, ranks=ranks, align_clocks=align_clocks, progress=progress, limits=limits)
+    # Every row, made as it is read (the parsing workers send them back whole): the quickest
+    # way to have all of them; the views build their columns from them when asked.
+    return load_run(inputs, steps=steps, ranks=ranks, align_clocks=align_clocks, progress=progress, limits=limits,
+                    columns=False)
 
 
 def load_run(inputs: str | Sequence[str], *, steps: Any = None, ranks: Any = None,
              align_clocks: bool = True, progress: bool | None = None,
-             limits: InputLimits | None = None, every_row: bool = True) -> RunData:
-    """:func:`load`; ``every_row`` false: the sessions are read for the report views alone,
-    which show only a few of them one by one (the slowest, the first, the open ones):
-    only those can be read back from ``data.sessions`` (what the others were shown with
-    is not kept, a large run then takes less memory and time)."""
+             limits: InputLimits | None = None, every_row: bool = True, columns: bool = True) -> RunData:
+    """:func:`load`, the sessions gathered as the views' columns while they are read
+    (``columns``; else as rows); ``every_row`` false: the sessions are read for the report
+    views alone, which show only a few of them one by one (the slowest, the first, the open
+    ones): only those can be read back from ``data.sessions`` (what the others were shown
+    with is not kept, a large run then takes less memory and time)."""
     if isinstance(inputs, (str, os.PathLike)):
         inputs = [os.fspath(inputs)]
     inputs = [os.fspath(i) for i in inputs]
@@ -421,7 +428,7 @@ def load_run(inputs: str | Sequence[str], *, steps: Any = None, ranks: Any = Non
         except OSError:
             pass
     loader = _Loader(data, _Progress(0, False), frozenset(os.path.realpath(p) for p in inputs if os.path.isfile(p)),
-                     limits, "all" if every_row else "candidates")
+                     limits, ("all" if every_row else "candidates") if columns or not every_row else "")
     # Millions of small objects and no cycles: the cyclic collector would only
     # rescan them over and over while they are created.
     collecting = gc.isenabled()
@@ -461,5 +468,5 @@ def load_run(inputs: str | Sequence[str], *, steps: Any = None, ranks: Any = Non
             gc.enable()
     if again:
         return load_run(inputs, steps=steps, ranks=ranks, align_clocks=align_clocks, progress=progress,
-                        limits=limits, every_row=True)
+                        limits=limits, every_row=True, columns=columns)
     return data

@@ -170,10 +170,13 @@ def _from_rows(data):
 
 
 def test_columns_give_the_report_of_the_rows(run):
-    data = report.load(run)
+    data = _load.load_run(run)
     assert isinstance(data.sessions, _columns.LazySessions)
     columns = _doc(data)
-    assert columns == _doc(_from_rows(report.load(run)))
+    rows = report.load(run)  # load() keeps every session as a row
+    assert type(rows.sessions) is list and all(type(r) is report.SessionRow for r in rows.sessions)
+    assert [r.identity() for r in rows.sessions] == [r.identity() for r in data.sessions]
+    assert columns == _doc(rows)
     malformed = data.diagnostics.malformed_count + len(data.diagnostics.truncated)
     assert 0 < malformed < 100
     assert columns["summary"]["sessions"] == 9000 - malformed
@@ -181,7 +184,7 @@ def test_columns_give_the_report_of_the_rows(run):
 
 
 def test_columns_hold_what_the_rows_hold(run):
-    data = report.load(run)
+    data = _load.load_run(run)
     table = data.sessions.table
     rows = list(data.sessions)
     from_rows = _columns.SessionTable.from_rows(rows)
@@ -203,13 +206,14 @@ def test_columns_hold_what_the_rows_hold(run):
     assert again.phases == rows[5].phases and again.tokens == rows[5].tokens
 
 
-def test_forked_and_in_process_reading_give_the_same_report(run, monkeypatch):
-    forked = _doc(report.load(run))
+@pytest.mark.parametrize("load", [_load.load_run, report.load])
+def test_forked_and_in_process_reading_give_the_same_report(run, monkeypatch, load):
+    forked = _doc(load(run))
     monkeypatch.setattr(session_reader, "PARALLEL_BYTES", 1)  # every file through the workers
     monkeypatch.setattr(_load, "session_pool", lambda total: session_reader.session_pool(1 << 40))
-    assert _doc(report.load(run)) == forked
+    assert _doc(load(run)) == forked
     monkeypatch.setattr(_load, "session_pool", lambda total: None)
-    assert _doc(report.load(run)) == forked
+    assert _doc(load(run)) == forked
 
 
 def test_the_cli_keeps_only_the_sessions_it_shows(run, monkeypatch):

@@ -23,8 +23,8 @@ import sys
 import zlib
 from array import array
 from collections.abc import Callable
-from itertools import accumulate, chain
-from operator import gt, itemgetter
+from itertools import chain
+from operator import itemgetter
 from typing import Any
 
 import orjson
@@ -55,10 +55,6 @@ def covered_length(spans: list[tuple[float, float]]) -> float:
         s, e = spans[0]
         return e - s
     spans.sort()
-    starts, ends = zip(*spans)
-    reach = list(accumulate(ends, max))
-    if not any(map(gt, starts[1:], reach)):  # one interval (the usual case, at C speed): the loop's sum
-        return 0.0 + reach[-1] - starts[0]
     total = 0.0
     cur_s, cur_e = spans[0]
     for s, e in spans:
@@ -249,7 +245,7 @@ class FactsBuilder:
                 values.append(e - s)
 
     def add_lines(self, lines: list[bytes], careful: Callable[[dict[str, Any]], tuple],
-                  tokens_of: Callable[[dict[str, Any]], Any]) -> bool:
+                  tokens_of: Callable[[dict[str, Any]], Any], block: bytes | None = None) -> bool:
         """Adds a session per line of otel_rl's session records, most at a few Python
         operations each: a record with every field this reads, of the types otel_rl
         writes (times floats in range, phases closed), is added here, any other by
@@ -260,15 +256,16 @@ class FactsBuilder:
         Returns ``False``, the builder then spoiled, when a line is not a JSON object
         with a ``session_id``, when ``careful`` refuses a record, or when what is
         checked in bulk (ids, phase times) does not hold: the caller then reads the
-        lines one by one, naming each line that cannot be used.
+        lines one by one, naming each line that cannot be used. ``block``: the lines as read,
+        if the caller has them.
         """
         try:
-            return self._add_lines(lines, careful, tokens_of)
+            return self._add_lines(lines, careful, tokens_of, block)
         except (KeyError, TypeError, AttributeError, ValueError):
             return False  # a phase that is not a list of {start_ts, end_ts}: a line that cannot be used
 
     def _add_lines(self, lines: list[bytes], careful: Callable[[dict[str, Any]], tuple],
-                   tokens_of: Callable[[dict[str, Any]], Any]) -> bool:
+                   tokens_of: Callable[[dict[str, Any]], Any], block: bytes | None) -> bool:
         loads = orjson.loads
         decode_error = orjson.JSONDecodeError
         fields = _FIELDS
@@ -284,7 +281,7 @@ class FactsBuilder:
         times: list[list[tuple[float, float]]] = []
         add_times = times.append
         # A phase still open ("end_ts": null) is read by careful(); a line can only hold one where it says so.
-        open_phases = any(_OPEN in line for line in lines) if lines and _OPEN in b"".join(lines) else False
+        open_phases = _OPEN in block if block is not None else any(_OPEN in line for line in lines)
         last_sp = -1
         g: list = []
         for line in lines:
