@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import random
+import time
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
@@ -177,6 +178,9 @@ class Generation:
     tokens: list[int] = field(default_factory=list)
     logp: list[float] = field(default_factory=list)
     versions: list[int] = field(default_factory=list)
+    #: The engine's own timings of the request, shaped as SGLang's ``meta_info``
+    #: (wall-clock seconds; ``otel_rl.record_server_timings`` reads them).
+    meta: dict[str, Any] = field(default_factory=dict)
 
 
 class _Request:
@@ -233,6 +237,7 @@ class InferenceEngine:
         """Samples up to ``max_new`` tokens after ``prompt``, stopping at ``<eos>`` or ``<calc>``."""
         future = asyncio.get_running_loop().create_future()
         request = _Request(prompt, max_new, future, next(self._request_ids))
+        request.out.meta = {"prompt_tokens": len(prompt), "cached_tokens": 0, "received": time.time()}
         # Request events with sglang-omni's names, so `otel-rl report` shows the
         # engine's stages (queueing, prefill to first token, the whole request).
         events.emit("stage_input_received", request.request_id, ENGINE_STAGE, prompt_tokens=len(prompt),
@@ -276,9 +281,13 @@ class InferenceEngine:
         while self._waiting and len(self._running) < self.max_batch:
             request = self._waiting.popleft()
             events.emit("scheduler_prefill_start", request.request_id, ENGINE_STAGE, batch=len(self._running))
+            meta = request.out.meta
+            meta["forward_entry_time"] = time.time()
+            meta["queue_time"] = meta["forward_entry_time"] - meta.pop("received")
             # Prefill: no cache is kept between turns, as with a stateless server.
             logits, state = self.policy(torch.tensor([request.prompt]))
             request.logits, request.state, request.logits_version = logits[0, -1], state, self.version
+            meta["prefill_finished_time"] = time.time()
             self._running.append(request)
             admitted += 1
         return admitted
@@ -300,6 +309,7 @@ class InferenceEngine:
             out.logp.append(lp)
             out.versions.append(request.logits_version)
             if token in (EOS, CALC) or len(out.tokens) >= request.max_new:
+                out.meta.update(request_finished_ts=time.time(), completion_tokens=len(out.tokens))
                 events.emit("stage_complete", request.request_id, ENGINE_STAGE, output_tokens=len(out.tokens))
                 if not request.future.done():
                     request.future.set_result(out)

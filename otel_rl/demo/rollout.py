@@ -22,6 +22,8 @@ import random
 import traceback
 from typing import Any
 
+from opentelemetry import trace
+
 import otel_rl
 
 from .arithmetic import CALC, MAX_NEW_TOKENS, MAX_TURNS, Task, calculator, decode, score
@@ -99,8 +101,8 @@ class RolloutWorker:
                 break
             if kind == "weights":
                 _, version, weights, carrier = message
-                with otel_rl.attach(carrier), otel_rl.trace_scope("rollout.update_weights", category="comm",
-                                                                  args={"version": version}):
+                # Joins the trainer's send; the worker's policy version is the new one after it.
+                with otel_rl.attach(carrier), otel_rl.weight_sync(version, role="recv"):
                     self.engine.update_weights(weights, version)
             elif kind == "tasks":
                 _, tasks, carrier = message
@@ -113,9 +115,9 @@ class RolloutWorker:
                 _, verdicts, carrier = message
                 with otel_rl.attach(carrier), otel_rl.trace_scope("rollout.finalize", category="scheduler",
                                                                   args={"sessions": len(verdicts)}):
-                    for session_id, status, reason in verdicts:
+                    for session_id, status, reason, reward in verdicts:
                         otel_rl.trace_session_event("mark_finalized", session_id=session_id,
-                                                    status=status, reason=reason)
+                                                    status=status, reason=reason, reward=reward)
             else:
                 raise ValueError(f"unknown message {kind!r}")
         await asyncio.gather(*batches)
@@ -164,6 +166,8 @@ class RolloutWorker:
                     span.set_attributes({"gen_ai.request.model": "demo-gru",
                                          "gen_ai.usage.input_tokens": len(tokens),
                                          "gen_ai.usage.output_tokens": len(out.tokens)})
+                # The engine's queue, prefill and decode times, as children of this phase.
+                otel_rl.record_server_timings(out.meta, engine="sglang")
             otel_rl.increment_counter("output_tokens", len(out.tokens))
             tokens += out.tokens
             policy_mask += [1] * len(out.tokens)
@@ -181,8 +185,13 @@ class RolloutWorker:
             policy_mask += [0] * len(observation)
         async with otel_rl.atrace_session_phase("reward"):
             reward, outcome = score(final, task)
+        # What the trainer needs to mark the session consumed and annotate it
+        # (otel_rl.consume / annotate): its ids and the span to link to.
+        context = trace.get_current_span().get_span_context()
         return {
-            "session_id": otel_rl.get_session_id(), "tokens": tokens, "policy_mask": policy_mask,
+            "session_id": otel_rl.get_session_id(), "task_id": task.task_id,
+            "trace_id": f"{context.trace_id:032x}", "span_id": f"{context.span_id:016x}",
+            "tokens": tokens, "policy_mask": policy_mask,
             "logp": logp, "version": min(versions), "reward": reward, "outcome": outcome,
             "tool_calls": tool_calls, "text": decode(tokens[1:]),
         }

@@ -193,6 +193,7 @@ class Trainer:
             otel_rl.get_tracer().set_enabled(True)
         optimizer = pol.Adam(policy.parameters(), lr=RL_LR)
         dataset = [make_task(rng, task_id) for task_id in range(cfg.steps * cfg.tasks)]
+        otel_rl.set_policy_version(self.version)
         self._broadcast(policy)
         submitted = 0
         arrived: list[tuple[int, int, list[dict[str, Any]]]] = []
@@ -206,8 +207,11 @@ class Trainer:
                         message = self._receive()
                         if message[0] == "group":
                             arrived.append(message[1:])
+                            # Finished groups waiting to be trained on: a counter track.
+                            otel_rl.set_gauge("trainer.buffered_groups", len(arrived))
                             self.on_progress("sessions", len(message[3]), "")
                 groups, arrived = arrived[:cfg.tasks], arrived[cfg.tasks:]
+                otel_rl.set_gauge("trainer.buffered_groups", len(arrived))
                 step_stats, accepted = self._judge(step, groups)
                 _record_rollout_stats(groups)
                 if accepted:
@@ -217,6 +221,7 @@ class Trainer:
                 else:
                     otel_rl.instant("trainer.no_accepted_samples", category="compute")
                 self.version += 1
+                otel_rl.set_policy_version(self.version)
                 self._broadcast(policy)
                 # AReaL's stats_tracker export: `stats-trainer-r0.jsonl`, and OTLP
                 # gauges when an endpoint is set.
@@ -253,6 +258,9 @@ class Trainer:
         with otel_rl.trace_scope("trainer.judge_groups", category="compute", args={"groups": len(groups)}):
             verdicts: dict[int, list[tuple[Any, str, str | None]]] = {}
             rewards: list[float] = []
+            # Every sample of these groups is consumed by this step (trained on or rejected):
+            # its staleness and the step go on its session.
+            otel_rl.consume([sample for _, _, samples in groups for sample in samples])
             for rank, _task_id, samples in groups:
                 valid = []
                 for sample in samples:
@@ -275,13 +283,14 @@ class Trainer:
                         sample["advantage"] = (sample["reward"] - mean) / (std + 1e-6)
                         sample["verdict"] = None
                         accepted.append(sample)
+                        otel_rl.annotate(sample, advantage=sample["advantage"])
                 else:
                     for sample in valid:
                         sample["verdict"] = "zero_advantage"
                 for sample in samples:
                     reason = sample["verdict"]
                     verdicts.setdefault(rank, []).append(
-                        (sample["session_id"], "rejected" if reason else "accepted", reason))
+                        (sample["session_id"], "rejected" if reason else "accepted", reason, sample["reward"]))
                     if reason:
                         stats.rejected[reason] += 1
             carrier = otel_rl.inject({})
@@ -295,7 +304,8 @@ class Trainer:
         return stats, accepted
 
     def _broadcast(self, policy: pol.Policy) -> None:
-        with otel_rl.trace_scope("trainer.update_weights", category="comm", args={"version": self.version}):
+        # Each worker's weight_sync(role="recv") joins this send's trace.
+        with otel_rl.weight_sync(self.version, role="send"):
             weights = pol.weights_to_numpy(policy)
             carrier = otel_rl.inject({})
             for requests in self.requests:

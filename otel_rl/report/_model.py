@@ -251,6 +251,8 @@ class RunData:
     steps: frozenset | None = None
     ranks: tuple | None = None
     stats: list[dict[str, Any]] = field(default_factory=list)
+    #: Consumed sessions and annotations (``annotations-r{rank}.jsonl`` lines, as written).
+    annotations: list[dict[str, Any]] = field(default_factory=list)
     diagnostics: Diagnostics = field(default_factory=Diagnostics)
 
     @property

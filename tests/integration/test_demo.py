@@ -116,10 +116,14 @@ def test_worker_spans_join_the_trace_of_the_trainer_step_that_sent_the_request(r
         assert batch["args"]["trace_id"] == parent["args"]["trace_id"]
         assert batch["args"]["trace_id"] in step_traces
         assert batch["args"]["rl.step"] == parent["args"]["rl.step"]
-    updates = [s for s in run.rollout_spans() if s["name"] == "rollout.update_weights"]
-    trainer_updates = {s["args"]["span_id"] for s in trainer if s["name"] == "trainer.update_weights"}
+    updates = [s for s in run.rollout_spans() if s["name"] == "weight_sync"]
+    trainer_updates = {s["args"]["span_id"]: s for s in trainer if s["name"] == "weight_sync"}
     assert len(updates) == WORKERS * (STEPS + 1)  # the initial weights, then one per step
-    assert {u["args"]["parent_span_id"] for u in updates} == trainer_updates
+    assert {u["args"]["parent_span_id"] for u in updates} == set(trainer_updates)
+    for update in updates:  # each worker loads the version the trainer sent
+        sent = trainer_updates[update["args"]["parent_span_id"]]["args"]
+        assert (update["args"]["rl.weight_sync.role"], sent["rl.weight_sync.role"]) == ("recv", "send")
+        assert update["args"]["rl.policy.version"] == sent["rl.policy.version"]
 
 
 def test_trainer_exports_rollout_stats_once_per_step_matching_the_session_records(run: Run) -> None:

@@ -14,7 +14,7 @@ from .source import open_input
 __all__ = ["RECORD_KINDS", "classify_document", "record_kind", "sniff_file", "why_ignored"]
 
 #: What :func:`record_kind` tells apart among JSON lines that hold no trace.
-RECORD_KINDS = ("sessions", "request-events", "stats")
+RECORD_KINDS = ("sessions", "request-events", "stats", "annotations")
 _REQUEST_ID, _EVENT_NAME = keys.EVENT_FIELDS[0], keys.EVENT_FIELDS[2]
 
 
@@ -111,10 +111,13 @@ def record_kind(head: Any) -> str | None:
 
     ``"sessions"``: session records (otel_rl's and AReaL's ``sessions-r*.jsonl``);
     ``"request-events"``: request events (sglang-omni's ``events_*.jsonl``);
-    ``"stats"``: ``otel_rl.stats`` exports; ``None``: none of these.
+    ``"stats"``: ``otel_rl.stats`` exports; ``"annotations"``: consumed sessions and
+    annotations (``annotations-r*.jsonl``); ``None``: none of these.
     """
     if not isinstance(head, dict):
         return None
+    if head.get("kind") in ("consume", "annotation") and "session_id" in head:
+        return "annotations"
     if "session_id" in head and ("submit_ts" in head or "task_id" in head):
         return "sessions"
     if _REQUEST_ID in head and _EVENT_NAME in head:

@@ -63,7 +63,10 @@ def resolve(item: Any, registry: Any) -> SessionRef | None:
     if session_id is None:
         return None
     session_id = id_value(session_id)
+    task_id = _field(item, "task_id")
     known = _from_registry(session_id, registry)
+    if known is not None and task_id is not None and known.task_id != id_value(task_id):
+        known = None  # another process's session that happens to share the id
     versions = _field(item, "policy_versions")
     if versions is None:
         single = _field(item, "policy_version")
@@ -74,14 +77,14 @@ def resolve(item: Any, registry: Any) -> SessionRef | None:
     trace_id = _hex_id(_field(item, "trace_id"), 128)
     span_id = _hex_id(_field(item, "span_id"), 64)
     if known is None:
-        return SessionRef(session_id, _field(item, "task_id"), list(versions or ()), trace_id, span_id)
+        return SessionRef(session_id, task_id, list(versions or ()), trace_id, span_id)
     # What the item says wins; the registry fills in the rest.
     if versions is not None:
         known.versions = list(versions)
     known.trace_id = trace_id or known.trace_id
     known.span_id = span_id or known.span_id
     if known.task_id is None:
-        known.task_id = _field(item, "task_id")
+        known.task_id = task_id
     return known
 
 
