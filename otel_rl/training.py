@@ -20,6 +20,7 @@ on sessions generated under older weights. These calls put that on the trace:
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from opentelemetry.trace import Link, SpanContext, TraceFlags, get_current_span
@@ -139,7 +140,7 @@ def consume(sessions: Any, step: Any = None) -> int:
     if step is None:
         step = current_id(keys.STEP)
     version = STATE.policy_version
-    items = [sessions] if isinstance(sessions, (str, int, dict)) or hasattr(sessions, "session_id") else sessions
+    items = _items(sessions)
     registry = STATE.registry
     links: list[Link] = []
     lines: list[dict[str, Any]] = []
@@ -150,8 +151,8 @@ def consume(sessions: Any, step: Any = None) -> int:
                          _describe(item))
             continue
         stale = staleness(version, ref.versions)
-        if stale is None and (version is not None or ref.versions):
-            guard.count(diagnostics.VERSION_NOT_NUMERIC)
+        if stale is None and version is not None and ref.versions:
+            guard.count(diagnostics.VERSION_NOT_NUMERIC)  # opaque labels: no arithmetic on them
         crossed = len(set(map(_hashable, ref.versions))) > 1
         marks = {keys.SESSION_CONSUMED_STEP: _attribute(step)}
         if stale is not None:
@@ -215,6 +216,16 @@ def annotate(session_id: Any, task_id: Any = None, **values: Any) -> bool:
     span.end(span.start_ns)
     _write([_line("annotation", ref, {"values": json_safe(values)})])
     return True
+
+
+def _items(sessions: Any) -> list[Any]:
+    """``sessions`` as a list of items: one id, record or object, or an iterable of them."""
+    if isinstance(sessions, (str, bytes, int, Mapping)) or hasattr(sessions, "session_id"):
+        return [sessions]
+    try:
+        return list(sessions)
+    except TypeError:
+        return [sessions]
 
 
 def _line(kind: str, ref: SessionRef, fields: dict[str, Any]) -> dict[str, Any]:
