@@ -9,7 +9,10 @@ Writes synthetic session records in otel_rl's format (``sessions-rollout-r{rank}
 counters and a ``step`` field, as AReaL-style records may carry) unless ``--dir``
 already holds them, then runs the report in a child process and prints its wall time,
 the CPU time of it and its worker processes, and its peak resident memory
-(``ru_maxrss``). ``--load-only`` times ``otel_rl.report.load`` alone (reading, no views).
+(``ru_maxrss``). ``--load-only`` times ``otel_rl.report.load`` alone (reading, no views);
+``--parse-only`` times, in this process, what one parsing worker does for the report
+(``parse_block`` over blocks of the first file, as the CLI has them gathered as columns)
+and prints its CPU time per record.
 Targets: 1,000,000 records in 10 s and under 500 MB (both printed with the figures).
 """
 
@@ -74,6 +77,39 @@ def generate(directory: str, sessions: int, ranks: int, steps: int, seed: int = 
                 f.write(b"\n".join(lines) + b"\n")
 
 
+def parse_only(directory: str, blocks: int = 12, rounds: int = 3) -> int:
+    """CPU time per record of ``parse_block`` gathering columns (the best of ``rounds`` per block)."""
+    import gc
+
+    from otel_rl._internal.read.sessions import parse_block
+    from otel_rl._internal.read.source import CHUNK
+
+    gc.disable()  # as in the workers
+    path = os.path.join(directory, sorted(n for n in os.listdir(directory) if n.startswith("sessions-"))[0])
+    data = []
+    with open(path, "rb") as f:
+        rest = b""
+        for _ in range(blocks):
+            chunk = rest + f.read(CHUNK)
+            cut = chunk.rfind(b"\n") + 1
+            if not cut:
+                break
+            data.append(chunk[:cut])
+            rest = chunk[cut:]
+    records = sum(block.count(b"\n") for block in data)
+    for cold in ("candidates", "all"):
+        cpu = 0.0
+        for block in data:
+            best = float("inf")
+            for _ in range(rounds):
+                started = time.process_time()
+                parse_block(block, 0, True, False, cold)
+                best = min(best, time.process_time() - started)
+            cpu += best
+        print(f"parse_block (columns, cold={cold}): {records:,} records, {cpu / records * 1e6:.1f} us CPU per record")
+    return 0
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--sessions", type=int, default=1_000_000)
@@ -81,6 +117,7 @@ def main() -> int:
     p.add_argument("--steps", type=int, default=100)
     p.add_argument("--format", choices=("json", "table", "html"), default="json")
     p.add_argument("--load-only", action="store_true", help="time reading the records alone, no views")
+    p.add_argument("--parse-only", action="store_true", help="CPU per record of a parsing worker, in this process")
     p.add_argument("--dir", help="where the records are (generated when it has none)")
     args = p.parse_args()
     directory = args.dir or tempfile.mkdtemp(prefix="otel-rl-bench-report-")
@@ -91,6 +128,8 @@ def main() -> int:
         print(f"generated {args.sessions:,} session records in {directory} "
               f"({sum(os.path.getsize(os.path.join(directory, n)) for n in os.listdir(directory)) / 1e6:,.0f} MB, "
               f"{time.perf_counter() - started:.1f} s)")
+    if args.parse_only:
+        return parse_only(directory)
     if args.load_only:
         what = "otel_rl.report.load"
         out = "-"

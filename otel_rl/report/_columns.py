@@ -163,7 +163,7 @@ class SessionTable:
             getattr(self, name + "_v").frombytes(facts[name + "_v"])
         if len(self.first_open) < FIRST_OPEN:
             self.first_open.extend(i + start for i in facts["first_open"][:FIRST_OPEN - len(self.first_open)])
-        if type(b.cold) is dict and self.n > 2 * self.candidates and len(self.blocks) % 16 == 0:
+        if type(b.cold) is dict and self.n > 2 * self.candidates and len(self.blocks) % 4 == 0:
             self.prune()
 
     def prune(self) -> None:
