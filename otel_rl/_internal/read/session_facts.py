@@ -331,28 +331,38 @@ class FactsBuilder:
             inst: list[tuple[float, float]] = []
             positive = total > 0
             for name, instances in phases.items():
-                if not instances:
-                    if instances.__class__ is not list:
-                        return False
-                    continue
-                pairs = list(map(span_of, instances))
-                spans += pairs
-                if name == turn:
-                    inst = pairs
-                ds = [e - s for s, e in pairs]
-                values = durations.get(name)
-                if values is None:
-                    durations[name] = ds
+                if len(instances) == 1 and instances.__class__ is list:  # the usual case
+                    pair = span_of(instances[0])
+                    spans.append(pair)
+                    if name == turn:
+                        inst = [pair]
+                    d = pair[1] - pair[0]
+                    values = durations.get(name)
+                    if values is None:
+                        durations[name] = [d]
+                    else:
+                        values.append(d)
+                    d = 0.0 + d
                 else:
-                    values += ds
+                    if not instances:
+                        if instances.__class__ is not list:
+                            return False
+                        continue
+                    pairs = list(map(span_of, instances))
+                    spans += pairs
+                    if name == turn:
+                        inst = pairs
+                    ds = [e - s for s, e in pairs]
+                    values = durations.get(name)
+                    if values is None:
+                        durations[name] = ds
+                    else:
+                        values += ds
+                    d = 0.0
+                    for x in ds:
+                        d += x
                 with_phase[name] = with_phase.get(name, 0) + 1
                 if positive:
-                    if len(ds) == 1:
-                        d = 0.0 + ds[0]
-                    else:
-                        d = 0.0
-                        for x in ds:
-                            d += x
                     values = shares.get(name)
                     if values is None:
                         shares[name] = [d / total]
