@@ -283,6 +283,7 @@ class FactsBuilder:
         # A phase still open ("end_ts": null) is read by careful(); a line can only hold one where it says so.
         open_phases = _OPEN in block if block is not None else any(_OPEN in line for line in lines)
         last_sp = -1
+        seen = False
         g: list = []
         for line in lines:
             try:
@@ -408,12 +409,18 @@ class FactsBuilder:
                 bycount[(sp, n)] = [total]
             else:
                 values.append(total)
-            if n:
-                self.seen = True
-                if n > 1:
-                    inst = sorted(inst)
+            if n == 1:
+                seen = True
+                s, e = inst[0]
+                values = turns.get((sp, 1))
+                if values is None:
+                    turns[(sp, 1)] = [e - s]
+                else:
+                    values.append(e - s)
+            elif n:
+                seen = True
                 t = 0
-                for s, e in inst:
+                for s, e in sorted(inst):
                     t += 1
                     values = turns.get((sp, t))
                     if values is None:
@@ -421,6 +428,8 @@ class FactsBuilder:
                     else:
                         values.append(e - s)
         self._flush(rows)
+        if seen:
+            self.seen = True
         # What was not checked record by record: the ids' JSON types, the phases' times.
         if not ID_TYPES.issuperset(map(type, chain.from_iterable(other_ids))):
             return False
