@@ -26,7 +26,7 @@ from typing import Any
 from opentelemetry.trace import Link, SpanContext, TraceFlags, get_current_span
 
 from ._internal import diagnostics, guard, keys
-from ._internal.payload import json_safe, own_values
+from ._internal.payload import json_safe, own_values, safe_repr
 from ._internal.recording.consumption import SessionRef, is_number, resolve, staleness
 from ._internal.recording.spans import NULL_SCOPE, LeanSpan, get_current
 from ._internal.recording.tracking import current_id
@@ -148,7 +148,7 @@ def consume(sessions: Any, step: Any = None) -> int:
         ref = resolve(item, registry)
         if ref is None:
             guard.report(diagnostics.UNKNOWN_CONSUMED_SESSION, "consume: %s names no session known here; ignored",
-                         _describe(item))
+                         safe_repr(item))
             continue
         stale = staleness(version, ref.versions)
         if stale is None and version is not None and ref.versions:
@@ -199,7 +199,7 @@ def annotate(session_id: Any, task_id: Any = None, **values: Any) -> bool:
     if ref is None:
         if task_id is None:
             guard.report(diagnostics.UNKNOWN_ANNOTATED_SESSION, "annotate: %s names no session known here and "
-                         "no task_id was given; ignored", _describe(session_id))
+                         "no task_id was given; ignored", safe_repr(session_id))
             return False
         ref = SessionRef(session_id, task_id)
     elif task_id is not None and ref.task_id is None:
@@ -269,11 +269,3 @@ def _hashable(value: Any) -> Any:
         return value
     except TypeError:
         return repr(value)
-
-
-def _describe(item: Any) -> str:
-    try:
-        text = repr(item)
-    except Exception:  # noqa: BLE001 - a broken __repr__ is still an item to skip
-        text = f"<{type(item).__name__}>"
-    return text if len(text) <= 80 else text[:77] + "..."

@@ -335,9 +335,8 @@ class ChromeTraceEncoder:
         add_lane_metadata(proc.pid, tid, group.name, group.number, index, out)
         return lane
 
-    def _maybe_prune(self, lane: Lane) -> None:
-        if lane.count < lane.next_prune:
-            return
+    def _prune(self, lane: Lane) -> None:
+        """Shortens ``lane``'s placement history (called once it reaches ``next_prune``)."""
         horizon = self._horizon_ns
         lane.prune(lane.max_end - horizon)
         # Over the cap, shorten the history until a quarter of the cap is free,
@@ -408,7 +407,7 @@ class ChromeTraceEncoder:
             chosen = self._new_lane(proc, group, out)
             chosen.insert(start, end, span_id, is_ancestor)
         if chosen.count >= chosen.next_prune:
-            self._maybe_prune(chosen)
+            self._prune(chosen)
 
         pid = proc.pid
         tid = chosen.tid

@@ -83,10 +83,10 @@ class InstrumentSessionMetrics:
         self._stale = meter.create_counter(STALE[0], unit=STALE[1], description=STALE[2])
         self._gauge = meter.create_gauge(GAUGE[0], unit=GAUGE[1], description=GAUGE[2])
 
-    def staleness(self, versions: Any, crossed_update: bool) -> None:
+    def staleness(self, staleness: Any, crossed_update: bool) -> None:
         """One consumed session: its staleness (``None`` when not numeric)."""
-        if versions is not None:
-            self._staleness.record(versions)
+        if staleness is not None:
+            self._staleness.record(staleness)
         self._consumed.add(1, {keys.SESSION_CROSSED_UPDATE: crossed_update})
 
     def stale(self, status: Any) -> None:
@@ -180,11 +180,11 @@ class AggregatedSessionMetrics:
                             trace_id, span_id, flags)
             self._add(self._sessions, status, (keys.SESSION_STATUS, status), 1)
 
-    def staleness(self, versions: Any, crossed_update: bool) -> None:
+    def staleness(self, staleness: Any, crossed_update: bool) -> None:
         """One consumed session: its staleness in policy versions (``None`` when not numeric)."""
         with self._lock:
-            if versions is not None:
-                self._histogram(self._staleness, None, (), versions, 0, 0, 0)
+            if staleness is not None:
+                self._histogram(self._staleness, None, (), staleness, 0, 0, 0)
             self._add(self._consumed, crossed_update, (keys.SESSION_CROSSED_UPDATE, crossed_update), 1)
 
     def stale(self, status: Any) -> None:
