@@ -335,18 +335,6 @@ class ChromeTraceEncoder:
         add_lane_metadata(proc.pid, tid, group.name, group.number, index, out)
         return lane
 
-    def _prune(self, lane: Lane) -> None:
-        """Shortens ``lane``'s placement history (called once it reaches ``next_prune``)."""
-        horizon = self._horizon_ns
-        lane.prune(lane.max_end - horizon)
-        # Over the cap, shorten the history until a quarter of the cap is free,
-        # so the next prune is many insertions away rather than the next one.
-        target = self._max_intervals * 3 // 4
-        while lane.count > target and horizon > 0:
-            horizon //= 2
-            lane.prune(lane.max_end - horizon)
-        lane.next_prune = max(lane.count + 1, min(self._max_intervals, lane.count + self._prune_step))
-
     # --- placement and events ------------------------------------------------------------
     def _place(self, span: ReadableSpan, proc: ProcessLanes, attrs: Mapping[str, Any],
                out: list[dict[str, Any]], prefer: tuple[LaneGroup, int] | None = None,
@@ -407,7 +395,7 @@ class ChromeTraceEncoder:
             chosen = self._new_lane(proc, group, out)
             chosen.insert(start, end, span_id, is_ancestor)
         if chosen.count >= chosen.next_prune:
-            self._prune(chosen)
+            chosen.shorten(self._horizon_ns, self._max_intervals, self._prune_step)
 
         pid = proc.pid
         tid = chosen.tid

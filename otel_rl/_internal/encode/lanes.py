@@ -190,6 +190,25 @@ class Lane:
         self.count -= removed
         self.pruned_before = gone
 
+    def shorten(self, horizon: int, max_intervals: int, step: int) -> None:
+        """Shortens the placement history once it reaches :attr:`next_prune`.
+
+        Intervals older than ``horizon`` (before the newest end) go first; over
+        ``max_intervals`` the horizon halves until a quarter of the cap is free,
+        so the next prune is many insertions away rather than the next one.
+
+        Args:
+            horizon: History kept, in nanoseconds before the newest end.
+            max_intervals: Hard cap on the intervals kept.
+            step: Insertions until the next prune, at most.
+        """
+        self.prune(self.max_end - horizon)
+        target = max_intervals * 3 // 4
+        while self.count > target and horizon > 0:
+            horizon //= 2
+            self.prune(self.max_end - horizon)
+        self.next_prune = max(self.count + 1, min(max_intervals, self.count + step))
+
 
 class LaneGroup:
     """The lanes of one source thread of one process."""
