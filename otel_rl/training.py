@@ -19,7 +19,7 @@ on sessions generated under older weights. These calls put that on the trace:
 
 from __future__ import annotations
 
-import time
+from time import time_ns
 from collections.abc import Mapping
 from typing import Any
 
@@ -230,8 +230,12 @@ def _items(sessions: Any) -> list[Any]:
 
 def _line(kind: str, ref: SessionRef, fields: dict[str, Any]) -> dict[str, Any]:
     settings = STATE.settings
-    return {"kind": kind, "task_id": json_safe(ref.task_id), "session_id": json_safe(ref.session_id),
-            "rank": settings.rank, "role": settings.role, "ts": time.time(), **fields}
+    line = {"kind": kind, "task_id": json_safe(ref.task_id), "session_id": json_safe(ref.session_id),
+            "rank": settings.rank, "role": settings.role, "ts": time_ns() / 1e9, **fields}
+    if ref.span_id is not None:
+        # The session span's id, as its record writes it: ids alone repeat across rollout processes.
+        line["span_id"] = f"{ref.span_id:016x}"
+    return line
 
 
 def _write(lines: list[dict[str, Any]]) -> None:

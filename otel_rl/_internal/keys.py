@@ -179,6 +179,9 @@ STATUS_FAILED = "failed"
 STATUS_DROPPED = "dropped"
 #: The statuses ``mark_finalized`` accepts without a warning.
 FINAL_STATUSES = (STATUS_ACCEPTED, STATUS_REJECTED, STATUS_FAILED, STATUS_DROPPED)
+#: A finalization reason holding this text (any case) marks a session rejected or dropped
+#: for staleness: counted by ``rl.sessions.stale`` and the report's pipeline view.
+STALE_REASON_MARK = "stale"
 
 # --- instrumentation scope
 #: The instrumentation scope of otel_rl's spans and meters.

@@ -12,13 +12,14 @@ from ._stats import step_sort_key
 from .breakdown import phase_breakdown, span_breakdown, stage_breakdown
 from .hops import hop_breakdown
 from .lifecycle import DEFAULT_GANTT_LIMIT, lifecycle
+from .pipeline import pipeline
 from .longtail import DEFAULT_OUTLIERS, DEFAULT_THRESHOLD, DEFAULT_TURN_PHASE, long_tail
 from .timeline import DEFAULT_LIMIT, timeline
 from .timer_tree import timer_trees
 from .training import training
 
 #: View names, in report order (``--view`` picks among them).
-VIEWS = ("summary", "training", "phases", "spans", "stages", "hops", "timers", "longtail", "lifecycle",
+VIEWS = ("summary", "training", "pipeline", "phases", "spans", "stages", "hops", "timers", "longtail", "lifecycle",
          "timeline")
 
 
@@ -94,6 +95,7 @@ def build(data: RunData, views: Iterable[str] | None = None, *, threshold: float
     makers = {
         "summary": lambda: summary(data),
         "training": lambda: training(data),
+        "pipeline": lambda: pipeline(data),
         "phases": lambda: phase_breakdown(data),
         "spans": lambda: span_breakdown(data),
         "stages": lambda: stage_breakdown(data),

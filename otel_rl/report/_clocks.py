@@ -79,6 +79,7 @@ def align_clocks(data: RunData, apply: bool) -> None:
             span.start -= d
             span.end -= d
     data.instants = [(w, n, t - shift.get(w, 0.0), a) for w, n, t, a in data.instants]
+    data.counters = [(w, n, t - shift.get(w, 0.0), v) for w, n, t, v in data.counters]
     for row in data.sessions:
         d = shift.get(row.worker)
         if not d:

@@ -21,7 +21,7 @@ from functools import reduce
 from operator import add
 from typing import Any
 
-from .._internal.read.session_facts import CANDIDATES, FIRST_OPEN, TURN_PHASE, FactsBuilder
+from .._internal.read.session_facts import CANDIDATES, FIRST_OPEN, TURN_PHASE, FactsBuilder, reason_text
 from .._internal.read.sessions import record_fields
 from ._model import RunData, SessionRow, record_row
 
@@ -39,7 +39,7 @@ def _u(raw: bytes, code: str = "I") -> array:
 
 
 class _Block:
-    __slots__ = ("start", "n", "workers", "statuses", "steps", "key", "status", "finalized", "total", "ids",
+    __slots__ = ("start", "n", "workers", "statuses", "steps", "key", "status", "finalized", "total", "ready", "ids", "tasks", "span_ids",
                  "cold", "done")
 
 
@@ -57,6 +57,8 @@ class SessionTable:
         self.steps: dict[Any, None] = {}  # every step, in order of first appearance
         self.workers: set[str] = set()
         self.status_counts: Counter = Counter()
+        #: (status, reason) -> sessions finalized so (every session, not only those kept as rows)
+        self.reasons: Counter = Counter()
         self.finalized_n = 0
         self.tmin: Any = None
         self.tmax: Any = None
@@ -88,8 +90,9 @@ class SessionTable:
         table = cls(turn_phase, k)
         builder = FactsBuilder(turn_phase, k, cold="none")
         for r in rows:
+            task_id, session_id, reason, _counters, span_id, _trace_id = r.details()
             builder.add(r.worker, r.status, r.submit, r.finalized, r.total, r.step, r.phases, r.tokens,
-                        r.session_id)
+                        session_id, task_id, None if reason is None else reason_text(reason), span_id)
         facts = builder.result()
         table.add(facts, facts["keys"])
         table.rows_list = rows
@@ -109,7 +112,12 @@ class SessionTable:
         b.status = _u(facts["status"], "H")
         b.finalized = _d(facts["finalized"])
         b.total = _d(facts["total"])
+        b.ready = _d(facts["ready"])
         b.ids = facts["ids"]
+        b.tasks = facts["tasks"]
+        b.span_ids = facts["span_ids"]
+        for status, reason, count in facts["reasons"]:
+            self.reasons[(status, reason)] += count
         b.cold = facts["cold"]
         b.done = facts["done"]
         self.blocks.append(b)
@@ -211,6 +219,41 @@ class SessionTable:
             b.ids = marshal.loads(b.ids)
         return (b.finalized[j], b.total[j], b.statuses[b.status[j]], b.workers[b.key[j]],
                 b.ids[j])  # type: ignore[index]
+
+    def lookup(self, wanted: set[Any]) -> dict[Any, tuple[str, str, float, float] | None]:
+        """``key -> (worker, status, ready, total)`` of the sessions ``wanted`` names, each by its
+        session span's id (hex text) or by ``(task_id, session_id)``; a pair that several sessions
+        have (ids repeat across processes) maps to ``None``. ``ready``: the end of the session's
+        last phase, else its finalization; NaN when unknown, as is an unknown total. Read from the
+        columns: every session looked at, none read back."""
+        out: dict[Any, tuple[str, str, float, float] | None] = {}
+        if not wanted:
+            return out
+        nan = float("nan")
+
+        def found(keys: tuple, value: tuple[str, str, float, float]) -> None:
+            span_id, pair = keys
+            if span_id in wanted:
+                out[span_id] = value
+            if pair in wanted:
+                out[pair] = None if pair in out else value
+
+        if self.rows_list is not None:
+            for r in self.rows_list:
+                task_id, session_id, _reason, _counters, span_id, _trace_id = r.details()
+                ends = [e for e in r.phases[2::3] if e is not None]
+                ready = max(ends) if ends else nan if r.finalized is None else r.finalized
+                found((span_id, (task_id, session_id)), (r.worker, r.status, ready, nan if r.total is None else r.total))
+            return out
+        for b in self.blocks:
+            if type(b.ids) is bytes:
+                b.ids = marshal.loads(b.ids)
+            tasks = marshal.loads(b.tasks) if type(b.tasks) is bytes else b.tasks
+            span_ids = marshal.loads(b.span_ids) if type(b.span_ids) is bytes else b.span_ids
+            for j, (span_id, pair) in enumerate(zip(span_ids, zip(tasks, b.ids))):
+                if span_id in wanted or pair in wanted:
+                    found((span_id, pair), (b.workers[b.key[j]], b.statuses[b.status[j]], b.ready[j], b.total[j]))
+        return out
 
     def row(self, i: int) -> SessionRow:
         """Session ``i``, read back (a new row each time, for a table of rows the row itself)."""

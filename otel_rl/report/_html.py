@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from ._html_page import Page, esc, html_table, seconds_unit
+from ._html_pipeline import pipeline_section
 from ._html_sessions import lifecycle_section, longtail_section, timeline_section
 from ._table import count_nodes, fmt_ms, fmt_num, fmt_pct, fmt_s, tree_rows
 
@@ -208,6 +209,8 @@ def render_html(doc: dict[str, Any]) -> str:
         _summary(page, doc["summary"])
     if "training" in doc:
         _training(page, doc["training"])
+    if "pipeline" in doc:
+        pipeline_section(page, doc["pipeline"])
     if "phases" in doc:
         _phases(page, doc["phases"])
     if "spans" in doc:

@@ -216,6 +216,9 @@ class _Loader:
     def process_name(self, worker: str, name: str) -> None:
         self.worker(worker, name=name)
 
+    def counter(self, worker: str, name: str, ts_s: float, value: float) -> None:
+        self.data.counters.append((worker, name, ts_s, value))
+
     # --- files --------------------------------------------------------------------------------
     def read(self, path: str) -> None:
         size = os.path.getsize(path)

@@ -69,6 +69,10 @@ class SessionRow:
     span_id = _packed_field(4, "Its ``session`` span's id, or ``None``.")
     trace_id = _packed_field(5, "Its trace's id, or ``None``.")
 
+    def details(self) -> tuple[Any, Any, Any, Any, Any, Any]:
+        """``(task_id, session_id, reason, counters, span_id, trace_id)``, read back at once."""
+        return unpack(self._details)
+
     def identity(self) -> tuple[Any, Any, Any, Any]:
         """``(task_id, session_id, span_id, trace_id)``, read back at once."""
         task_id, session_id, _reason, _counters, span_id, trace_id = unpack(self._details)
@@ -253,6 +257,8 @@ class RunData:
     stats: list[dict[str, Any]] = field(default_factory=list)
     #: Consumed sessions and annotations (``annotations-r{rank}.jsonl`` lines, as written).
     annotations: list[dict[str, Any]] = field(default_factory=list)
+    #: Counter samples on the timeline (Chrome ``C`` events): ``(worker, name, time_s, value)``.
+    counters: list[tuple[str, str, float, float]] = field(default_factory=list)
     diagnostics: Diagnostics = field(default_factory=Diagnostics)
 
     @property

@@ -102,6 +102,54 @@ def _training(console: Console, view: dict[str, Any]) -> None:
     _more(console, min(len(view["rows"]), MAX_ROWS), len(view["rows"]), "steps")
 
 
+def _pipeline(console: Console, view: dict[str, Any]) -> None:
+    o = view["overall"]
+    rows = [r for r in view["steps"] if r["consumed"] or r["rollout_paused_s"] or r["trainer_wait_s"]]
+    if rows:
+        table = _table("Pipeline per step (consume, weight_sync)", "step", "consumed", "staleness mean / max",
+                       "crossed update", "age p50", "age p95", "step", "trainer waited", "weights sent",
+                       "rollouts paused", "sessions/s", right=tuple(range(1, 11)))
+        for r in rows[:MAX_ROWS]:
+            st, age = r["staleness"], r["sample_age"]
+            table.add_row(str(r["step"]), f"{r['consumed']:,}",
+                          "-" if st["mean"] is None else f"{st['mean']:.2f} / {st['max']:g}",
+                          fmt_pct(r["crossed_update"]), fmt_s(age["p50_s"]), fmt_s(age["p95_s"]),
+                          fmt_s(r["duration_s"]), fmt_s(r["trainer_wait_s"]), fmt_s(r["weight_sync_s"]),
+                          fmt_s(r["rollout_paused_s"]), fmt_num(r["throughput_sps"]))
+        console.print(table)
+        _more(console, min(len(rows), MAX_ROWS), len(rows), "steps")
+        spread = ", ".join(f"{k}: {n:,}" for k, n in o["staleness"]["counts"].items())
+        console.print(f"  {o['consumed']:,} sessions consumed ({o['consumed_unknown']:,} not in the records read); "
+                      f"staleness {spread or '-'}; {o['dropped_stale']:,} finalized as stale; "
+                      f"{fmt_num(o['finalized_per_s'])} sessions finalized/s", style="dim")
+        console.print(f"  bubbles: the trainer waited for rollouts {fmt_s(o['trainer_wait_s'])} "
+                      f"({fmt_pct(o['trainer_wait_share'])} of its steps); rollouts were paused receiving weights "
+                      f"{fmt_s(o['rollout_paused_s'])} ({fmt_pct(o['rollout_paused_share'])} of their time)",
+                      style="dim")
+    if view["weight_syncs"]:
+        table = _table("Weight syncs per worker", "worker", "role", "count", "total", "p50", "max",
+                       right=(2, 3, 4, 5))
+        for r in view["weight_syncs"][:MAX_ROWS]:
+            table.add_row(r["worker"], r["role"], f"{r['count']:,}", fmt_s(r["total_s"]), fmt_s(r["p50_s"]),
+                          fmt_s(r["max_s"]))
+        console.print(table)
+    if view["counters"]:
+        table = _table("Counters on the timeline", "counter", "worker", "samples", "min", "mean", "max", "last",
+                       right=(2, 3, 4, 5, 6))
+        for c in view["counters"][:MAX_ROWS]:
+            table.add_row(c["name"], c["worker"], f"{c['count']:,}", fmt_num(c["min"]), fmt_num(c["mean"]),
+                          fmt_num(c["max"]), fmt_num(c["last"]))
+        console.print(table)
+        _more(console, min(len(view["counters"]), MAX_ROWS), len(view["counters"]), "counters")
+    if view["values_vs_latency"]:
+        table = _table("Annotated values vs session latency (mean per latency fifth, fastest first)", "value",
+                       "sessions", "pearson", "spearman", "means", right=(1, 2, 3))
+        for name, v in list(view["values_vs_latency"].items())[:MAX_ROWS]:
+            table.add_row(name, f"{v['count']:,}", fmt_num(v["pearson"]), fmt_num(v["spearman"]),
+                          "  ".join(fmt_num(g["mean"]) for g in v["by_latency"]))
+        console.print(table)
+
+
 def fmt_num(value: Any) -> str:
     """A statistic: 4 significant digits, ``-`` when missing."""
     return "-" if value is None else f"{value:.4g}"
@@ -354,7 +402,8 @@ def _timeline(console: Console, view: dict[str, Any]) -> None:
                        f"{tl['step']}, {tl['status']}, {total})", "t_rel", "event", "duration",
                        right=(0, 2))
         for e in tl["events"]:
-            table.add_row(fmt_ms(e["t_rel_ms"]), describe_event(e),
+            # Text, not markup: "[worker]" in an event is what it says, not a rich style tag.
+            table.add_row(fmt_ms(e["t_rel_ms"]), Text(describe_event(e)),
                           fmt_ms(e.get("duration_ms")) if "duration_ms" in e else "")
         console.print(table)
     if view["sessions"]:
@@ -373,7 +422,7 @@ def _timeline(console: Console, view: dict[str, Any]) -> None:
 def render_table(doc: dict[str, Any], console: Console | None = None) -> None:
     """Prints every view of a built report that has data."""
     console = console or Console()
-    sections = (("summary", _summary), ("training", _training), ("phases", _phases), ("spans", _spans), ("stages", _stages),
+    sections = (("summary", _summary), ("training", _training), ("pipeline", _pipeline), ("phases", _phases), ("spans", _spans), ("stages", _stages),
                 ("hops", _hops), ("timers", _timers), ("longtail", _longtail),
                 ("lifecycle", _lifecycle), ("timeline", _timeline))
     for key, render in sections:

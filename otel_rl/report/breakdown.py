@@ -255,4 +255,37 @@ def stage_breakdown(data: RunData, pairs: tuple[tuple[str, str], ...] = STAGE_IN
         row["share"] = row["total_ms"] / stage_total[stage] if stage_total.get(stage) else None
         rows.append(row)
     rows.sort(key=lambda r: (-r["total_ms"], r["stage"], r["interval"]))
-    return {"unit": "ms", "requests": len(data.requests), "rows": rows}
+    return {"unit": "ms", "requests": len(data.requests), "rows": rows + _server_timing_rows(data)}
+
+
+def _server_timing_rows(data: RunData) -> list[dict[str, Any]]:
+    """Rows of the engine's own timings (``record_server_timings``) beside the client-side phases
+    they ran in: stage ``<engine> server``, one row per timing and one per client phase
+    (``generate (client)``); a timing's share is of the client phases' total."""
+    timings: dict[tuple[str, str], list[float]] = defaultdict(list)
+    parents: dict[str, str] = {}
+    for span in data.spans:
+        if span.args.get(keys.SPAN_KIND) == keys.KIND_SERVER_TIMING:
+            engine = str(span.args.get(keys.SERVER_ENGINE) or "engine")
+            timings[(engine, span.name)].append(span.dur * 1e3)
+            if span.parent_id:
+                parents[span.parent_id] = engine
+    if not timings:
+        return []
+    client: dict[tuple[str, str], list[float]] = defaultdict(list)
+    for span in data.spans:
+        engine = parents.get(span.span_id) if span.span_id else None
+        if engine is not None:
+            client[(engine, span.name)].append(span.dur * 1e3)
+    client_total = defaultdict(float)
+    for (engine, _name), values in client.items():
+        client_total[engine] += math.fsum(values)
+    rows = []
+    for (engine, name), values in sorted(client.items()):
+        rows.append({"stage": f"{engine} server", "interval": f"{name} (client)", **summarize(values, unit="ms"),
+                     "open": 0, "share": 1.0 if client_total[engine] else None})
+    for (engine, name), values in sorted(timings.items(), key=lambda kv: -math.fsum(kv[1])):
+        row = {"stage": f"{engine} server", "interval": name, **summarize(values, unit="ms"), "open": 0}
+        row["share"] = row["total_ms"] / client_total[engine] if client_total.get(engine) else None
+        rows.append(row)
+    return rows

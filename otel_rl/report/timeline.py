@@ -8,6 +8,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from .._internal import keys
+from .._internal.read.annotations import session_key
 from ._requests import requests_by_session, session_requests
 from ._columns import session_table
 from ._model import RunData, SessionRow
@@ -20,7 +21,8 @@ def _ms(t: float, t0: float) -> float:
     return (t - t0) * 1e3
 
 
-def _session_timeline(row: SessionRow, spans: list[Any], requests: list[tuple] | None) -> dict[str, Any]:
+def _session_timeline(row: SessionRow, spans: list[Any], requests: list[tuple] | None,
+                      notes: list[dict[str, Any]]) -> dict[str, Any]:
     t0 = row.submit if row.submit is not None else min(
         [row.phases[i + 1] for i in range(0, len(row.phases), 3)] or [0.0])
     events: list[dict[str, Any]] = [{"t_rel_ms": 0.0, "event": "submit"}]
@@ -50,12 +52,36 @@ def _session_timeline(row: SessionRow, spans: list[Any], requests: list[tuple] |
     if row.finalized is not None:
         events.append({"t_rel_ms": _ms(row.finalized, t0), "event": "finalized",
                        "status": row.status, "reason": row.reason})
+    # What the trainer said of it afterwards (otel_rl.consume, otel_rl.annotate), joined by its ids.
+    consumed: dict[str, Any] = {}
+    values: dict[str, Any] = {}
+    for note in notes:
+        if note["kind"] == "consume":
+            consumed = {k: note.get(k) for k in _CONSUME_FIELDS}
+            event = {"event": "consumed", **consumed}
+        else:
+            values.update(note["values"])
+            event = {"event": "annotation", "values": note["values"]}
+        ts = note.get("ts")
+        if isinstance(ts, (int, float)):  # a line without a time adds its values, not an event
+            events.append({"t_rel_ms": _ms(ts, t0), "worker": _note_worker(note), **event})
     events.sort(key=lambda e: (e["t_rel_ms"], e["event"] == "finalized"))
     return {
         "worker": row.worker, "task_id": row.task_id, "session_id": row.session_id,
         "step": row.step, "status": row.status, "reason": row.reason, "submit_ts": row.submit,
-        "total_ms": row.total * 1e3 if row.total is not None else None, "events": events,
+        "total_ms": row.total * 1e3 if row.total is not None else None,
+        "consumed_step": consumed.get("step"), "staleness": consumed.get("staleness"), "annotations": values,
+        "events": events,
     }
+
+
+#: What a session's timeline shows of its ``consume`` line.
+_CONSUME_FIELDS = ("step", "policy_version", "staleness", "crossed_update")
+
+
+def _note_worker(note: dict[str, Any]) -> str:
+    role, rank = note.get("role"), note.get("rank")
+    return f"{role}-r{rank}" if role else f"r{rank}"
 
 
 def _request_timeline(rid: Any, events: list[tuple]) -> dict[str, Any]:
@@ -135,9 +161,22 @@ def timeline(data: RunData, sessions: Iterable[Any] | None = None,
             return ev[-1][0] - ev[0][0]
         req_chosen = sorted(req_ids, key=span_ns, reverse=True)[:limit]
     by_session = requests_by_session(data)
+    notes: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    if chosen and data.annotations:
+        shown: dict[Any, list[SessionRow]] = defaultdict(list)
+        for r in chosen:
+            task_id, session_id, span_id, _trace_id = r.identity()
+            shown[(task_id, session_id)].append(r)
+            if span_id is not None:
+                shown[span_id].append(r)
+        for note in data.annotations:
+            matches = shown.get(session_key(note), ())
+            if len(matches) == 1:  # a pair that several sessions shown have names none of them
+                notes[id(matches[0])].append(note)
     return {
         "sessions": [_session_timeline(r, sorted(spans_by_session.get(id(r), []), key=lambda s: s.start),
-                                       session_requests(data, r.session_id, r.worker, by_session))
+                                       session_requests(data, r.session_id, r.worker, by_session),
+                                       notes.get(id(r), []))
                      for r in chosen],
         "requests": [_request_timeline(rid, data.requests[rid]) for rid in req_chosen],
         "sessions_total": len(rows),
@@ -155,6 +194,11 @@ def describe_event(event: dict[str, Any]) -> str:
         return f"{event['name']} [{event['worker']}]"
     if what == "request_event":
         return f"{event['stage']}: {event['name']}"
+    if what == "consumed":
+        return f"consumed by step {event['step']} [{event['worker']}] (staleness {event['staleness']})"
+    if what == "annotation":
+        shown = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in event["values"].items())
+        return f"annotation [{event['worker']}]: {shown}"
     if what == "finalized":
         return f"finalized: {event['status']}" + (f" ({event['reason']})" if event.get("reason") else "")
     return what

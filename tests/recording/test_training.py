@@ -137,8 +137,10 @@ def test_consumed_sessions_are_lines_the_report_joins(capture):
     with otel_rl.step_scope(4):
         otel_rl.consume(session_id)  # finalized already: remembered by the registry
     lines = [{k: v for k, v in line.items() if k != "ts"} for line in annotations(capture)]
+    (record,) = capture.sessions()
     assert lines == [{"kind": "consume", "task_id": task_id, "session_id": session_id, "rank": 0, "role": "",
-                      "step": 4, "policy_version": 2, "staleness": 2, "crossed_update": False}]
+                      "step": 4, "policy_version": 2, "staleness": 2, "crossed_update": False,
+                      "span_id": record["span_id"]}]
 
 
 def test_samples_the_trainer_holds_carry_their_own_versions(capture):

@@ -5,7 +5,8 @@
 of ``SAMPLES`` asyncio sessions with 1-3 generate turns (with tool calls
 between turns) and a reward phase, finalized accepted or rejected; then a
 ``train`` scope with an ML-Agents ``@timed`` function, a nested
-``hierarchical_timer`` and a gauge. In step ``SLOW_STEP`` the rank
+``hierarchical_timer`` and a gauge, a weight sync received and the step's
+sessions consumed (one of them annotated). In step ``SLOW_STEP`` the rank
 ``SLOW_RANK`` has one session that generates for ``SLOW_S`` (the straggler),
 and in the last step one session fails while a phase is still open. Run
 by the tests as real processes, one per rank.
@@ -38,7 +39,8 @@ def compute_loss(step: int) -> float:
 
 
 @otel_rl.session_context()
-async def collect(rng: random.Random, slow: bool, fail: bool) -> None:
+async def collect(rng: random.Random, slow: bool, fail: bool) -> dict:
+    sample = {"task_id": otel_rl.get_task_id(), "session_id": otel_rl.get_session_id()}
     turns = rng.randint(1, 3)
     for turn in range(turns):
         async with otel_rl.atrace_session_phase("generate", start_payload={"turn": turn}) as span:
@@ -54,22 +56,23 @@ async def collect(rng: random.Random, slow: bool, fail: bool) -> None:
         # A reward the engine never finishes: the phase is still open when the session fails.
         otel_rl.trace_session_event("mark_reward_start")
         otel_rl.trace_session_event("mark_finalized", status="failed", reason="engine_error")
-        return
+        return sample
     with otel_rl.trace_session_phase("reward"):
         time.sleep(0.0005)
     ok = rng.random() < 0.7
     otel_rl.trace_session_event("mark_finalized", status="accepted" if ok else "rejected",
                                 reason=None if ok else "wrong_answer")
+    return sample
 
 
-async def run_task(rng: random.Random, slow: bool, fail: bool) -> None:
+async def run_task(rng: random.Random, slow: bool, fail: bool) -> list:
     otel_rl.set_task_id(otel_rl.register_task())
-    await asyncio.gather(*(collect(rng, slow and i == 0, fail and i == 0) for i in range(SAMPLES)))
+    return await asyncio.gather(*(collect(rng, slow and i == 0, fail and i == 0) for i in range(SAMPLES)))
 
 
-async def rollout(step: int, rank: int, slow_rank: int, rng: random.Random) -> None:
+async def rollout(step: int, rank: int, slow_rank: int, rng: random.Random) -> list:
     with otel_rl.trace_scope("rollout.batch", category="scheduler"):
-        await asyncio.gather(*(
+        return await asyncio.gather(*(
             run_task(rng, slow=(rank == slow_rank and step == SLOW_STEP and k == 0),
                      fail=(step == STEPS - 1 and k == TASKS - 1))
             for k in range(TASKS)))
@@ -96,10 +99,14 @@ def main(fileroot: str, rank: int, slow_rank: int) -> None:
     for step in range(STEPS):
         step_barrier(fileroot, step, rank)
         with otel_rl.step_scope(step):
-            asyncio.run(rollout(step, rank, slow_rank, rng))
+            samples = [s for task in asyncio.run(rollout(step, rank, slow_rank, rng)) for s in task]
+            otel_rl.consume(samples)
+            otel_rl.annotate(samples[0]["session_id"], samples[0]["task_id"], advantage=LOSS[step])
             with otel_rl.trace_scope("train", category="compute"):
                 for _ in range(2):
                     set_gauge("loss", compute_loss(step))
+            with otel_rl.weight_sync(step + 1, role="recv"):
+                time.sleep(0.001)
         otel_rl.save(step)
     otel_rl.shutdown()
 

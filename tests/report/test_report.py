@@ -228,9 +228,11 @@ def test_timeline_is_relative_to_submission_and_shows_open_phases(run, data):
     assert [e["turn"] for e in phases if e["phase"] == "generate"] == list(
         range(1, len(rec["phases"]["generate"]) + 1))
     assert tl["events"][0] == {"t_rel_ms": 0.0, "event": "submit"}
-    final = tl["events"][-1]
+    # Finalized, then consumed by the trainer's step (the workload consumes after the rollout).
+    final, consumed = tl["events"][-2:]
     assert final["event"] == "finalized" and final["reason"] == "engine_error"
     assert final["t_rel_ms"] == approx((rec["finalized_ts"] - rec["submit_ts"]) * 1e3)
+    assert (consumed["event"], consumed["step"], tl["consumed_step"]) == ("consumed", rec["step"], rec["step"])
 
 
 def test_timelines_default_to_all_or_the_slowest(data):

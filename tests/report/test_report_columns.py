@@ -263,7 +263,8 @@ def test_records_as_the_exporter_writes_them_are_gathered_as_line_by_line(cold, 
         careful = session_reader.parse_block(b"\n" + data, -1, columns=cold)  # a blank line: one by one
         assert quick[-1][0] == careful[-1][0] == session_reader._FACTS
         for facts in (quick[-1][1], careful[-1][1]):
-            facts["ids"] = marshal.loads(facts["ids"])  # equal values, marshalled with or without references
+            for column in ("ids", "tasks", "span_ids"):  # equal values, marshalled with or without references
+                facts[column] = marshal.loads(facts[column])
         assert quick == careful
 
 

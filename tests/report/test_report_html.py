@@ -80,7 +80,7 @@ def test_the_report_renders_offline_without_errors(html_file):
             browser.close()
     assert problems == []
     assert requests == [url]  # the file itself and nothing else
-    assert sections == ["summary", "phases", "spans", "stages", "timers", "longtail", "lifecycle", "timeline",
+    assert sections == ["summary", "pipeline", "phases", "spans", "stages", "timers", "longtail", "lifecycle", "timeline",
                         "inputs"]
     assert len(plots) >= 15
     for plot in plots:
@@ -89,5 +89,7 @@ def test_the_report_renders_offline_without_errors(html_file):
     for expected in ("Phase duration percentiles", "Share of session time per phase, per step", "Stage intervals",
                      "Hops", "Merged timer tree", "Completion-time CDF per step", "Per-worker CDF",
                      "Slowest sessions", "Sessions per worker (lanes)", "Session duration histogram by status",
-                     "Session latency at finalization", "Session timelines"):
+                     "Session latency at finalization", "Session timelines",
+                     "Sessions consumed per step, by staleness", "Bubbles per step", "Sample age at consumption",
+                     "Counters over time", "advantage vs session latency"):
         assert expected in titles, expected

@@ -64,6 +64,7 @@ CLOCKS = (
     "otel_rl._internal.recording.spans._time_ns",
     "otel_rl._internal.recording.tracking.time_ns",
     "otel_rl.sessions.time_ns",
+    "otel_rl.training.time_ns",
 )
 
 #: The thread attributes of a span recorded on the test's own thread.

@@ -194,7 +194,7 @@ class SessionSpanProcessor(SpanProcessor):
             ctx = span.context
             try:
                 self._metrics.session(total_s, record["status"], ctx.trace_id, ctx.span_id, ctx.trace_flags)
-                if type(reason) is str and _STALE in reason.lower():
+                if type(reason) is str and keys.STALE_REASON_MARK in reason.lower():
                     self._metrics.stale(record["status"])
             except Exception as exc:  # noqa: BLE001
                 guard.report(diagnostics.METRICS_ERROR, "session metrics could not be recorded: %r", exc)
@@ -212,9 +212,6 @@ class SessionSpanProcessor(SpanProcessor):
         self.flush()
         return True
 
-
-#: A verdict whose reason holds this (any case) counts as one for staleness.
-_STALE = "stale"
 
 #: Session span attributes copied into the record when set, and their record fields.
 _OPTIONAL_FIELDS = ((keys.SESSION_CONSUMED_STEP, "consumed_step"), (keys.SESSION_STALENESS, "staleness"),

@@ -12,6 +12,13 @@ from .limits import InputLimits
 ANNOTATION_KINDS = ("consume", "annotation")
 
 
+def session_key(line: dict[str, Any]) -> Any:
+    """What names the session of a line: its span's id when the line has it (ids repeat across
+    rollout processes), else ``(task_id, session_id)``."""
+    span_id = line.get("span_id")
+    return span_id if span_id is not None else (line.get("task_id"), line.get("session_id"))
+
+
 def read_annotations(path: str, limits: InputLimits, problems: LineProblems,
                      add: Callable[[dict[str, Any]], None],
                      on_read: Callable[[int], None] | None = None) -> int:
@@ -22,7 +29,7 @@ def read_annotations(path: str, limits: InputLimits, problems: LineProblems,
         limits: Bounds on reading it.
         problems: Told of every line that could not be used, and why.
         add: Takes each line as written (``kind``, ``task_id``, ``session_id``,
-            ``rank``, ``role``, ``ts``, and ``step``, ``policy_version``,
+            ``rank``, ``role``, ``ts``, the session span's ``span_id`` when known, and ``step``, ``policy_version``,
             ``staleness``, ``crossed_update`` for a consume, ``values`` for an
             annotation).
         on_read: Called with the size of each chunk read (for progress bars).

@@ -2,7 +2,7 @@
 
 :class:`ChromeEventReader` takes the events of one file in order: complete
 events (``X``) and begin / end pairs (``B`` / ``E``) become spans, ``i`` /
-``I`` / ``n`` / ``R`` events instants, ``process_name`` metadata names a
+``I`` / ``n`` / ``R`` events instants, ``C`` events counter samples, ``process_name`` metadata names a
 process. Each process becomes a worker labelled after the file
 (``traces-rollout-r0.jsonl`` -> ``rollout-r0``; ``... pid N`` for the other
 processes of a file). What it reads goes to a :class:`ChromeEventSink`.
@@ -39,6 +39,9 @@ class ChromeEventSink(Protocol):
 
     def process_name(self, worker: str, name: str) -> None:
         """A process's name (``process_name`` metadata)."""
+
+    def counter(self, worker: str, name: str, ts_s: float, value: float) -> None:
+        """One sample of a counter track (``name`` is ``event.series`` for a counter of several series)."""
 
 
 class ChromeEventReader:
@@ -144,6 +147,22 @@ class ChromeEventReader:
             if problem:
                 return f"args.{problem}"
             self._instant(worker, str(ev.get("name", "")), ts / 1e6, args)
+            self.count += 1
+        elif ph == "C":
+            worker = self._worker(pid)
+            if worker is None:
+                return None
+            ts, args = ev.get("ts"), ev.get("args")
+            if not is_number(ts) or not -MAX_US < ts < MAX_US:
+                return "counter event without a numeric ts in range"
+            if type(args) is not dict or not args:
+                return "counter event without args"
+            name = str(ev.get("name", ""))
+            for series, value in args.items():
+                if is_number(value):
+                    # One series (otel_rl writes {"value": v}) is the counter itself; several are name.series.
+                    self._sink.counter(worker, name if len(args) == 1 else f"{name}.{series}", ts / 1e6,
+                                       float(value))
             self.count += 1
         elif ph == "M":
             if ev.get("name") == "process_name":

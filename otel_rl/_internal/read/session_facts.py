@@ -47,6 +47,16 @@ _FIELDS = itemgetter("session_id", "rank", "role", "status", "submit_ts", "final
                      "phases", "counters", "task_id", "span_id", "trace_id")
 _OPEN = b'"end_ts":null'
 _SPAN = itemgetter("start_ts", "end_ts")
+_END = itemgetter(1)
+
+
+def reason_text(reason: Any) -> str:
+    """A finalization reason as text: a structured one as the JSON it was written as."""
+    if type(reason) is str:
+        return reason
+    if type(reason) is dict or type(reason) is list:
+        return orjson.dumps(reason).decode()
+    return str(reason)
 
 
 def covered_length(spans: list[tuple[float, float]]) -> float:
@@ -113,9 +123,15 @@ class FactsBuilder:
         self.col_status = array("H")
         self.col_finalized = array("d")
         self.col_total = array("d")
+        # When the session's sample was ready: its last phase's end (else its finalization).
+        self.col_ready = array("d")
         self.col_submit: list[Any] = []  # None kept: candidate keys
         self.col_finals: list[Any] = []
         self.ids: list[Any] = []
+        self.tasks: list[Any] = []
+        self.span_ids: list[Any] = []
+        # (status, reason) -> sessions that ended so: why sessions were rejected or dropped, for every session
+        self.reasons: dict[tuple[Any, str], int] = {}
         self.lines: list[bytes] = []
         self.done = bytearray()
         self.finalized_n = 0
@@ -129,9 +145,10 @@ class FactsBuilder:
         self.first_open: list[int] = []
 
     def add(self, key: Any, status: Any, submit: Any, finalized: Any, total: Any, step: Any,
-            phases: tuple, tokens: Any, session_id: Any, line: bytes = b"") -> None:
-        """One session: ``phases`` flat ``(name, start, end, ...)``, ``line`` the
-        record it was read from (kept as ``cold`` says)."""
+            phases: tuple, tokens: Any, session_id: Any, task_id: Any = None, reason: Any = None,
+            span_id: Any = None, line: bytes = b"") -> None:
+        """One session: ``phases`` flat ``(name, start, end, ...)``, ``reason`` its finalization
+        reason as text, ``line`` the record it was read from (kept as ``cold`` says)."""
         i = len(self.col_total)
         table = self.keys
         k = table.get(key)
@@ -149,9 +166,15 @@ class FactsBuilder:
         self.col_status.append(st)
         self.col_finalized.append(_NAN if finalized is None else finalized)
         self.col_total.append(_NAN if total is None else total)
+        ends = [e for e in phases[2::3] if e is not None]
+        self.col_ready.append(max(ends) if ends else _NAN if finalized is None else finalized)
         self.col_submit.append(submit)
         self.col_finals.append(finalized)
         self.ids.append(session_id)
+        self.tasks.append(task_id)
+        self.span_ids.append(span_id)
+        if reason is not None:
+            self.reasons[(status, reason)] = self.reasons.get((status, reason), 0) + 1
         if self.keep_cold:
             self.lines.append(line)
         if not ((type(submit) is float or submit is None) and (type(finalized) is float or finalized is None)
@@ -271,7 +294,9 @@ class FactsBuilder:
         fields = _FIELDS
         span_of = _SPAN
         keys, statuses, steps = self.keys, self.statuses, self.steps
-        rows: list[tuple] = []  # (key, status, finalized, total, submit, session_id, line): columns, in bulk
+        # (key, status, finalized, total, submit, session_id, task_id, span_id, ready, line)
+        rows: list[tuple] = []
+        reasons = self.reasons
         row = rows.append
         phase, dgroups, tokens_by, turns, bycount = self.phase, self.dgroups, self.tokens, self.turns, self.bycount
         turn = self.turn_phase
@@ -321,7 +346,10 @@ class FactsBuilder:
             sp = steps.get(step)
             if sp is None:
                 sp = steps[step] = len(steps)
-            row((k, st, finalized, total, submit, sid, line))
+            reason = rec.get("reason")
+            if reason is not None:
+                why = (status, reason if reason.__class__ is str else reason_text(reason))
+                reasons[why] = reasons.get(why, 0) + 1
             if sp != last_sp:
                 g = phase.get(sp)
                 if g is None:
@@ -379,8 +407,11 @@ class FactsBuilder:
                     unattributed = total - covered_length(spans)
                 if unattributed < 0.0:
                     unattributed = 0.0
+                ready = max(map(_END, spans))
             else:
                 unattributed = total
+                ready = finalized
+            row((k, st, finalized, total, submit, sid, task_id, span_id, ready, line))
             unattr.append(unattributed)
             if positive:
                 values = shares.get(UNATTRIBUTED)
@@ -442,14 +473,17 @@ class FactsBuilder:
         """Appends the columns of finished sessions held as rows by :meth:`add_lines` (and clears them)."""
         if not rows:
             return
-        k, st, finalized, total, submit, sid, line = zip(*rows)
+        k, st, finalized, total, submit, sid, task, span, ready, line = zip(*rows)
         self.col_key.extend(k)
         self.col_status.extend(st)
         self.col_finalized.extend(finalized)
         self.col_total.extend(total)
+        self.col_ready.extend(ready)
         self.col_submit += submit
         self.col_finals += finalized
         self.ids += sid
+        self.tasks += task
+        self.span_ids += span
         if self.keep_cold:
             self.lines += line
         self.done += b"\x01" * len(rows)
@@ -490,7 +524,10 @@ class FactsBuilder:
             "n": n, "keys": list(self.keys), "statuses": list(self.statuses), "steps": list(self.steps),
             "key": self.col_key.tobytes(), "status": self.col_status.tobytes(),
             "finalized": self.col_finalized.tobytes(), "total": total.tobytes(),
-            "ids": marshal.dumps(self.ids), "cold": cold, "done": bytes(self.done),
+            "ready": self.col_ready.tobytes(),
+            "ids": marshal.dumps(self.ids), "tasks": marshal.dumps(self.tasks),
+            "span_ids": marshal.dumps(self.span_ids),
+            "reasons": [(status, reason, n) for (status, reason), n in self.reasons.items()], "cold": cold, "done": bytes(self.done),
             "finalized_n": self.finalized_n, "tmin": min(times, default=None),
             "tmax": max(times, default=None), "exact": self.exact,
             "phase": phase, "dgroups": dgroups,

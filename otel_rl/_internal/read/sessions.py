@@ -32,7 +32,7 @@ from .limits import InputLimits, long_line_message
 from .lines import BLOCK, LONG, line_blocks
 from .packed import pack, pack_details
 from .pool import fork_pool, idle_cpus
-from .session_facts import FactsBuilder
+from .session_facts import FactsBuilder, reason_text
 from .source import open_input
 
 __all__ = ["PARALLEL_BYTES", "RESPONSE_LENGTH_COUNTERS", "parse_block", "read_session_records", "record_fields",
@@ -254,7 +254,7 @@ def parse_block(data: bytes, lineno: int, packed: bool = False, last: bool = Fal
             if builder is None:
                 out((_ROW, rank, role, _fields(rec, ints)))
             else:
-                builder.add((rank, role) if rank is not None else (None, None), *_fields(rec, ints, False), line)
+                builder.add((rank, role) if rank is not None else (None, None), *_fields(rec, ints, False), line=line)
         except (ValueError, TypeError, AttributeError) as exc:
             out((_BAD_IF_KEPT, lineno, str(exc), rank, role) if builder is None else (_BAD, lineno, str(exc)))
     if builder is not None:
@@ -318,7 +318,7 @@ def _fields(rec: dict[str, Any], ints: dict[int, int], packed: bool = True) -> t
     counters = get("counters")
     reason = get("reason")
     if type(reason) is dict or type(reason) is list:
-        reason = orjson.dumps(reason).decode()  # shown as text, as structured as it was written
+        reason = reason_text(reason)  # shown as text, as structured as it was written
     if type(counters) is dict and counters:
         tokens = response_length(counters)
         if type(tokens) is int:
@@ -326,7 +326,8 @@ def _fields(rec: dict[str, Any], ints: dict[int, int], packed: bool = True) -> t
     else:
         counters = tokens = None
     if not packed:
-        return intern(status), submit, finalized, total, step, phases, tokens, rec["session_id"]
+        return (intern(status), submit, finalized, total, step, phases, tokens, rec["session_id"],
+                get("task_id"), None if reason is None else reason_text(reason), get("span_id"))
     return (intern(status), submit, finalized, total, step, phases, tokens,
             pack_details(get("task_id"), rec["session_id"], reason, counters, get("span_id"), get("trace_id")))
 
