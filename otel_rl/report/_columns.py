@@ -21,7 +21,7 @@ from functools import reduce
 from operator import add
 from typing import Any
 
-from .._internal.read.session_facts import CANDIDATES, FIRST_OPEN, TURN_PHASE, FactsBuilder, reason_text
+from .._internal.read.session_facts import CANDIDATES, FIRST_OPEN, TURN_PHASE, FactsBuilder, reason_text, unpack_span_ids
 from .._internal.read.sessions import record_fields
 from ._model import RunData, SessionRow, record_row
 
@@ -46,8 +46,10 @@ class _Block:
 class SessionTable:
     """The facts of every session of a run, merged in session order."""
 
-    def __init__(self, turn_phase: str = TURN_PHASE, candidates: int = CANDIDATES, cold: str = "all") -> None:
+    def __init__(self, turn_phase: str = TURN_PHASE, candidates: int = CANDIDATES, cold: str = "all",
+                 joins: bool = True) -> None:
         self.cold = cold  # what the blocks keep of the sessions (FactsBuilder's cold)
+        self.joins = joins  # whether they keep what joins annotation lines (FactsBuilder's joins)
         self.turn_phase = turn_phase
         self.candidates = candidates
         self.n = 0
@@ -112,7 +114,7 @@ class SessionTable:
         b.status = _u(facts["status"], "H")
         b.finalized = _d(facts["finalized"])
         b.total = _d(facts["total"])
-        b.ready = _d(facts["ready"])
+        b.ready = _d(facts["ready"]) if facts["ready"] is not None else None
         b.ids = facts["ids"]
         b.tasks = facts["tasks"]
         b.span_ids = facts["span_ids"]
@@ -246,10 +248,12 @@ class SessionTable:
                 found((span_id, (task_id, session_id)), (r.worker, r.status, ready, nan if r.total is None else r.total))
             return out
         for b in self.blocks:
+            if b.ready is None:
+                raise LookupError("sessions read without what joins annotation lines to them")
             if type(b.ids) is bytes:
                 b.ids = marshal.loads(b.ids)
             tasks = marshal.loads(b.tasks) if type(b.tasks) is bytes else b.tasks
-            span_ids = marshal.loads(b.span_ids) if type(b.span_ids) is bytes else b.span_ids
+            span_ids = unpack_span_ids(b.span_ids) if type(b.span_ids) is bytes else b.span_ids
             for j, (span_id, pair) in enumerate(zip(span_ids, zip(tasks, b.ids))):
                 if span_id in wanted or pair in wanted:
                     found((span_id, pair), (b.workers[b.key[j]], b.statuses[b.status[j]], b.ready[j], b.total[j]))

@@ -143,12 +143,22 @@ class _Progress:
             self._bar = None
 
 
+def _holds_annotations(path: str, limits: InputLimits | None) -> bool:
+    """Whether a file holds annotation lines: only then are sessions read with what joins them
+    (a million sessions' task and span ids take tens of MB)."""
+    try:
+        kind, head = sniff_file(path, limits or InputLimits())
+    except (OSError, EOFError, ValueError):
+        return False
+    return kind not in ("chrome-jsonl", "otlp-jsonl", "document", "empty") and record_kind(head) == "annotations"
+
+
 class _Loader:
     """Reads files into one :class:`RunData`: where the readers put what they read
     (a ``LineProblems`` and a ``ChromeEventSink``), and which worker each thing is from."""
 
     def __init__(self, data: RunData, progress: _Progress, named: frozenset[str] = frozenset(),
-                 limits: InputLimits | None = None, cold: str = "all") -> None:
+                 limits: InputLimits | None = None, cold: str = "all", joins: bool = True) -> None:
         self.data = data
         self.named = named
         self.limits = limits or InputLimits()
@@ -159,7 +169,8 @@ class _Loader:
         self._keep = self._step_ok if data.steps is not None else None
         self.pool: Executor | None = None  # worker processes parsing session records
         # Session records gathered as columns, when every record is kept (no --step / --rank).
-        self.table = SessionTable(cold=cold) if cold and data.steps is None and data.ranks is None else None
+        self.table = (SessionTable(cold=cold, joins=joins) if cold and data.steps is None and data.ranks is None
+                      else None)
 
     # --- where readers report bad lines -------------------------------------------------------
     def bad_line(self, path: str, line: int, message: str) -> None:
@@ -249,7 +260,8 @@ class _Loader:
                     count = read_session_records(path, self.limits, self, self._session_workers(path),
                                                  record_row, self.data.sessions.append, on_read, self.pool,
                                                  self.table.add if self.table is not None else None,
-                                                 self.table.cold if self.table is not None else "all")
+                                                 self.table.cold if self.table is not None else "all",
+                                                 self.table.joins if self.table is not None else True)
                 elif kind == "request-events":
                     count = self._request_events(path, on_read)
                 elif kind == "stats":
@@ -431,7 +443,8 @@ def load_run(inputs: str | Sequence[str], *, steps: Any = None, ranks: Any = Non
         except OSError:
             pass
     loader = _Loader(data, _Progress(0, False), frozenset(os.path.realpath(p) for p in inputs if os.path.isfile(p)),
-                     limits, ("all" if every_row else "candidates") if columns or not every_row else "")
+                     limits, ("all" if every_row else "candidates") if columns or not every_row else "",
+                     any(_holds_annotations(path, limits) for path in files))
     # Millions of small objects and no cycles: the cyclic collector would only
     # rescan them over and over while they are created.
     collecting = gc.isenabled()

@@ -218,7 +218,7 @@ def test_forked_and_in_process_reading_give_the_same_report(run, monkeypatch, lo
 
 def test_the_cli_keeps_only_the_sessions_it_shows(run, monkeypatch):
     # Fewer candidates than sessions, pruned: only what the views show is kept.
-    monkeypatch.setattr(_columns.SessionTable.__init__, "__defaults__", (_columns.TURN_PHASE, 1000, "all"))
+    monkeypatch.setattr(_columns.SessionTable.__init__, "__defaults__", (_columns.TURN_PHASE, 1000, "all", True))
     data = _load.load_run(run, every_row=False)
     table = data.sessions.table
     table.prune()
@@ -263,7 +263,7 @@ def test_records_as_the_exporter_writes_them_are_gathered_as_line_by_line(cold, 
         careful = session_reader.parse_block(b"\n" + data, -1, columns=cold)  # a blank line: one by one
         assert quick[-1][0] == careful[-1][0] == session_reader._FACTS
         for facts in (quick[-1][1], careful[-1][1]):
-            for column in ("ids", "tasks", "span_ids"):  # equal values, marshalled with or without references
+            for column in ("ids", "tasks"):  # equal values, marshalled with or without references
                 facts[column] = marshal.loads(facts[column])
         assert quick == careful
 
@@ -279,7 +279,7 @@ def test_a_block_as_the_exporter_writes_it_is_not_read_line_by_line(monkeypatch)
 def test_the_cli_reads_every_row_when_the_views_need_them(tmp_path, monkeypatch):
     # A time written as an int: the views read the rows themselves, so the CLI, which keeps
     # only the sessions it shows, reads the run again keeping every row.
-    monkeypatch.setattr(_columns.SessionTable.__init__, "__defaults__", (_columns.TURN_PHASE, 100, "all"))
+    monkeypatch.setattr(_columns.SessionTable.__init__, "__defaults__", (_columns.TURN_PHASE, 100, "all", True))
     lines = _exported(0, 3000, 5)
     rec = orjson.loads(lines[2000])
     rec["submit_ts"] = int(rec["submit_ts"])

@@ -3,6 +3,8 @@ vs latency, read back from the files a traced run wrote (the capture's clock: on
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from support import read_jsonl
 
@@ -156,3 +158,17 @@ def test_a_session_timeline_shows_its_consume_and_its_annotations(capture):
     assert (tl["consumed_step"], tl["staleness"], tl["annotations"]) == (
         2, None, {"advantage": 0.5, "logprob_mismatch": 0.01})
     assert [(e["event"], e["worker"]) for e in tl["events"][-2:]] == [("consumed", "r0"), ("annotation", "r0")]
+
+
+def test_records_read_as_columns_join_their_consume_lines_too(capture, tmp_path):
+    # The command line keeps records as columns, not rows, when no trace file is read: the join reads those.
+    task_id = otel_rl.register_task()
+    session_id = finished_session(task_id)
+    with otel_rl.step_scope(0):
+        otel_rl.consume(session_id)
+    otel_rl.save(force=True)
+    out = tmp_path / "report.json"
+    assert report.main([f"{capture.run_dir}/sessions-r0.jsonl", f"{capture.run_dir}/annotations-r0.jsonl",
+                        "--format", "json", "--view", "pipeline", "-o", str(out), "-q"]) == 0
+    (row,) = json.loads(out.read_text())["pipeline"]["steps"]
+    assert (row["consumed"], row["sample_age"]["count"]) == (1, 1)

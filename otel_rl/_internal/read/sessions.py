@@ -55,7 +55,7 @@ def read_session_records(path: str, limits: InputLimits, problems: LineProblems,
                          add: Callable[[Any], None], on_read: Callable[[int], None] | None = None,
                          pool: Executor | None = None,
                          add_facts: Callable[[dict[str, Any], list[str]], None] | None = None,
-                         cold: str = "all") -> int:
+                         cold: str = "all", joins: bool = True) -> int:
     """Reads a session records file; returns how many rows it added.
 
     Args:
@@ -81,6 +81,8 @@ def read_session_records(path: str, limits: InputLimits, problems: LineProblems,
             block's keys) instead of rows to ``make`` and ``add``.
         cold: With ``add_facts``: what is kept of what few sessions are shown with
             (``FactsBuilder``'s ``cold``).
+        joins: With ``add_facts``: keep what joins annotation lines to sessions
+            (``FactsBuilder``'s ``joins``).
     """
     workers: dict[Any, str | None] = {}
     count = 0
@@ -135,9 +137,9 @@ def read_session_records(path: str, limits: InputLimits, problems: LineProblems,
             for kind, payload in line_blocks(f, limits.max_line_bytes):
                 if kind == BLOCK:
                     if pool is None:
-                        apply(parse_block(payload, lineno, columns=columns))
+                        apply(parse_block(payload, lineno, columns=columns, joins=joins))
                     else:
-                        pending.append((True, pool.submit(parse_block, payload, lineno, True, False, columns)))
+                        pending.append((True, pool.submit(parse_block, payload, lineno, True, False, columns, joins)))
                         while len(pending) > in_flight:
                             _apply_next(pending, apply, path, problems, limits)
                     lineno += payload.count(b"\n")
@@ -150,7 +152,7 @@ def read_session_records(path: str, limits: InputLimits, problems: LineProblems,
                 else:
                     while pending:
                         _apply_next(pending, apply, path, problems, limits)
-                    apply(parse_block(payload, lineno, last=True, columns=columns))
+                    apply(parse_block(payload, lineno, last=True, columns=columns, joins=joins))
         except (OSError, EOFError):
             # A file damaged part way: what was read before counts, as it does when read here.
             while pending:
@@ -184,7 +186,7 @@ def _apply_next(pending: collections.deque[tuple[bool, Any]], apply: Callable[[l
 
 
 def parse_block(data: bytes, lineno: int, packed: bool = False, last: bool = False,
-                columns: str | None = None) -> Any:
+                columns: str | None = None, joins: bool = True) -> Any:
     """Parses whole lines of session records into items, in line order.
 
     Runs in worker processes for large files, so it only touches its arguments.
@@ -199,6 +201,7 @@ def parse_block(data: bytes, lineno: int, packed: bool = False, last: bool = Fal
             are shown with (``FactsBuilder``'s ``cold``): one ``(_FACTS, facts)`` item
             last (:meth:`.session_facts.FactsBuilder.result`; keys ``(rank, role)``),
             every record kept (no ``_ROW`` or ``_BAD_IF_KEPT`` items).
+        joins: With ``columns``: keep what joins annotation lines to sessions.
 
     Returns:
         The items: ``(_ROW, rank, role, fields)`` for a record (``rank`` ``None``
@@ -218,11 +221,11 @@ def parse_block(data: bytes, lineno: int, packed: bool = False, last: bool = Fal
     if columns and not last and b"\n\n" not in data and data[:1] != b"\n":
         # Records as otel_rl writes them, a few Python operations each; a block with
         # anything else (a line that cannot be used) is read again line by line below.
-        builder = FactsBuilder(cold=columns)
+        builder = FactsBuilder(cold=columns, joins=joins)
         if builder.add_lines(lines, lambda rec: _careful(rec, ints), response_length, data):
             items = [(_FACTS, builder.result())]
             return marshal.dumps(items) if packed else items
-    builder = FactsBuilder(cold=columns) if columns else None
+    builder = FactsBuilder(cold=columns, joins=joins) if columns else None
     for line in lines:
         lineno += 1
         if not line or line.isspace():
