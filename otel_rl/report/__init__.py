@@ -15,7 +15,7 @@ Every view is a function of :class:`RunData` returning plain data (dicts,
 lists, numbers, strings): :func:`timeline`, :func:`phase_breakdown`,
 :func:`span_breakdown`, :func:`stage_breakdown`, :func:`hop_breakdown`,
 :func:`timer_trees` / :func:`timer_tree`, :func:`long_tail`,
-:func:`lifecycle`; :func:`build` runs them all. :func:`render_table` prints a
+:func:`lifecycle`, :func:`pipeline` (consumed sessions, staleness, bubbles); :func:`build` runs them all. :func:`render_table` prints a
 built report as terminal tables, :func:`render_html` makes one self-contained
 HTML page with interactive plots (needs ``plotly``: ``pip install
 'otel_rl[report]'``).
@@ -31,6 +31,7 @@ from .breakdown import STAGE_INTERVALS, phase_breakdown, span_breakdown, stage_b
 from .hops import hop_breakdown
 from .lifecycle import lifecycle
 from .longtail import long_tail
+from .pipeline import pipeline
 from .timeline import timeline
 from .timer_tree import timer_tree, timer_trees
 
@@ -73,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
 
 __all__ = [
     "Diagnostics", "RunData", "STAGE_INTERVALS", "SessionRow", "SpanRow", "VIEWS", "build",
-    "hop_breakdown", "lifecycle", "load", "long_tail", "main", "percentile", "phase_breakdown",
+    "hop_breakdown", "lifecycle", "load", "long_tail", "main", "percentile", "phase_breakdown", "pipeline",
     "render_html",
     "render_table", "span_breakdown", "stage_breakdown", "summary", "timeline", "timer_tree",
     "timer_trees",
