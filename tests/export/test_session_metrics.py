@@ -37,6 +37,8 @@ def _feed(metrics, values):
             metrics.staleness(i % 7 if i % 5 else None, bool(i % 2))
         if i % 11 == 0:
             metrics.stale(status)
+        if i % 13 == 0:
+            metrics.weight_sync(seconds, "recv" if i % 2 else "send")
         metrics.gauge(phase, float(i))
 
 

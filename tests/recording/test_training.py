@@ -227,3 +227,22 @@ def test_without_tracing_the_calls_do_nothing():
     assert otel_rl.consume([1, 2]) == 0
     assert otel_rl.annotate(1, advantage=1.0) is False
     assert STATE.components is None
+
+
+def test_weight_sync_durations_reach_the_metrics_file_by_role(tmp_path):
+    otel_rl.configure(fileroot=str(tmp_path), experiment_name="e", trial_name="t", rank=0)
+    for role in ("send", "recv", "recv"):
+        with otel_rl.weight_sync(1, role=role):
+            pass
+    run_dir = otel_rl.settings().run_dir
+    otel_rl.shutdown()
+    durations: dict[str, list[float]] = {}
+    for span in read_jsonl(f"{run_dir}/traces-r0.jsonl"):
+        if span.get("name") == "weight_sync":
+            durations.setdefault(span["args"]["rl.weight_sync.role"], []).append(span["dur"] / 1e6)
+    points = {p["attributes"]["rl.weight_sync.role"]: (p["count"], p["sum"])
+              for line in read_jsonl(f"{run_dir}/metrics-r0.jsonl") for rm in line["resource_metrics"]
+              for sm in rm["scope_metrics"] for m in sm["metrics"] if m["name"] == "rl.weight_sync.duration"
+              for p in m["data"]["data_points"]}
+    assert points == {role: (len(d), pytest.approx(sum(d), rel=1e-6)) for role, d in durations.items()}
+    assert sorted(points) == ["recv", "send"]

@@ -61,6 +61,8 @@ STALENESS = ("rl.session.staleness", "{version}",
 CONSUMED = ("rl.sessions.consumed", "{session}",
             "Sessions consumed by training steps, by whether they saw a weight update")
 STALE = ("rl.sessions.stale", "{session}", "Sessions rejected or dropped for staleness, by status")
+WEIGHT_SYNC_DURATION = ("rl.weight_sync.duration", "s",
+                        "Duration of weight syncs (otel_rl.weight_sync), by role: send or recv")
 GAUGE = ("rl.gauge", "1", "Values of set_gauge and of sampled counters (sessions in flight, GPU memory), by name")
 
 _SAMPLED = TraceFlags(TraceFlags.SAMPLED)
@@ -82,6 +84,13 @@ class InstrumentSessionMetrics:
         self._consumed = meter.create_counter(CONSUMED[0], unit=CONSUMED[1], description=CONSUMED[2])
         self._stale = meter.create_counter(STALE[0], unit=STALE[1], description=STALE[2])
         self._gauge = meter.create_gauge(GAUGE[0], unit=GAUGE[1], description=GAUGE[2])
+        self._weight_sync = meter.create_histogram(
+            WEIGHT_SYNC_DURATION[0], unit=WEIGHT_SYNC_DURATION[1], description=WEIGHT_SYNC_DURATION[2],
+            explicit_bucket_boundaries_advisory=DURATION_BUCKETS_S)
+
+    def weight_sync(self, seconds: float, role: Any) -> None:
+        """One weight sync of ``seconds``, sent or received."""
+        self._weight_sync.record(seconds, {keys.WEIGHT_SYNC_ROLE: role})
 
     def staleness(self, staleness: Any, crossed_update: bool) -> None:
         """One consumed session: its staleness (``None`` when not numeric)."""
@@ -154,9 +163,10 @@ class AggregatedSessionMetrics:
         self._consumed = _Points(CONSUMED, Counter)
         self._stale = _Points(STALE, Counter)
         self._gauge = _Points(GAUGE, Gauge)
+        self._weight_sync = _Points(WEIGHT_SYNC_DURATION, Histogram, DURATION_BUCKETS_S)
         #: In the order they are reported.
         self._all = (self._phase, self._session, self._sessions, self._staleness, self._consumed, self._stale,
-                     self._gauge)
+                     self._gauge, self._weight_sync)
         self._collected_at: dict[int, int] = {}  # id(reader) -> time of its last collection
 
     def attach(self, reader: MetricReader) -> MetricReader:
@@ -186,6 +196,11 @@ class AggregatedSessionMetrics:
             if staleness is not None:
                 self._histogram(self._staleness, None, (), staleness, 0, 0, 0)
             self._add(self._consumed, crossed_update, (keys.SESSION_CROSSED_UPDATE, crossed_update), 1)
+
+    def weight_sync(self, seconds: float, role: Any) -> None:
+        """One weight sync of ``seconds``, sent or received."""
+        with self._lock:
+            self._histogram(self._weight_sync, role, (keys.WEIGHT_SYNC_ROLE, role), seconds, 0, 0, 0)
 
     def stale(self, status: Any) -> None:
         """One session rejected or dropped for staleness."""

@@ -69,6 +69,9 @@ class SessionSpanProcessor(SpanProcessor):
             elif kind == keys.KIND_SESSION:
                 span = self._on_session(span, attrs)
             if self._metrics is not None:
+                if kind == keys.KIND_WEIGHT_SYNC and span.end_time is not None:
+                    self._metrics.weight_sync((span.end_time - span.start_time) / 1e9,
+                                              _plain(attrs.get(keys.WEIGHT_SYNC_ROLE)))
                 if span.links:
                     self._on_links(span.links)
                 if span.events or keys.GAUGE_VALUE in attrs:
