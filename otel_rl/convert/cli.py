@@ -24,6 +24,8 @@ def summary(stats: ConvertStats) -> str:
         extras.append(f"{stats.spans:,} OTLP spans")
     if stats.remapped_pids:
         extras.append(f"{stats.remapped_pids} pids remapped")
+    if stats.annotated:
+        extras.append(f"{stats.annotated:,} session spans annotated")
     if stats.skipped_truncated:
         extras.append(f"{stats.skipped_truncated} incomplete last lines skipped")
     if stats.malformed_count:

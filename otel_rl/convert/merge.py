@@ -18,9 +18,10 @@ from .._internal.read.limits import DEFAULT_LIMITS, InputLimits, long_line_messa
 from .._internal.read.lines import BLOCK, LONG, iter_lines, line_blocks
 from .._internal.read.otlp_json import OtlpReader, is_trace_request, pretty_printed_request, span_problem
 from .._internal.read.pool import Done, process_pool
-from .._internal.read.sniff import sniff_file
+from .._internal.read.sniff import record_kind, sniff_file
 from .._internal.read.source import open_input
 from .._internal.read.torch_trace import joined_traces_file
+from .annotations import SessionNotes
 from .fast_path import chunk_end, scan_chrome_lines, with_pid
 from .output import TraceOutput
 from .stats import ConvertStats
@@ -55,6 +56,7 @@ class Merger:
         self._encoder: ChromeTraceEncoder | None = None
         self._otlp = OtlpReader()
         self._sources: dict[str, str] = {}  # real path -> input path, for torch traces' ranks
+        self.notes = SessionNotes()  # consume / annotation lines, joined into their session spans
 
     # pids ------------------------------------------------------------------------------------
     def _claim(self, source: str, pid: Any) -> Any:
@@ -89,7 +91,7 @@ class Merger:
                 new = self._claim(source, pid)
                 if new != pid:
                     event["pid"] = new
-            parts.append(dumps(event))
+            parts.append(dumps(event) if not self.notes.args else self.notes.join(dumps(event)))
             if len(parts) >= WRITE_EVERY:
                 self.out.write(parts)
                 parts = []
@@ -105,6 +107,10 @@ class Merger:
                 kind, head = self._sniff(path)
             except (OSError, EOFError, ValueError) as exc:
                 kind, head = f"unreadable: {exc}", None
+            if head is not None and kind.startswith("not a trace file") and record_kind(head) == "annotations":
+                # Read before any trace file: what they say of a session joins its span's args.
+                self.notes.read(path, self.limits, self.stats)
+                continue
             mapping: dict[Any, Any] = {}
             if kind == "chrome-jsonl":
                 # Each file's main pid is claimed before any chunk is parsed: workers
@@ -117,6 +123,7 @@ class Merger:
         for path, kind, mapping in plan:
             self.convert_file(path, kind, mapping)
         self.finish()
+        self.stats.annotated = self.notes.joined
 
     def convert_file(self, path: str, kind: str, mapping: dict[Any, Any]) -> None:
         """Writes the events of one file of ``kind`` (as :func:`sniff_file` says it); a file that
@@ -228,7 +235,7 @@ class Merger:
                 continue
             blob, count, lines, unresolved, bad = payload.result()
             lines_done[0] = base + lines
-            self.out.write_blob(blob, count)
+            self.out.write_blob(self.notes.join(blob) if self.notes.args else blob, count)
             for index, message in bad:
                 self._bad_line(path, base + index + 1, False, message)
             if unresolved:
@@ -245,7 +252,7 @@ class Merger:
             if new is None:
                 new = mapping[pid] = self._claim(path, pid)
             parts.append(line if new == pid else with_pid(line, pid, new))
-        self.out.write(parts)
+        self.out.write([self.notes.join(p) for p in parts] if self.notes.args else parts)
 
     def _tail(self, path: str, lineno: int, line: bytes, mapping: dict[Any, Any]) -> None:
         # The last line had no newline: a writer may have died half way through it.
@@ -267,7 +274,7 @@ class Merger:
             if new != pid:
                 event["pid"] = new
                 line = orjson.dumps(event)
-        self.out.write([line])
+        self.out.write([self.notes.join(line)])
 
     def _encoder_for_otlp(self) -> ChromeTraceEncoder:
         # One encoder for every OTLP input: a process whose spans a collector

@@ -29,6 +29,8 @@ class ConvertStats:
         ignored: Files found in a directory or by a pattern that hold no trace
             (session records, metrics): left out without a warning.
         remapped_pids: Processes given a new pid because another file used theirs.
+        annotated: Session spans given the args of their consume and annotation lines
+            (``annotations-*.jsonl`` among the inputs; :mod:`.annotations`).
         output: The file written.
         seconds: Wall-clock duration of the conversion.
     """
@@ -43,6 +45,7 @@ class ConvertStats:
     cut_short: list[tuple[str, str]] = field(default_factory=list)
     ignored: list[str] = field(default_factory=list)
     remapped_pids: int = 0
+    annotated: int = 0
     output: str = ""
     seconds: float = 0.0
     warnings: list[str] = field(default_factory=list)
