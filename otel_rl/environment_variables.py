@@ -51,6 +51,11 @@ OTEL_RL_LAYOUT = "OTEL_RL_LAYOUT"
 OTEL_RL_FILE_EXPORT = "OTEL_RL_FILE_EXPORT"
 """Write the Chrome-trace JSONL file per rank (the embedded default; on unless ``0``)."""
 
+OTEL_RL_FILE_FORMAT = "OTEL_RL_FILE_FORMAT"
+"""Format of the per-rank trace file: ``jsonl`` (the default: Chrome trace JSON lines, crash-safe,
+what ``otel-rl convert`` merges) or ``perfetto`` (``traces-r{rank}.pftrace``, Perfetto's native
+TracePacket protobuf; the files of all ranks concatenate into one trace)."""
+
 OTEL_RL_MAX_QUEUE_SIZE = "OTEL_RL_MAX_QUEUE_SIZE"
 """Finished spans buffered for the background exporter before new ones are dropped and counted."""
 

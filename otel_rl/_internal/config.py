@@ -106,6 +106,15 @@ def _ranks(text: str) -> frozenset[int] | None:
 
 
 LAYOUTS = ("otel_rl", "areal")
+#: Formats of the per-rank trace file.
+FILE_FORMATS = ("jsonl", "perfetto")
+
+
+def _file_format(text: str) -> str:
+    value = str(text).strip().lower()
+    if value not in FILE_FORMATS:
+        raise ValueError(f"expected one of {list(FILE_FORMATS)}, got {text!r}")
+    return value
 
 
 def _layout(text: str) -> str:
@@ -211,6 +220,10 @@ PARAMS: tuple[Param, ...] = (
           "<root>/logs/<user>/... paths; the default for an AReaL config object)"),
     Param("file_export", ev.OTEL_RL_FILE_EXPORT, True, parse_bool, "bool",
           "write traces-r{rank}.jsonl for Perfetto"),
+    Param("file_format", ev.OTEL_RL_FILE_FORMAT, "jsonl", _file_format, "name",
+          "format of the per-rank trace file: jsonl (Chrome JSON lines, crash-safe, what "
+          "otel-rl convert merges) or perfetto (traces-r{rank}.pftrace, Perfetto's native format; "
+          "the files of all ranks concatenate into one trace)"),
     Param("export_process", ev.OTEL_RL_EXPORT_PROCESS, True, parse_bool, "bool",
           "encode and export in a child process (when otel_rl owns the tracer provider)"),
     Param("max_queue_size", ev.OTEL_RL_MAX_QUEUE_SIZE, 262_144, _positive_int, "spans",
@@ -295,6 +308,7 @@ class Settings:
     ranks: frozenset[int] | None
     layout: str
     file_export: bool
+    file_format: str
     export_process: bool
     max_queue_size: int
     export_interval_ms: int
@@ -353,7 +367,8 @@ def _user() -> str:
 
 
 #: Files AReaL's layout puts in a subdirectory of the run directory (AReaL's names).
-_AREAL_SUBDIRS = {keys.TRACES_FILE: "perf_tracer", keys.SESSIONS_FILE: "session_tracer"}
+_AREAL_SUBDIRS = {keys.TRACES_FILE: "perf_tracer", keys.PERFETTO_TRACES_FILE: "perf_tracer",
+                  keys.SESSIONS_FILE: "session_tracer"}
 
 
 def _lookup(config: Any, path: str) -> Any:

@@ -88,6 +88,8 @@ OTLP_ENV_CORRECTED = "otlp_env_corrected"
 OTLP_FLUSH_TIMEOUT = "otlp_flush_timeout"
 #: A phase registered with ``allow_overlap=False`` started while one was open; both are recorded.
 OVERLAPPING_PHASE = "overlapping_phase"
+#: An event could not be written to a native Perfetto trace; it is left out.
+PERFETTO_TRACE_ENCODE_ERROR = "perfetto_trace_encode_error"
 #: ``mark_<phase>_end`` with no open instance of that phase; ignored.
 PHASE_END_WITHOUT_START = "phase_end_without_start"
 #: A span processor raised in ``on_start`` or ``on_end``; the span goes on.

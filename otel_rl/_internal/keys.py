@@ -190,6 +190,9 @@ INSTRUMENTATION_NAME = "otel_rl"
 # --- files in the run directory (``{rank}`` is the process rank)
 #: Chrome Trace Event Format, one event per line (``{role}-r{rank}`` when a role is set).
 TRACES_FILE = "traces-r{rank}.jsonl"
+#: The same spans in Perfetto's native format, when ``OTEL_RL_FILE_FORMAT=perfetto``:
+#: TracePacket protobuf; the files of every rank concatenate into one trace.
+PERFETTO_TRACES_FILE = "traces-r{rank}.pftrace"
 #: One AReaL-compatible record per session.
 SESSIONS_FILE = "sessions-r{rank}.jsonl"
 #: Session metrics, when no OTLP endpoint is set (the SDK's JSON form of each export).
@@ -228,6 +231,8 @@ SUMMARY_FILE = "summary-r{rank}.json"
 #: The merged trace the demo leaves in a run directory (every process, for Perfetto).
 #: Directory inputs of ``otel-rl convert`` / ``report`` skip it (it repeats every rank).
 MERGED_TRACE_FILE = "trace.json"
+#: The same merged trace in Perfetto's native format, which the demo leaves beside it.
+MERGED_PERFETTO_FILE = "trace.pftrace"
 #: The demo's interactive report (``otel-rl report --format html``).
 REPORT_HTML_FILE = "report.html"
 #: The demo's table report, when plotly is not installed.

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 from .._internal.read.discovery import discover_inputs
 from .._internal.read.limits import add_limit_options, limits_from_args
-from .merge import convert
+from .merge import FORMATS, convert, output_format
 from .stats import MAX_REPORTED, ConvertStats
 
 __all__ = ["main", "summary"]
@@ -50,12 +50,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="otel-rl convert",
         description="Merge otel_rl trace files (per-rank Chrome JSONL, OTLP/JSON from a "
-                    "Collector, Chrome JSON such as torch profiler traces) into one JSON "
-                    "file for Perfetto (ui.perfetto.dev) or chrome://tracing.")
+                    "Collector, Chrome JSON such as torch profiler traces) into one trace for "
+                    "Perfetto (ui.perfetto.dev): Chrome JSON (.json, also for chrome://tracing) "
+                    "or Perfetto's native format (.pftrace).")
     parser.add_argument("inputs", nargs="+", metavar="INPUT",
                         help="files, directories (searched recursively) or glob patterns")
     parser.add_argument("-o", "--output", required=True,
-                        help="the .json or .json.gz file to write ('-' for standard output)")
+                        help="the file to write: .json / .json.gz (Chrome JSON) or .pftrace / "
+                             ".pftrace.gz (Perfetto's native format); '-' for standard output")
+    parser.add_argument("--format", choices=FORMATS, default=None,
+                        help="chrome (JSON) or perfetto (native TracePacket protobuf: a track per "
+                             "session, counter tracks, flows, interned strings, several times "
+                             "smaller); default: perfetto for a .pftrace output, else chrome")
     parser.add_argument("--strict", action="store_true",
                         help="exit non-zero if any line or input had to be skipped")
     parser.add_argument("-j", "--jobs", type=int, default=0,
@@ -74,7 +80,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                   "not written\n")
         return 1
     try:
-        stats = convert(args.inputs, args.output, workers=args.jobs, limits=limits_from_args(args))
+        stats = convert(args.inputs, args.output, workers=args.jobs, limits=limits_from_args(args),
+                        fmt=output_format(args.output, args.format))
     except OSError as exc:
         err.write(f"otel_rl.convert: cannot write {args.output}: {exc}\n")
         return 1

@@ -24,9 +24,13 @@ from .._internal.read.torch_trace import joined_traces_file
 from .annotations import SessionNotes
 from .fast_path import chunk_end, scan_chrome_lines, with_pid
 from .output import TraceOutput
+from .perfetto_output import PerfettoOutput, is_perfetto_name
 from .stats import ConvertStats
 
-__all__ = ["OTLP_SOURCE", "REMAP_PID_BASE", "Merger", "convert"]
+__all__ = ["FORMATS", "OTLP_SOURCE", "REMAP_PID_BASE", "Merger", "convert", "output_format"]
+
+#: Output formats: Chrome trace JSON, or Perfetto's native protobuf.
+FORMATS = ("chrome", "perfetto")
 
 #: Events serialised in Python are written this many at a time.
 WRITE_EVERY = 8192
@@ -39,7 +43,7 @@ OTLP_SOURCE = "<otlp>"
 class Merger:
     """Merges input files into one :class:`TraceOutput`, giving each process a pid of its own."""
 
-    def __init__(self, output: TraceOutput, stats: ConvertStats, workers: int = 0,
+    def __init__(self, output: TraceOutput | PerfettoOutput, stats: ConvertStats, workers: int = 0,
                  named: frozenset[str] = frozenset(), limits: InputLimits | None = None) -> None:
         self.out = output
         self.stats = stats
@@ -343,9 +347,22 @@ class Merger:
             self._pool = None
 
 
+def output_format(output: str, fmt: str | None = None) -> str:
+    """The format to write: ``fmt`` when given, else ``perfetto`` for a ``.pftrace`` name.
+
+    Raises:
+        ValueError: ``fmt`` is not one of :data:`FORMATS`.
+    """
+    if fmt is None:
+        return "perfetto" if is_perfetto_name(output) else "chrome"
+    if fmt not in FORMATS:
+        raise ValueError(f"unknown trace format {fmt!r}; expected one of {', '.join(FORMATS)}")
+    return fmt
+
+
 def convert(inputs: Sequence[str], output: str, *, workers: int = 0,
-            limits: InputLimits | None = None) -> ConvertStats:
-    """Merges trace files into one Chrome trace JSON document.
+            limits: InputLimits | None = None, fmt: str | None = None) -> ConvertStats:
+    """Merges trace files into one trace: Chrome trace JSON, or Perfetto's native format.
 
     Args:
         inputs: Files, directories (searched recursively for ``*.jsonl``,
@@ -360,13 +377,19 @@ def convert(inputs: Sequence[str], output: str, *, workers: int = 0,
         limits: Bounds on what one input may cost to read (line length,
             decompressed size; :class:`InputLimits`): what goes past them is
             skipped and reported in the returned stats.
+        fmt: ``"chrome"`` (a ``{"traceEvents": [...]}`` document) or ``"perfetto"``
+            (``TracePacket`` protobuf: a track per session, counter tracks, flows,
+            interned strings); by default ``perfetto`` when ``output`` ends in
+            ``.pftrace`` (or ``.pftrace.gz``), else ``chrome``.
 
     Returns:
         What was converted and what was skipped, and why.
 
     Raises:
         OSError: The output cannot be written.
+        ValueError: ``fmt`` names no format.
     """
+    fmt = output_format(output, fmt)
     started = time.perf_counter()
     stats = ConvertStats(output=output)
     to_stdout = output == "-"
@@ -384,13 +407,17 @@ def convert(inputs: Sequence[str], output: str, *, workers: int = 0,
         if directory:
             os.makedirs(directory, exist_ok=True)
         raw = open(tmp or output, "wb", buffering=1 << 20)
-    out = TraceOutput(raw, output)
+    out: TraceOutput | PerfettoOutput = (PerfettoOutput(raw, output) if fmt == "perfetto"
+                                         else TraceOutput(raw, output))
     converter = None
     try:
         named = frozenset(os.path.realpath(p) for p in inputs if os.path.isfile(p))
         converter = Merger(out, stats, workers, named, limits)
         converter.run(files)
         stats.events = out.events
+        if isinstance(out, PerfettoOutput) and out.encoder.skipped:
+            stats.warnings.append(f"{out.encoder.skipped} events left out of the native trace "
+                                  "(no timestamp, or a kind of event it cannot hold)")
         stats.seconds = time.perf_counter() - started
         out.close({
             "generator": "otel_rl.convert",

@@ -9,7 +9,8 @@ maybe call the calculator and generate the answer, get a rule-based reward.
 The trainer rejects stale, truncated and zero-advantage samples, takes a
 PPO-clipped policy-gradient step on the rest and sends the new weights to
 the workers. Every process writes its own trace and session files; at the end
-the merged Perfetto trace (``trace.json``) and the report (``report.html``, or
+the merged Perfetto trace (``trace.json``, and ``trace.pftrace`` in Perfetto's
+native format beside it) and the report (``report.html``, or
 ``report.txt`` without plotly) are written to the run directory, and a summary
 is printed.
 
@@ -161,9 +162,27 @@ def main(argv: list[str] | None = None) -> int:
     diagnostics = otel_rl.diagnostics()
     with err.status("merging the trace and writing the report"):
         views = write_views(run_dir)
-    print_summary(Console(highlight=False), run_dir, result, time.perf_counter() - started, diagnostics,
-                  views)
+        native = _write_native_trace(run_dir, views)
+    out = Console(highlight=False)
+    print_summary(out, run_dir, result, time.perf_counter() - started, diagnostics, views)
+    if native:
+        out.print(f"the same trace in Perfetto's native format (a row per session, counter tracks, "
+                  f"several times smaller): {native}", markup=False, soft_wrap=True)
     return 0
+
+
+def _write_native_trace(run_dir: str, views: dict[str, Any]) -> str | None:
+    """Leaves ``trace.pftrace`` beside ``trace.json``; returns its path (``None`` if not written)."""
+    from .._internal import keys
+    from ..convert import convert
+
+    path = os.path.join(run_dir, keys.MERGED_PERFETTO_FILE)
+    try:
+        convert([run_dir], path, fmt="perfetto")
+    except Exception as exc:  # noqa: BLE001 - the run's own files are there regardless
+        views["problems"].append(f"the native Perfetto trace was not written: {exc}")
+        return None
+    return path
 
 
 def _run_with_progress(console: Any, config: Any) -> Any:

@@ -22,3 +22,9 @@ FLOW_SOURCE = "otel_rl.flow_source"
 BATCH_MARKER = "otel_rl.batch"
 #: How a batch marker line starts: the exporter writes its keys in this order.
 BATCH_MARKER_PREFIX = b'{"ph":"M","name":"otel_rl.batch",'
+#: Keys of a complete event's exact start and end in nanoseconds, added only when the
+#: encoder is asked to (``ChromeTraceEncoder(exact=True)``): ``ts`` and ``dur`` are
+#: microseconds in a double, a quarter of a microsecond coarse at today's epoch. The
+#: native Perfetto writer reads them; JSON files never hold them.
+EXACT_START = "otel_rl.start_ns"
+EXACT_END = "otel_rl.end_ns"

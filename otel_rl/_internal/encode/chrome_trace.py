@@ -35,7 +35,15 @@ from opentelemetry.trace import SpanKind
 from opentelemetry.trace.status import StatusCode
 
 from .. import diagnostics, guard, keys
-from .chrome_markers import BATCH_MARKER, BATCH_MARKER_PREFIX, FLOW_CATEGORY, FLOW_NAME, FLOW_SOURCE
+from .chrome_markers import (
+    BATCH_MARKER,
+    BATCH_MARKER_PREFIX,
+    EXACT_END,
+    EXACT_START,
+    FLOW_CATEGORY,
+    FLOW_NAME,
+    FLOW_SOURCE,
+)
 from .json_values import chrome_args, json_safe_value
 from .kineto_clock import kineto_shift_us
 from .lanes import Lane, LaneGroup, ProcessLanes, TwoGenerationMap
@@ -98,6 +106,9 @@ class ChromeTraceEncoder:
         horizon_s: Placement history a busy lane keeps, in seconds of span time.
         max_intervals_per_lane: Hard cap on the placement history of one lane.
         max_tracked_spans: Span ids remembered for nesting, ancestry and flows.
+        exact: Also give each complete event its span's start and end in integer
+            nanoseconds (:data:`~.chrome_markers.EXACT_START`, ``EXACT_END``), for
+            the native Perfetto writer; never for a JSON file.
     """
 
     def __init__(
@@ -108,7 +119,9 @@ class ChromeTraceEncoder:
         horizon_s: float = 600.0,
         max_intervals_per_lane: int = 50_000,
         max_tracked_spans: int = 50_000,
+        exact: bool = False,
     ) -> None:
+        self._exact = exact
         self._max_buffered = max(1, max_buffered_spans)
         self._session_wait_ns = int(session_wait_s * 1e9)
         self._horizon_ns = int(horizon_s * 1e9)
@@ -434,8 +447,12 @@ class ChromeTraceEncoder:
             out.append({"ph": "i", "s": "t", "name": span.name, "cat": cat, "ts": ts,
                         "pid": pid, "tid": tid, "args": args})
         else:
-            out.append({"ph": "X", "name": span.name, "cat": cat, "ts": ts,
-                        "dur": (end - start) / 1000, "pid": pid, "tid": tid, "args": args})
+            complete = {"ph": "X", "name": span.name, "cat": cat, "ts": ts,
+                        "dur": (end - start) / 1000, "pid": pid, "tid": tid, "args": args}
+            if self._exact:
+                complete[EXACT_START] = start
+                complete[EXACT_END] = end
+            out.append(complete)
         if _GAUGE_VALUE in attrs:
             out.append(_counter(span.name, attrs[_GAUGE_VALUE], pid, ts))
         events = span.events

@@ -8,6 +8,7 @@ rejects larger ones.
 
 from __future__ import annotations
 
+import re
 import zlib
 from collections.abc import Container, Mapping
 from typing import Any
@@ -77,6 +78,17 @@ def process_name(attributes: Mapping[str, Any], pid: int) -> str:
     if service:
         return f"{service} · {role}" if role else str(service)
     return f"pid {pid}"
+
+
+_PROCESS_NAME = re.compile(r"(?:\[(.+)\] )?Rank (\d+), Process")
+
+
+def rank_and_role(name: Any) -> tuple[int, str | None] | None:
+    """The rank and role a :func:`process_name` states (``None`` for another name)."""
+    match = _PROCESS_NAME.fullmatch(name) if type(name) is str else None
+    if match is None:
+        return None
+    return int(match.group(2)), match.group(1)
 
 
 def add_process_metadata(attributes: Mapping[str, Any], pid: int, out: list[dict[str, Any]]) -> None:

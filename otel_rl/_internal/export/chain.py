@@ -347,8 +347,15 @@ class ExportChain:
         if settings.file_export:
             from .file_exporter import ChromeTraceFileExporter, InPlaceBatchProcessor
 
-            self.file_processor = InPlaceBatchProcessor(ChromeTraceFileExporter(
-                settings.file_path(keys.TRACES_FILE), hold=settings.save_interval > 1))
+            if settings.file_format == "perfetto":
+                from .perfetto_file import PerfettoTraceFileExporter
+
+                exporter: ChromeTraceFileExporter = PerfettoTraceFileExporter(
+                    settings.file_path(keys.PERFETTO_TRACES_FILE), hold=settings.save_interval > 1)
+            else:
+                exporter = ChromeTraceFileExporter(
+                    settings.file_path(keys.TRACES_FILE), hold=settings.save_interval > 1)
+            self.file_processor = InPlaceBatchProcessor(exporter)
             self.exporting.append(self.file_processor)
             self.batch_hooks.append(self.file_processor.flush_batch)
         exporter = otlp_span_exporter(environ) if with_otlp else None

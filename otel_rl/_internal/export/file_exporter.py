@@ -141,19 +141,32 @@ class ChromeTraceFileExporter(SpanExporter):
                 return SpanExportResult.FAILURE
             return SpanExportResult.SUCCESS if self._write(events) else SpanExportResult.FAILURE
 
+    def _serialize(self, events: list[dict[str, Any]]) -> bytes | bytearray:
+        """What ``events`` add to the file: their JSON lines and the batch marker."""
+        return _batch(events)
+
+    def _closing(self) -> bytes:
+        """What the file gets at shutdown after the last events (nothing for JSON lines)."""
+        return b""
+
     def _write(self, events: list[dict[str, Any]]) -> bool:
         if not events:
             return True
         try:
-            data = _batch(events)
+            data = self._serialize(events)
         except Exception as exc:  # noqa: BLE001
             guard.report(diagnostics.TRACE_FILE_ERROR, "cannot serialise trace events: %r", exc)
             return False
+        return self._write_data(data, len(events))
+
+    def _write_data(self, data: bytes | bytearray, count: int) -> bool:
+        if not data:
+            return True
         if self._hold:
             self._held += data
-            self._held_events += len(events)
+            self._held_events += count
             return len(self._held) < self.MAX_HELD_BYTES or self._write_held()
-        return self._append(data, len(events))
+        return self._append(data, count)
 
     def _append(self, data: bytes | bytearray, count: int) -> bool:
         try:
@@ -186,6 +199,7 @@ class ChromeTraceFileExporter(SpanExporter):
                 return
             try:
                 self._write(self._encoder.finish())
+                self._write_data(self._closing(), 0)
             except Exception as exc:  # noqa: BLE001
                 guard.report(diagnostics.TRACE_FILE_ERROR, "cannot finish %s: %r", self.path, exc)
             self._write_held()

@@ -1,0 +1,78 @@
+"""The converter's native output: Perfetto ``TracePacket`` protobuf, streamed as events come.
+
+It takes the events the merge writes - blobs of Chrome JSON, already given
+their final pids - exactly as :class:`~.output.TraceOutput` does, parses them
+and hands them to :class:`~otel_rl._internal.encode.perfetto.PerfettoEncoder`,
+so the native trace holds the same slices, durations and flows as the JSON
+one of the same inputs.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+from typing import IO, Any
+
+import orjson
+
+from .._internal.encode.perfetto import PerfettoEncoder
+
+__all__ = ["PerfettoOutput", "PERFETTO_SUFFIXES", "is_perfetto_name"]
+
+#: Output names that mean the native format when ``--format`` is not given.
+PERFETTO_SUFFIXES = (".pftrace", ".perfetto-trace", ".pftrace.gz", ".perfetto-trace.gz")
+
+
+def is_perfetto_name(name: str) -> bool:
+    """Whether an output file name asks for the native format."""
+    return name.lower().endswith(PERFETTO_SUFFIXES)
+
+
+class PerfettoOutput:
+    """Streams a native Perfetto trace: events are encoded and written as they come.
+
+    Args:
+        raw: The binary stream to write to.
+        final_name: The output's name (``.gz`` compresses it).
+    """
+
+    def __init__(self, raw: IO[bytes], final_name: str) -> None:
+        self._raw = raw
+        self._file: IO[bytes] = raw
+        if final_name.endswith(".gz"):
+            self._file = gzip.GzipFile(filename=os.path.basename(final_name[:-3]), mode="wb",
+                                       fileobj=self._raw, compresslevel=3, mtime=0)
+        # The only writer of this file: sequence 1 and small track uuids.
+        self.encoder = PerfettoEncoder(sequence_id=1, uuid_salt=0)
+        self.events = 0
+
+    def write(self, parts: list[bytes]) -> None:
+        """Writes serialised events."""
+        if parts:
+            self.write_blob(b",".join(parts), len(parts))
+
+    def write_blob(self, blob: bytes, count: int) -> None:
+        """Writes ``count`` events already joined with ``","`` (or ``",\\n"``)."""
+        if not count:
+            return
+        data = self.encoder.encode(orjson.loads(b"[" + blob + b"]"))
+        if data:
+            self._file.write(data)
+        self.events += count
+
+    def close(self, other: dict[str, Any]) -> None:
+        """Writes what the encoder still holds and flushes (``other`` is for the JSON output only)."""
+        data = self.encoder.finish()
+        if data:
+            self._file.write(data)
+        if self._file is not self._raw:
+            self._file.close()
+        self._raw.flush()
+
+    def abort(self) -> None:
+        """Closes a compressed stream after a failure (the file itself is the caller's)."""
+        if self._file is not self._raw:
+            try:
+                self._file.close()
+            except Exception:  # noqa: BLE001 - already failing; the first error matters
+                pass
