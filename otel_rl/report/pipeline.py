@@ -189,7 +189,7 @@ def pipeline(data: RunData, points: int = DEFAULT_POINTS) -> dict[str, Any]:
     sync_rows, sync_by_step = _syncs(data, steps)
 
     by_step: dict[Any, list[dict[str, Any]]] = defaultdict(list)
-    for line in consumed:  # a line naming no session of the records one-to-one is counted as unknown
+    for line in consumed:
         by_step[line.get("step")].append(line)
     waits: dict[Any, list[tuple[float, float]]] = defaultdict(list)
     step_workers = {span.worker for span in steps.values()}
@@ -208,7 +208,7 @@ def pipeline(data: RunData, points: int = DEFAULT_POINTS) -> dict[str, Any]:
         for line in lines:
             found = sessions.get(session_key(line))
             ts = line.get("ts")
-            if found is None:
+            if found is None:  # no session of the records read, or several (ids without a span id)
                 unknown += 1
             elif found[2] == found[2] and isinstance(ts, (int, float)):
                 ages.append(ts - found[2])
