@@ -157,7 +157,7 @@ def test_a_parent_and_child_nested_on_one_track_need_no_arrow():
 
 
 def test_a_child_in_another_process_gets_an_arrow_from_its_parent():
-    trainer, rollout = SpanFactory(TRAINER), SpanFactory(ROLLOUT)
+    trainer, rollout = SpanFactory(TRAINER), SpanFactory(ROLLOUT, first_id=1000)
     send = trainer.span("send", 0, 10, kind=SpanKind.CLIENT)
     recv = rollout.span("recv", 2, 8, send.context, kind=SpanKind.SERVER)
     # Each process encodes its own spans, as each rank's file exporter does.
@@ -231,7 +231,7 @@ def test_the_interning_state_is_cleared_and_rebuilt_when_it_outgrows_its_bound()
 
 # --- writers ---------------------------------------------------------------------------------------
 def test_two_writers_files_concatenate_into_one_trace():
-    trainer, rollout = SpanFactory(TRAINER), SpanFactory(ROLLOUT)
+    trainer, rollout = SpanFactory(TRAINER), SpanFactory(ROLLOUT, first_id=1000)
     files = []
     for factory in (trainer, rollout):
         encoder = PerfettoEncoder()  # a random sequence id and uuid salt, as each rank's exporter

@@ -31,8 +31,9 @@ class SpanFactory:
     """
 
     def __init__(self, resource: Resource | None = None, thread: dict[str, Any] | None = MAIN_THREAD,
-                 scope: str | InstrumentationScope | None = "otel_rl") -> None:
-        self._ids = itertools.count(1)
+                 scope: str | InstrumentationScope | None = "otel_rl", first_id: int = 1) -> None:
+        # Factories standing for different processes start apart: real ids never repeat.
+        self._ids = itertools.count(first_id)
         self.resource = resource if resource is not None else Resource({})
         self.thread = thread
         self.scope = scope

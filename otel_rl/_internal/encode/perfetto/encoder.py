@@ -238,16 +238,21 @@ class PerfettoEncoder:
         args = event.get("args")
         registry = self._tracks
         span = parent = None
+        parent_part = b""
         if args and type(args) is dict:
             track = self._track_for(pid, tid, args, start)
             span = args.get("span_id")
-            parent = args.get("parent_span_id")
+            parent = args.pop("parent_span_id", None)
+            if type(parent) is str:
+                # Kept apart: the slice states it only where nesting or an arrow does not.
+                parent_part = self._interner.parent_annotation(parent)
+            elif parent is not None:
+                args["parent_span_id"] = parent
+                parent = None
             if type(span) is not str:
                 span = None
-            elif type(parent) is str:
+            elif parent is not None:
                 self._parents.set(span, parent)
-            else:
-                parent = None
         else:
             args = None
             track = registry.thread(pid, tid)
@@ -271,9 +276,9 @@ class PerfettoEncoder:
             if cache is None:
                 cache = self._args_cache(pid)
             body += interner.encode_args(args, cache)
-        record = Record(SLICE, start, end, track, body, span)
+        record = Record(SLICE, start, end, track, body, span, parent, parent_part)
         key = (pid, event["tid"])
-        self._window.add_slice(record, parent, key)
+        self._window.add_slice(record, key)
         last = self._last
         last[key] = record
         if len(last) > 100_000:

@@ -252,6 +252,13 @@ class Interner:
             prefix = self._inline[key] = f.ANNOTATION_KEY + VARINT[size] + name_part + value_key
         return prefix
 
+    def parent_annotation(self, span: str) -> bytes:
+        """The ``parent_span_id`` annotation of a slice whose parent is ``span``."""
+        prefix = self.inline_prefix("parent_span_id", len(span)) if span.isascii() else None
+        if prefix is not None:
+            return prefix + span.encode()
+        return annotation_bytes(self.key("parent_span_id"), string_field(f.ANNOTATION_STRING, span))
+
     def encode_args(self, args: dict[Any, Any], cache: Annotations) -> bytes:
         """Every ``name: value`` of ``args`` as ``debug_annotations`` fields, in order."""
         try:

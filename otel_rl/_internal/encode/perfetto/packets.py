@@ -117,7 +117,7 @@ class PacketWriter:
         kind = record.kind
         uuid = record.track.uuid_field
         if kind == SLICE:
-            begin = f.TYPE_BEGIN_BYTES + uuid + record.body
+            begin = f.TYPE_BEGIN_BYTES + uuid + record.body + record.parent_part
             if record.flow_out is not None:
                 begin += _flow(record.flow_out, _DIRECTION_OUT)
             end = f.TYPE_END_BYTES + uuid

@@ -49,16 +49,20 @@ class Record:
     """
 
     __slots__ = ("start", "end", "track", "body", "kind", "flow_out", "flow_in", "before",
-                 "attached", "written", "span")
+                 "attached", "written", "span", "parent", "parent_part")
 
     def __init__(self, kind: int, start: int, end: int, track: Track, body: bytes,
-                 span: str | None = None) -> None:
+                 span: str | None = None, parent: str | None = None, parent_part: bytes = b"") -> None:
         self.kind = kind
         self.start = start
         self.end = end
         self.track = track
         self.body = body
         self.span = span
+        #: The parent's span id, and its ``parent_span_id`` annotation: written only
+        #: where neither nesting nor an arrow shows the parent.
+        self.parent = parent
+        self.parent_part = parent_part
         self.flow_out: Any = None
         self.flow_in: Any = None
         self.before: list[Record] | None = None
@@ -85,6 +89,8 @@ class SliceWindow:
         self._awaiting = TwoGenerationMap(max(1024, 2 * self.size))
         # span id -> track, for written slices that carry FLOW_OUT (late children can still join)
         self._sources = TwoGenerationMap(100_000)
+        # span id -> written slice, for children written after their parent
+        self._written = TwoGenerationMap(100_000)
         # (pid, tid, start) -> slice, for other writers' flow events; made on first need
         self._by_start: dict[tuple, Record] | None = None
 
@@ -105,14 +111,15 @@ class SliceWindow:
         if key is not None and self._by_start is not None:
             self._index(record, key)
 
-    def add_slice(self, record: Record, parent: str | None, key: tuple) -> None:
+    def add_slice(self, record: Record, key: tuple) -> None:
         """Queues a slice, ordering it against slices with the same start and joining its flows.
 
         Args:
-            record: The slice; ``record.span`` is its span id, if it has one.
-            parent: The span id of its parent, if it has one.
+            record: The slice; ``record.span`` is its span id and ``record.parent`` its
+                parent's, if it has them.
             key: ``(pid, tid)`` it came from.
         """
+        parent = record.parent
         starts = record.track.starts
         first = starts.get(record.start)
         if first is None:
@@ -225,10 +232,20 @@ class SliceWindow:
 
     def _taken(self, record: Record) -> Record:
         record.written = True
+        parent = record.parent
+        if parent is not None and record.parent_part:
+            if record.flow_in == parent:
+                record.parent_part = b""  # the arrow shows it
+            else:
+                above = self._by_span.get(parent) or self._written.get(parent)
+                if above is not None and above.track is record.track and \
+                        above.start <= record.start and record.end <= above.end:
+                    record.parent_part = b""  # it encloses this slice on its track
         span = record.span
         if span is not None:
             if self._by_span.get(span) is record:
                 del self._by_span[span]
             if record.flow_out is not None:
                 self._sources.set(span, record.track)
+            self._written.set(span, record)
         return record
