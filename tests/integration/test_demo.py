@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from support import clean_env, read_jsonl, read_trace, slices
+from support.perfetto import load_file, same_slices
 
 needs_torch = pytest.mark.skipif(find_spec("torch") is None, reason="the demo needs torch")
 
@@ -175,6 +176,24 @@ def test_the_run_directory_holds_the_merged_trace_of_every_process(run: Run) -> 
     events = read_trace(run.run_dir / "trace.json")
     names = {e["args"]["name"] for e in events if e.get("ph") == "M" and e["name"] == "process_name"}
     assert names == {"[trainer] Rank 0, Process", "[rollout] Rank 0, Process", "[rollout] Rank 1, Process"}
+
+
+def test_the_run_directory_holds_the_native_trace_beside_the_json_one(run: Run) -> None:
+    trace = load_file(run.run_dir / "trace.pftrace")
+    assert same_slices(trace, read_trace(run.run_dir / "trace.json"))
+    assert f"{run.run_dir / 'trace.pftrace'}" in run.result.stdout
+
+
+def test_the_native_trace_is_at_least_three_times_smaller_than_the_json_one(run: Run) -> None:
+    assert (run.run_dir / "trace.json").stat().st_size >= 3 * (run.run_dir / "trace.pftrace").stat().st_size
+
+
+def test_the_native_trace_has_a_row_per_session_and_an_arrow_from_each_task(run: Run) -> None:
+    trace = load_file(run.run_dir / "trace.pftrace")
+    rows = {(trace.process_of(s.track), trace.track_name(s.track)) for s in trace.by_name("session")}
+    arrows = [(parent.name, child.name) for parent, child in trace.flows]
+    assert len(rows) == TASKS * SAMPLES * STEPS
+    assert arrows.count(("task", "session")) == TASKS * SAMPLES * STEPS
 
 
 def test_the_run_directory_holds_a_report_with_the_phase_breakdown(run: Run) -> None:

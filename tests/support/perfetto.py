@@ -253,6 +253,20 @@ def native_slices(trace: Trace) -> list[tuple[str, int, int]]:
     return sorted((s.name, s.ts, s.dur) for s in trace.slices if not s.instant)
 
 
+def same_slices(trace: Trace, events: list[dict[str, Any]], tolerance_ns: int = 1000) -> bool:
+    """Whether the native trace holds the Chrome trace's slices: the same names, starts and
+    durations, to ``tolerance_ns``.
+
+    An epoch timestamp in Chrome JSON is a double of microseconds, a quarter of a
+    microsecond coarse: a slice the converter nudged (by at most two of those
+    steps) to nest where its writer placed it is still the same slice.
+    """
+    native, chrome = native_slices(trace), chrome_slices(events)
+    return len(native) == len(chrome) and all(
+        a[0] == b[0] and abs(a[1] - b[1]) <= tolerance_ns and abs(a[2] - b[2]) <= tolerance_ns
+        for a, b in zip(native, chrome))
+
+
 def native_flows(trace: Trace) -> set[tuple[str, str]]:
     """``(parent span id, child span id)`` of every arrow of a native trace."""
     return {(out.args.get("span_id"), into.args.get("span_id")) for out, into in trace.flows}
