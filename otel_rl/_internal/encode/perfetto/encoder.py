@@ -85,9 +85,8 @@ def _random_id(bits: int) -> int:
     return int.from_bytes(os.urandom(8), "little") & ((1 << bits) - 1)
 
 
-def _label(value: Any) -> bool:
-    # A session or task id that can name a track (not a list or dict from odd input).
-    return type(value) in (str, int, float) or isinstance(value, (str, int, float))
+#: Types of a session or task id that can name a track (not a list or dict from odd input).
+_LABELS = frozenset({str, int, float})
 
 
 class PerfettoEncoder:
@@ -118,6 +117,8 @@ class PerfettoEncoder:
         # (pid, tid) -> the latest slice from it: where its span events and flow ends belong
         self._last: dict[tuple[Any, Any], Record] = {}
         self._async: dict[tuple, Track] = {}
+        # (pid, tid, "session" / "task" / "steps", id) -> the track of its own
+        self._own: dict[tuple, Track] = {}
         # span id -> parent span id, for the ancestry a track's nesting respects
         self._parents = TwoGenerationMap(100_000)
         # (pid, lane tid) -> the tid of its thread's first lane: the Chrome trace's lanes
@@ -139,11 +140,17 @@ class PerfettoEncoder:
         Never raises for a bad event: it is counted in :attr:`skipped`.
         """
         handlers = self._handlers
+        slice_ = self._slice
         count = 0
         for event in events:
             count += 1
             try:
-                handler = handlers.get(event.get("ph"))
+                phase = event.get("ph")
+                if phase == "X":
+                    if slice_(event) is False:
+                        self.skipped += 1
+                    continue
+                handler = handlers.get(phase)
                 if handler is None or handler(self, event) is False:
                     self.skipped += 1
             except (AttributeError, TypeError, ValueError, KeyError, OverflowError):
@@ -217,9 +224,14 @@ class PerfettoEncoder:
     def _slice(self, event: dict[str, Any]) -> bool:
         exact = event.get(EXACT_START)
         if exact is None:
+            # _ns, inlined: this runs for every slice.
             ts = event["ts"]
-            start = _ns(ts)
-            if start is None:
+            if type(ts) is float and ts - ts == 0.0:
+                whole = int(ts)
+                start = whole * 1000 + round((ts - whole) * 1000)
+            elif type(ts) is int:
+                start = ts * 1000
+            else:
                 return False
             dur = _ns(event.get("dur", 0))
             end = start + dur if dur is not None and dur > 0 else start
@@ -234,38 +246,37 @@ class PerfettoEncoder:
         if self._first_ns is None:
             self._first_ns = start
         pid = event["pid"]
-        tid = self._lanes.get((pid, event["tid"]), event["tid"])
+        source_tid = event["tid"]
+        tid = self._lanes.get((pid, source_tid), source_tid)
         args = event.get("args")
-        registry = self._tracks
+        interner = self._interner
         span = parent = None
-        parent_part = b""
+        ids = b""
         if args and type(args) is dict:
             track = self._track_for(pid, tid, args, start)
-            span = args.get("span_id")
+            # Span ids are taken out of the args: seen once or twice each, they are written
+            # in place rather than looked up, and the parent's only where nothing else shows it.
+            span = args.pop("span_id", None)
             parent = args.pop("parent_span_id", None)
-            if type(parent) is str:
-                # Kept apart: the slice states it only where nesting or an arrow does not.
-                parent_part = self._interner.parent_annotation(parent)
-            elif parent is not None:
-                args["parent_span_id"] = parent
-                parent = None
-            if type(span) is not str:
+            if type(span) is str:
+                ids = interner.span_annotation("span_id", span)
+                if type(parent) is str:
+                    self._parents.set(span, parent)
+            elif span is not None:
+                args["span_id"] = span
                 span = None
-            elif parent is not None:
-                self._parents.set(span, parent)
+            if type(parent) is not str:
+                if parent is not None:
+                    args["parent_span_id"] = parent
+                parent = None
         else:
             args = None
-            track = registry.thread(pid, tid)
+            track = self._tracks.thread(pid, tid)
         is_ancestor = self._is_ancestor if span is not None else geometric
-        if track.starts.get(start) is None:
-            placed = track.take(start, end, 0, span, is_ancestor)
-        else:
-            placed = None
+        placed = track.take(start, end, 0, span, is_ancestor) if start not in track.starts else None
         if placed is None:
             # A tie with a slice already written, or it does not nest: see ``_place``.
             track, placed = self._place(track, start, end, _slack(ts), span, is_ancestor)
-        start, end = placed
-        interner = self._interner
         category = event.get("cat")
         if category is None:
             body = interner.name(event.get("name"))
@@ -275,9 +286,10 @@ class PerfettoEncoder:
             cache = interner.caches.get(pid)
             if cache is None:
                 cache = self._args_cache(pid)
-            body += interner.encode_args(args, cache)
-        record = Record(SLICE, start, end, track, body, span, parent, parent_part)
-        key = (pid, event["tid"])
+            body = body + interner.encode_args(args, cache) + ids
+        record = Record(SLICE, placed[0], placed[1], track, body, span, parent,
+                        interner.span_annotation("parent_span_id", parent) if parent is not None else b"")
+        key = (pid, source_tid)
         self._window.add_slice(record, key)
         last = self._last
         last[key] = record
@@ -311,32 +323,35 @@ class PerfettoEncoder:
 
     def _track_for(self, pid: Any, tid: Any, args: dict[str, Any], start: int) -> Track:
         """A session's, task's or the steps' own track, else the thread's."""
-        kind = args.get(_SPAN_KIND)
         session = args.get(_SESSION_ID)
-        if session is not None and kind != _KIND_ANNOTATION and _label(session):
-            return self._timed(("session", tid, session), pid, start, args.get(_TASK_ID))
-        if kind == _KIND_TASK:
-            task = args.get(_TASK_ID)
-            if _label(task):
-                return self._timed(("task", tid, task), pid, start, task)
-        elif kind == _KIND_STEP:
-            return self._timed(("steps", tid), pid, start, None)
+        if session is not None:
+            if type(session) in _LABELS and args.get(_SPAN_KIND) != _KIND_ANNOTATION:
+                track = self._own.get((pid, tid, "session", session))
+                return track if track is not None else self._new_own(
+                    (pid, tid, "session", session), pid, start, f"session {session}", args.get(_TASK_ID))
+        else:
+            kind = args.get(_SPAN_KIND)
+            if kind == _KIND_TASK:
+                task = args.get(_TASK_ID)
+                if type(task) in _LABELS:
+                    track = self._own.get((pid, tid, "task", task))
+                    return track if track is not None else self._new_own(
+                        (pid, tid, "task", task), pid, start, f"task {task}", None)
+            elif kind == _KIND_STEP:
+                track = self._own.get((pid, tid, "steps", None))
+                return track if track is not None else self._new_own(
+                    (pid, tid, "steps", None), pid, start, "steps", None)
         return self._tracks.thread(pid, tid)
 
-    def _timed(self, key: tuple, pid: Any, start: int, task: Any) -> Track:
-        registry = self._tracks
-        track = registry.find(pid, key)
-        if track is None:
-            kind = key[0]
-            if kind == "session":
-                name = f"task {task} · session {key[2]}" if _label(task) and task is not None \
-                    else f"session {key[2]}"
-            elif kind == "task":
-                name = f"task {key[2]}"
-            else:
-                name = "steps"
-            rank_ms = (start - (self._first_ns or start)) // 1_000_000
-            track = registry.timed(key, pid, name, rank_ms)
+    def _new_own(self, key: tuple, pid: Any, start: int, name: str, task: Any) -> Track:
+        """Makes the track of a session (named by its task too), task or steps."""
+        if task is not None and type(task) in _LABELS:
+            name = f"task {task} · {name}"
+        rank_ms = (start - (self._first_ns or start)) // 1_000_000
+        track = self._tracks.timed(key[1:], pid, name, rank_ms, key[2])
+        if len(self._own) >= 100_000:
+            self._own.clear()  # forgotten tracks are found again by the registry
+        self._own[key] = track
         return track
 
     # --- instants, lone begins and ends ------------------------------------------------------
@@ -405,7 +420,7 @@ class PerfettoEncoder:
             if len(self._async) >= 10_000:
                 self._async.clear()
             track = self._async[key] = self._tracks.timed(("async",) + key[1:], pid,
-                                                           str(event.get("name")), 0)
+                                                           str(event.get("name")), 0, "async")
         phase = event["ph"]
         kind = BEGIN if phase == "b" else END if phase == "e" else INSTANT
         self._window.add(Record(kind, ns, ns, track, b"" if kind == END else self._event_body(event)))

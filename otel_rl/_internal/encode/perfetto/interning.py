@@ -252,12 +252,14 @@ class Interner:
             prefix = self._inline[key] = f.ANNOTATION_KEY + VARINT[size] + name_part + value_key
         return prefix
 
-    def parent_annotation(self, span: str) -> bytes:
-        """The ``parent_span_id`` annotation of a slice whose parent is ``span``."""
-        prefix = self.inline_prefix("parent_span_id", len(span)) if span.isascii() else None
-        if prefix is not None:
+    def span_annotation(self, name: str, span: str) -> bytes:
+        """An annotation holding a span id, written in place (it is seen once or twice)."""
+        prefix = self._inline.get((name, len(span)))
+        if prefix is None:
+            prefix = self.inline_prefix(name, len(span))
+        if prefix is not None and span.isascii():
             return prefix + span.encode()
-        return annotation_bytes(self.key("parent_span_id"), string_field(f.ANNOTATION_STRING, span))
+        return annotation_bytes(self.key(name), string_field(f.ANNOTATION_STRING, span))
 
     def encode_args(self, args: dict[Any, Any], cache: Annotations) -> bytes:
         """Every ``name: value`` of ``args`` as ``debug_annotations`` fields, in order."""

@@ -36,6 +36,8 @@ _LEGACY_KEY = VARINT[(f.EVENT_LEGACY_EVENT << 3) | 2]
 _BIND_KEY = VARINT[f.LEGACY_BIND_ID << 3]
 _DIRECTION_OUT = varint_field(f.LEGACY_FLOW_DIRECTION, f.FLOW_OUT)
 _DIRECTION_IN = varint_field(f.LEGACY_FLOW_DIRECTION, f.FLOW_IN)
+_SEVEN_LOW = 1 << 42
+_SEVEN_HIGH = 1 << 49
 
 
 def flow_id(source: object) -> int:
@@ -74,6 +76,8 @@ class PacketWriter:
         #: Closes every event packet: the sequence id, and "needs the incremental state".
         self._tail = self._id + varint_field(f.SEQUENCE_FLAGS, f.SEQ_NEEDS_INCREMENTAL_STATE)
         self.base: int | None = None
+        # track -> the bytes of its slice ends around the timestamp
+        self._ends: dict[object, tuple[bytes, bytes]] = {}
 
     def start(self, first_ns: int) -> bytes:
         """The sequence's first packet, with its base taken from ``first_ns``."""
@@ -109,28 +113,47 @@ class PacketWriter:
 
     def _event(self, ns: int, event: bytes) -> bytes:
         size = len(event)
-        return _frame(self._stamp(ns) + f.TRACK_EVENT_KEY
-                      + (VARINT[size] if size < 16384 else varint(size)) + event + self._tail)
+        body = b"".join((self._stamp(ns), f.TRACK_EVENT_KEY,
+                         VARINT[size] if size < 16384 else varint(size), event, self._tail))
+        size = len(body)
+        return f.PACKET_KEY + (VARINT[size] if size < 16384 else varint(size)) + body
+
+    def _end(self, record: Record) -> bytes:
+        """A slice's end: the same bytes for every slice of a track but the timestamp."""
+        relative = record.end - self.base  # type: ignore[operator]
+        if record.flow_in is not None or not _SEVEN_LOW <= relative < _SEVEN_HIGH:
+            end = f.TYPE_END_BYTES + record.track.uuid_field
+            if record.flow_in is not None:
+                end += _flow(record.flow_in, _DIRECTION_IN)
+            return self._event(record.end, end)
+        cached = self._ends.get(record.track)
+        if cached is None:
+            event = f.TYPE_END_BYTES + record.track.uuid_field
+            after = f.TRACK_EVENT_KEY + VARINT[len(event)] + event + self._tail
+            # A seven-byte timestamp: the packet's length is known ahead of it.
+            head = f.PACKET_KEY + VARINT[1 + 7 + len(after)] + f.TIMESTAMP_KEY
+            if len(self._ends) >= 100_000:
+                self._ends.clear()
+            cached = self._ends[record.track] = (head, after)
+        return cached[0] + timestamp(relative) + cached[1]
 
     def record(self, record: Record, out: list[bytes]) -> None:
         """Appends the packets of a slice, instant, or lone begin or end."""
         kind = record.kind
-        uuid = record.track.uuid_field
         if kind == SLICE:
-            begin = f.TYPE_BEGIN_BYTES + uuid + record.body + record.parent_part
-            if record.flow_out is not None:
-                begin += _flow(record.flow_out, _DIRECTION_OUT)
-            end = f.TYPE_END_BYTES + uuid
-            if record.flow_in is not None:
-                end += _flow(record.flow_in, _DIRECTION_IN)
+            if record.flow_out is None:
+                begin = b"".join((f.TYPE_BEGIN_BYTES, record.track.uuid_field, record.body, record.parent_part))
+            else:
+                begin = b"".join((f.TYPE_BEGIN_BYTES, record.track.uuid_field, record.body, record.parent_part,
+                                  _flow(record.flow_out, _DIRECTION_OUT)))
             out.append(self._event(record.start, begin))
-            out.append(self._event(record.end, end))
+            out.append(self._end(record))
         elif kind == INSTANT:
-            out.append(self._event(record.start, f.TYPE_INSTANT_BYTES + uuid + record.body))
+            out.append(self._event(record.start, f.TYPE_INSTANT_BYTES + record.track.uuid_field + record.body))
         elif kind == BEGIN:
-            out.append(self._event(record.start, f.TYPE_BEGIN_BYTES + uuid + record.body))
+            out.append(self._event(record.start, f.TYPE_BEGIN_BYTES + record.track.uuid_field + record.body))
         elif kind == END:
-            out.append(self._event(record.start, f.TYPE_END_BYTES + uuid))
+            out.append(self._event(record.start, f.TYPE_END_BYTES + record.track.uuid_field))
 
     def counter(self, ns: int, uuid_field: bytes, value: bytes) -> bytes:
         """A counter sample: ``value`` is a ``counter_value`` or ``double_counter_value`` field."""

@@ -237,25 +237,23 @@ class TrackRegistry:
         return self._global
 
     # --- tracks of their own -------------------------------------------------------------
-    def find(self, pid: Any, key: tuple) -> Track | None:
-        """The track ``key`` of process ``pid`` if it was made (and not forgotten)."""
-        return self._timed.get((pid,) + key)
-
-    def timed(self, key: tuple, pid: Any, name: str, rank_ms: int) -> Track:
-        """The track ``key`` of a session, task or steps of process ``pid``, made on first use.
+    def timed(self, key: tuple, pid: Any, name: str, rank_ms: int, kind: str) -> Track:
+        """The track ``key`` of a session, task, steps or async id of process ``pid``, made
+        on first use.
 
         Args:
-            key: What the track is for (its kind first), unique within the process.
+            key: What the track is for, unique within the process.
             pid: The process it is grouped under.
             name: Its name.
             rank_ms: Milliseconds into the trace of its first slice: sessions and
                 tasks are listed in the order they started.
+            kind: ``session``, ``task``, ``steps`` or ``async``.
         """
         full = (pid,) + key
         track = self._timed.get(full)
         if track is None:
-            rank = _RANK_STEPS if key[0] == "steps" else _RANK_TIMED + min(max(rank_ms, 0), _INT32_MAX - _RANK_TIMED)
-            track = Track(self._uuid(), name, self.process(pid), key[0], rank)
+            rank = _RANK_STEPS if kind == "steps" else _RANK_TIMED + min(max(rank_ms, 0), _INT32_MAX - _RANK_TIMED)
+            track = Track(self._uuid(), name, self.process(pid), kind, rank)
             self._timed.set(full, track)
         return track
 
