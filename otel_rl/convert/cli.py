@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from .._internal.read.discovery import discover_inputs
 from .._internal.read.limits import add_limit_options, limits_from_args
 from .merge import FORMATS, convert, output_format
+from .native_inputs import find_native
 from .stats import MAX_REPORTED, ConvertStats
 
 __all__ = ["main", "summary"]
@@ -73,7 +74,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     err = sys.stderr
     found, missing = discover_inputs(args.inputs, exclude=[] if args.output == "-" else [args.output])
-    if not found:
+    if not found and not find_native(args.inputs, exclude=[] if args.output == "-" else [args.output]):
         # A mistyped run directory must not replace a good trace with an empty one.
         named = ", ".join(missing or args.inputs)
         err.write(f"otel_rl.convert: {named}: no such file, or no trace file in it; {args.output} "

@@ -24,6 +24,7 @@ from .._internal.read.torch_trace import joined_traces_file
 from .annotations import SessionNotes
 from .fast_path import chunk_end, scan_chrome_lines, with_pid
 from .output import TraceOutput
+from .native_inputs import find_native
 from .perfetto_output import PerfettoOutput, is_perfetto_name
 from .stats import ConvertStats
 
@@ -347,6 +348,27 @@ class Merger:
             self._pool = None
 
 
+def _join_native(paths: list[str], out: TraceOutput | PerfettoOutput, stats: ConvertStats,
+                 limits: InputLimits) -> None:
+    """Appends native per-rank traces to a native output (their packets, copied); a JSON
+    output cannot hold them: they are reported as skipped."""
+    for path in paths:
+        if not isinstance(out, PerfettoOutput):
+            stats.skipped_files.append((path, "a native Perfetto trace: it can only be merged into a "
+                                              ".pftrace output"))
+            continue
+        try:
+            packets, problem = out.append_native(path, limits)
+        except OSError as exc:
+            stats.skipped_files.append((path, f"unreadable: {exc}"))
+            continue
+        if problem:
+            stats.cut_short.append((path, problem))
+        if packets:
+            stats.files += 1
+            stats.events += packets
+
+
 def output_format(output: str, fmt: str | None = None) -> str:
     """The format to write: ``fmt`` when given, else ``perfetto`` for a ``.pftrace`` name.
 
@@ -399,6 +421,8 @@ def convert(inputs: Sequence[str], output: str, *, workers: int = 0,
     atomic = not to_stdout and (not os.path.exists(output) or os.path.isfile(output))
     tmp = f"{output}.tmp-{os.getpid()}" if atomic else None
     files, missing = discover_inputs(inputs, exclude=[p for p in (output, tmp) if p and not to_stdout])
+    native = find_native(inputs, exclude=[p for p in (output, tmp) if p and not to_stdout])
+    files = [p for p in files if p not in native]
     stats.skipped_files.extend((item, "no such file") for item in missing)
     if to_stdout:
         raw: IO[bytes] = sys.stdout.buffer
@@ -415,6 +439,7 @@ def convert(inputs: Sequence[str], output: str, *, workers: int = 0,
         converter = Merger(out, stats, workers, named, limits)
         converter.run(files)
         stats.events = out.events
+        _join_native(native, out, stats, limits or DEFAULT_LIMITS)
         if isinstance(out, PerfettoOutput) and out.encoder.skipped:
             stats.warnings.append(f"{out.encoder.skipped} events left out of the native trace "
                                   "(no timestamp, or a kind of event it cannot hold)")

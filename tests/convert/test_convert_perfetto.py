@@ -236,3 +236,62 @@ def test_a_gzipped_input_converts_to_the_native_format(tmp_path):
         fh.write(b"".join(orjson.dumps(e) + b"\n" for e in events))
     convert([str(tmp_path / "t.jsonl.gz")], str(tmp_path / "t.pftrace"))
     assert [s.name for s in load_file(tmp_path / "t.pftrace").slices] == ["x"]
+
+
+# --- native per-rank files (OTEL_RL_FILE_FORMAT=perfetto) -------------------------------------------
+def write_native_rank(run: Path, rank: int) -> Path:
+    from otel_rl._internal.export.perfetto_file import PerfettoTraceFileExporter
+
+    path = run / f"traces-rollout-r{rank}.pftrace"
+    resource = Resource({keys.PROCESS_PID: 300 + rank, keys.RANK: rank, keys.ROLE: "rollout"})
+    exporter = PerfettoTraceFileExporter(str(path))
+    exporter.export(sorted(rollout(SpanFactory(resource, first_id=(rank + 1) << 32), tasks=1, samples=2),
+                           key=lambda s: s.end_time))
+    exporter.shutdown()
+    return path
+
+
+def test_per_rank_native_files_merge_into_a_native_output_by_concatenation(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    parts = [write_native_rank(run, rank).read_bytes() for rank in range(2)]
+    stats = convert([str(run)], str(tmp_path / "trace.pftrace"))
+    assert stats.files == 2
+    assert (tmp_path / "trace.pftrace").read_bytes() == b"".join(parts)
+
+
+def test_a_native_file_cut_short_keeps_its_whole_packets_and_is_reported(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    path = write_native_rank(run, 0)
+    path.write_bytes(path.read_bytes()[:-3])  # a writer killed mid-packet
+    stats = convert([str(run)], str(tmp_path / "trace.pftrace"))
+    assert [(p, reason.endswith("bytes are a packet cut short")) for p, reason in stats.cut_short] == \
+        [(str(path), True)]
+    assert parse((tmp_path / "trace.pftrace").read_bytes())  # every packet kept is whole
+
+
+def test_a_native_input_is_not_merged_into_a_json_output_and_says_why(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    write_native_rank(run, 0)
+    stats = convert([str(run)], str(tmp_path / "trace.json"))
+    assert [reason for _path, reason in stats.skipped_files] == \
+        ["a native Perfetto trace: it can only be merged into a .pftrace output"]
+
+
+def test_a_merged_trace_in_the_run_directory_is_not_read_back(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    write_native_rank(run, 0)
+    convert([str(run)], str(run / "trace.pftrace"))
+    stats = convert([str(run)], str(tmp_path / "again.pftrace"))
+    assert stats.files == 1
+
+
+def test_native_and_json_line_inputs_merge_into_one_trace(run, tmp_path):
+    (tmp_path / "native").mkdir()
+    native = write_native_rank(tmp_path / "native", 5)
+    convert([str(run), str(native)], str(tmp_path / "trace.pftrace"))
+    trace = load_file(tmp_path / "trace.pftrace")
+    assert "[rollout] Rank 5, Process" in {trace.process_of(s.track) for s in trace.by_name("session")}
