@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Times ``otel-rl convert`` to Perfetto's native format beside the Chrome JSON of the same run.
 
-    python -m bench.perfetto [--sessions 20000] [--ranks 4] [--dir RUN] [--repeats 3]
+    python -m bench.perfetto [--sessions 20000] [--ranks 4] [--dir RUN] [--repeats 3] [--native]
 
 Without ``--dir`` it writes a synthetic RL run with otel_rl's own file exporter:
 ``--ranks`` rollout workers, each running tasks of 8 concurrent sessions
@@ -9,6 +9,9 @@ Without ``--dir`` it writes a synthetic RL run with otel_rl's own file exporter:
 the attributes the demo's sessions carry, span events), under a trainer whose
 steps submit the work from another process (remote parents) and sample a gauge.
 ``--dir`` converts an existing run directory instead (a demo run, say).
+``--native`` also writes the run as per-rank native files (what
+``OTEL_RL_FILE_FORMAT=perfetto`` leaves), times the file exporter writing
+both formats (spans/s), and times merging the native files (concatenation).
 
 Each conversion runs in a child process; printed per format: events read per
 second (the converter's own count and clock), the file size, its ratio to the
@@ -66,14 +69,27 @@ class _Spans:
                             start_time=_T0_NS + round(start_us * 1000), end_time=_T0_NS + round(end_us * 1000))
 
 
-def _write(path: str, spans: list) -> None:
-    from otel_rl._internal.export.file_exporter import ChromeTraceFileExporter
+#: seconds and spans each file exporter took to write the run: {"jsonl": [s, n], "perfetto": [s, n]}
+WRITE_TIMES: dict[str, list[float]] = {"jsonl": [0.0, 0], "perfetto": [0.0, 0]}
 
-    exporter = ChromeTraceFileExporter(path)
+
+def _write(path: str, spans: list, native_dir: str | None = None) -> None:
+    from otel_rl._internal.export.file_exporter import ChromeTraceFileExporter
+    from otel_rl._internal.export.perfetto_file import PerfettoTraceFileExporter
+
     spans.sort(key=lambda s: s.end_time)
-    for i in range(0, len(spans), 4096):
-        exporter.export(spans[i:i + 4096])
-    exporter.shutdown()
+    targets = [("jsonl", ChromeTraceFileExporter, path)]
+    if native_dir is not None:
+        native = os.path.join(native_dir, os.path.basename(path)[:-len(".jsonl")] + ".pftrace")
+        targets.append(("perfetto", PerfettoTraceFileExporter, native))
+    for fmt, kind, target in targets:
+        started = time.process_time()
+        exporter = kind(target)
+        for i in range(0, len(spans), 4096):
+            exporter.export(spans[i:i + 4096])
+        exporter.shutdown()
+        WRITE_TIMES[fmt][0] += time.process_time() - started
+        WRITE_TIMES[fmt][1] += len(spans)
 
 
 def _rollout(rank: int, sessions: int, submits: list) -> list:
@@ -123,8 +139,9 @@ def _rollout(rank: int, sessions: int, submits: list) -> list:
     return spans
 
 
-def generate(directory: str, sessions: int, ranks: int) -> None:
-    """A synthetic run: a trainer and ``ranks`` rollout workers, about 20 events per session."""
+def generate(directory: str, sessions: int, ranks: int, native_dir: str | None = None) -> None:
+    """A synthetic run: a trainer and ``ranks`` rollout workers, about ten events per session
+    (also as native per-rank files in ``native_dir``)."""
     from opentelemetry.trace import SpanContext, SpanKind, TraceFlags
 
     from otel_rl._internal import keys
@@ -144,9 +161,10 @@ def generate(directory: str, sessions: int, ranks: int) -> None:
                                              {keys.STEP: step}),
                   trainer.span("buffered_groups", start + 150, start + 150,
                                attrs={keys.SPAN_KIND: keys.KIND_COUNTER, keys.GAUGE_VALUE: step % 7})]
-    _write(os.path.join(directory, "traces-trainer-r0.jsonl"), spans)
+    _write(os.path.join(directory, "traces-trainer-r0.jsonl"), spans, native_dir)
     for rank in range(ranks):
-        _write(os.path.join(directory, f"traces-rollout-r{rank}.jsonl"), _rollout(rank, sessions // ranks, submits))
+        _write(os.path.join(directory, f"traces-rollout-r{rank}.jsonl"), _rollout(rank, sessions // ranks, submits),
+               native_dir)
 
 
 def _convert(directory: str, output: str, fmt: str, jobs: int) -> dict:
@@ -164,30 +182,44 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dir", help="an existing run directory to convert instead")
     p.add_argument("--jobs", type=int, default=0, help="converter worker processes (-j)")
     p.add_argument("--repeats", type=int, default=3, help="conversions per format; the fastest counts")
+    p.add_argument("--native", action="store_true",
+                   help="also write native per-rank files and time the exporter and their merge")
     p.add_argument("--out", help="also write the figures as JSON here")
     args = p.parse_args(argv)
     directory = args.dir
     scratch = tempfile.mkdtemp(prefix="otel-rl-bench-perfetto-")
+    native_dir = os.path.join(scratch, "native") if args.native else None
     if directory is None:
         directory = os.path.join(scratch, "run")
         os.makedirs(directory)
+        if native_dir:
+            os.makedirs(native_dir)
         started = time.perf_counter()
-        generate(directory, args.sessions, args.ranks)
+        generate(directory, args.sessions, args.ranks, native_dir)
         size = sum(os.path.getsize(os.path.join(directory, n)) for n in os.listdir(directory))
         print(f"generated {args.sessions:,} sessions on {args.ranks} rollout ranks in {directory} "
               f"({size / 1e6:,.1f} MB of JSON lines, {time.perf_counter() - started:.1f} s)")
     figures = {}
-    for fmt, name in (("chrome", "trace.json"), ("perfetto", "trace.pftrace")):
-        runs = [_convert(directory, os.path.join(scratch, name), fmt, args.jobs) for _ in range(max(1, args.repeats))]
+    conversions = [("chrome", directory, "trace.json"), ("perfetto", directory, "trace.pftrace")]
+    if native_dir:
+        conversions.append(("native files", native_dir, "merged.pftrace"))
+    for fmt, source, name in conversions:
+        runs = [_convert(source, os.path.join(scratch, name), "perfetto" if fmt == "native files" else fmt,
+                         args.jobs) for _ in range(max(1, args.repeats))]
         figures[fmt] = min(runs, key=lambda r: r["seconds"])
     json_bytes = figures["chrome"]["bytes"]
-    print(f"{'format':<10} {'events':>10} {'seconds':>8} {'events/s':>10} {'MB':>8} {'JSON/native':>11} {'peak MB':>8}")
+    print(f"{'convert to':<13} {'events':>10} {'seconds':>8} {'events/s':>10} {'MB':>8} {'JSON/this':>9} "
+          f"{'peak MB':>8}")
     for fmt, r in figures.items():
         rate = r["events"] / r["seconds"] if r["seconds"] else 0.0
         r["events_per_s"] = rate
         r["ratio"] = json_bytes / r["bytes"]
-        print(f"{fmt:<10} {r['events']:>10,} {r['seconds']:>8.2f} {rate:>10,.0f} {r['bytes'] / 1e6:>8.2f} "
-              f"{r['ratio']:>11.2f} {r['rss_mb']:>8.0f}")
+        print(f"{fmt:<13} {r['events']:>10,} {r['seconds']:>8.2f} {rate:>10,.0f} {r['bytes'] / 1e6:>8.2f} "
+              f"{r['ratio']:>9.2f} {r['rss_mb']:>8.0f}")
+    if native_dir:
+        print("(native files: events are packets, two per slice)")
+        for fmt, (seconds, spans) in WRITE_TIMES.items():
+            print(f"file exporter, {fmt}: {spans / seconds:,.0f} spans/s of CPU ({seconds / spans * 1e6:.1f} us/span)")
     native = figures["perfetto"]
     print(f"targets: >= 500,000 events/s: {'met' if native['events_per_s'] >= 500_000 else 'NOT met'}; "
           f"native >= 3x smaller: {'met' if native['ratio'] >= 3 else 'NOT met'}")
