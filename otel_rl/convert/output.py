@@ -10,10 +10,11 @@ import orjson
 
 from .._internal.encode.flows import FlowJoiner
 
-__all__ = ["TraceOutput"]
+__all__ = ["OutputStream", "TraceOutput"]
 
-class TraceOutput:
-    """Streams ``{"traceEvents": [...]}``: events are written as they come."""
+
+class OutputStream:
+    """The stream an output writes to: the file itself, or gzip over it for a ``.gz`` name."""
 
     def __init__(self, raw: IO[bytes], final_name: str) -> None:
         self._raw = raw
@@ -22,6 +23,27 @@ class TraceOutput:
             # Level 3: most of the size win of level 9 at several times the speed.
             self._file = gzip.GzipFile(filename=os.path.basename(final_name[:-3]), mode="wb",
                                        fileobj=self._raw, compresslevel=3, mtime=0)
+
+    def _done(self) -> None:
+        """Ends a compressed stream and flushes (the file itself is the caller's)."""
+        if self._file is not self._raw:
+            self._file.close()
+        self._raw.flush()
+
+    def abort(self) -> None:
+        """Closes a compressed stream after a failure (the file itself is the caller's)."""
+        if self._file is not self._raw:
+            try:
+                self._file.close()
+            except Exception:  # noqa: BLE001 - already failing; the first error matters
+                pass
+
+
+class TraceOutput(OutputStream):
+    """Streams ``{"traceEvents": [...]}``: events are written as they come."""
+
+    def __init__(self, raw: IO[bytes], final_name: str) -> None:
+        super().__init__(raw, final_name)
         self._file.write(b'{"traceEvents":[\n')
         self._first = True
         self.events = 0
@@ -59,14 +81,4 @@ class TraceOutput:
         self._file.write(b'\n],"displayTimeUnit":"ms","otherData":')
         self._file.write(orjson.dumps(other))
         self._file.write(b"}\n")
-        if self._file is not self._raw:
-            self._file.close()
-        self._raw.flush()
-
-    def abort(self) -> None:
-        """Closes a compressed stream after a failure (the file itself is the caller's)."""
-        if self._file is not self._raw:
-            try:
-                self._file.close()
-            except Exception:  # noqa: BLE001 - already failing; the first error matters
-                pass
+        self._done()

@@ -10,8 +10,6 @@ one of the same inputs.
 from __future__ import annotations
 
 import gc
-import gzip
-import os
 from typing import IO, Any
 
 import orjson
@@ -19,6 +17,7 @@ import orjson
 from .._internal.encode.perfetto import PerfettoEncoder
 from .._internal.read.limits import InputLimits
 from .native_inputs import copy_packets
+from .output import OutputStream
 
 __all__ = ["PerfettoOutput", "PERFETTO_SUFFIXES", "is_perfetto_name"]
 
@@ -31,7 +30,7 @@ def is_perfetto_name(name: str) -> bool:
     return name.lower().endswith(PERFETTO_SUFFIXES)
 
 
-class PerfettoOutput:
+class PerfettoOutput(OutputStream):
     """Streams a native Perfetto trace: events are encoded and written as they come.
 
     Args:
@@ -40,11 +39,7 @@ class PerfettoOutput:
     """
 
     def __init__(self, raw: IO[bytes], final_name: str) -> None:
-        self._raw = raw
-        self._file: IO[bytes] = raw
-        if final_name.endswith(".gz"):
-            self._file = gzip.GzipFile(filename=os.path.basename(final_name[:-3]), mode="wb",
-                                       fileobj=self._raw, compresslevel=3, mtime=0)
+        super().__init__(raw, final_name)
         # The only writer of this file: sequence 1 and small track uuids.
         self.encoder = PerfettoEncoder(sequence_id=1, uuid_salt=0)
         self.events = 0
@@ -84,14 +79,4 @@ class PerfettoOutput:
         data = self.encoder.finish()
         if data:
             self._file.write(data)
-        if self._file is not self._raw:
-            self._file.close()
-        self._raw.flush()
-
-    def abort(self) -> None:
-        """Closes a compressed stream after a failure (the file itself is the caller's)."""
-        if self._file is not self._raw:
-            try:
-                self._file.close()
-            except Exception:  # noqa: BLE001 - already failing; the first error matters
-                pass
+        self._done()

@@ -13,37 +13,28 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 
 import otel_rl
-from otel_rl._internal import config, guard, keys
+from otel_rl._internal import config, keys
 from otel_rl._internal.export.file_exporter import InPlaceBatchProcessor
 from otel_rl._internal.export.perfetto_file import PerfettoTraceFileExporter
 from support import SpanFactory, run_python
 from support.perfetto import load, load_file
 
+TESTS = Path(__file__).resolve().parents[1]
+
 WORKLOAD = """
 import sys
 import otel_rl
+from support.workloads import sessions
 otel_rl.configure(rank=int(sys.argv[1]), role="rollout")
-otel_rl.set_task_id(otel_rl.register_task())
-for _ in range(3):
-    otel_rl.set_session_id(otel_rl.register_session())
-    with otel_rl.trace_session_phase("generate"):
-        pass
-    otel_rl.trace_session_event("mark_finalized", status="accepted")
+sessions(3)
 otel_rl.shutdown()
 """
 
 
-def _rank(tmp_path: Path, rank: int, **env: str) -> None:
-    result = run_python(WORKLOAD, {"OTEL_RL_DIR": str(tmp_path), "OTEL_RL_FILE_FORMAT": "perfetto", **env},
-                        str(rank))
+def _rank(tmp_path: Path, rank: int) -> None:
+    result = run_python(WORKLOAD, {"OTEL_RL_DIR": str(tmp_path), "OTEL_RL_FILE_FORMAT": "perfetto",
+                                   "PYTHONPATH": str(TESTS)}, str(rank))
     assert result.returncode == 0, result.stderr
-
-
-@pytest.fixture(autouse=True)
-def _fresh_counters():
-    guard.clear()
-    yield
-    guard.clear()
 
 
 def test_each_rank_writes_a_native_trace_file_instead_of_json_lines(tmp_path):

@@ -26,6 +26,7 @@ of flow and batch lines in :mod:`.chrome_markers`.
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -46,7 +47,7 @@ from .chrome_markers import (
 )
 from .json_values import chrome_args, json_safe_value
 from .kineto_clock import kineto_shift_us
-from .lanes import Lane, LaneGroup, ProcessLanes, TwoGenerationMap
+from .lanes import Lane, LaneGroup, ProcessLanes, TwoGenerationMap, is_ancestor
 from .track_metadata import (
     TRAINING_ROLES,
     add_lane_metadata,
@@ -136,6 +137,7 @@ class ChromeTraceEncoder:
         self._placed = TwoGenerationMap(max_tracked_spans)
         # span id -> local parent span id (0 for roots and remote parents)
         self._parent_of = TwoGenerationMap(max_tracked_spans)
+        self._is_ancestor = functools.partial(is_ancestor, self._parent_of, depth=_MAX_ANCESTRY)
         # parent span id -> placed children still waiting for that parent
         self._waiting = TwoGenerationMap(max_tracked_spans)
         # (pid, session id) -> [(span, process), ...], oldest session first
@@ -273,18 +275,6 @@ class ChromeTraceEncoder:
         for child, child_proc in waiting:
             self._place(child, child_proc, child.attributes, out, prefer=lane)
 
-    # --- ancestry -------------------------------------------------------------------------
-    def _is_ancestor(self, ancestor: int, span_id: int) -> bool:
-        """Whether ``ancestor`` is ``span_id`` or one of its local ancestors."""
-        parent_of = self._parent_of
-        for _ in range(_MAX_ANCESTRY):
-            if span_id == ancestor:
-                return True
-            span_id = parent_of.get(span_id)
-            if not span_id:
-                return False
-        return False
-
     # --- processes and threads -----------------------------------------------------------
     def _process(self, resource: Any, out: list[dict[str, Any]]) -> ProcessLanes:
         cached = self._resource_cache.get(id(resource))
@@ -374,7 +364,7 @@ class ChromeTraceEncoder:
         children = waiting.pop(span_id) if (waiting.young or waiting.old) else None
 
         chosen = None
-        is_ancestor = self._is_ancestor
+        is_ancestor = self._is_ancestor  # (ancestor, span id): whether one is the other's local ancestor
         if parent_rec is None and prefer is None and not children:
             # Nothing to sit under or enclose: the first lane that takes it.
             for lane in lanes:

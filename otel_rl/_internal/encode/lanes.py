@@ -54,6 +54,18 @@ class TwoGenerationMap:
         return value if value is not None else old
 
 
+def is_ancestor(parent_of: TwoGenerationMap, ancestor: Any, span: Any, depth: int = 64) -> bool:
+    """Whether ``ancestor`` is ``span`` or one of its ancestors, as far as ``parent_of``
+    (span -> parent, a falsy parent for a root) remembers, up to ``depth`` generations."""
+    for _ in range(depth):
+        if span == ancestor:
+            return True
+        span = parent_of.get(span)
+        if not span:
+            return False
+    return False
+
+
 class LaneLevel:
     """Disjoint intervals sorted by start (so also by end), each with its children."""
 

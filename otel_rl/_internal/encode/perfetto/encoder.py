@@ -19,6 +19,7 @@ Not thread-safe; one owner feeds it. Memory is bounded whatever the input length
 
 from __future__ import annotations
 
+import functools
 import heapq
 import itertools
 import math
@@ -28,7 +29,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from ... import diagnostics, guard, keys
-from ..lanes import TwoGenerationMap
+from ..lanes import TwoGenerationMap, is_ancestor
 from ..track_metadata import rank_and_role
 from ..chrome_markers import EXACT_END, EXACT_START, FLOW_CATEGORY, FLOW_SOURCE
 from . import fields as f
@@ -121,6 +122,7 @@ class PerfettoEncoder:
         self._own: dict[tuple, Track] = {}
         # span id -> parent span id, for the ancestry a track's nesting respects
         self._parents = TwoGenerationMap(100_000)
+        self._is_ancestor = functools.partial(is_ancestor, self._parents, depth=_MAX_ANCESTRY)
         # (pid, lane tid) -> the tid of its thread's first lane: the Chrome trace's lanes
         # only kept sessions apart, which have tracks of their own here
         self._lanes: dict[tuple[Any, Any], Any] = {}
@@ -216,9 +218,12 @@ class PerfettoEncoder:
                 ready.append((ns, track, value))
         return ready
 
-    def _started_at(self, ns: int) -> None:
-        if self._first_ns is None:
+    def _when(self, event: dict[str, Any]) -> int | None:
+        """An event's time in nanoseconds (``None`` for none); the first one seen sets the base."""
+        ns = _ns(event.get("ts"))
+        if ns is not None and self._first_ns is None:
             self._first_ns = ns
+        return ns
 
     # --- slices ------------------------------------------------------------------------
     def _slice(self, event: dict[str, Any]) -> bool:
@@ -310,17 +315,6 @@ class PerfettoEncoder:
                     return track, placed
             track = registry.overflow(track)
 
-    def _is_ancestor(self, ancestor: Any, span: Any) -> bool:
-        """Whether ``ancestor`` is ``span`` or one of its ancestors (as far as remembered)."""
-        parents = self._parents
-        for _ in range(_MAX_ANCESTRY):
-            if span == ancestor:
-                return True
-            span = parents.get(span)
-            if span is None:
-                return False
-        return False
-
     def _track_for(self, pid: Any, tid: Any, args: dict[str, Any], start: int) -> Track:
         """A session's, task's or the steps' own track, else the thread's."""
         session = args.get(_SESSION_ID)
@@ -356,10 +350,9 @@ class PerfettoEncoder:
 
     # --- instants, lone begins and ends ------------------------------------------------------
     def _instant(self, event: dict[str, Any]) -> bool:
-        ns = _ns(event.get("ts"))
+        ns = self._when(event)
         if ns is None:
             return False
-        self._started_at(ns)
         pid = event.get("pid")
         tid = event.get("tid")
         scope = event.get("s")
@@ -396,10 +389,9 @@ class PerfettoEncoder:
         return self._interner.annotations(pid, self._elided.get(pid, frozenset()))
 
     def _begin_end(self, event: dict[str, Any]) -> bool:
-        ns = _ns(event.get("ts"))
+        ns = self._when(event)
         if ns is None:
             return False
-        self._started_at(ns)
         pid = event.get("pid")
         track = self._tracks.thread(pid, self._lanes.get((pid, event.get("tid")), event.get("tid")))
         if event["ph"] == "B":
@@ -409,10 +401,9 @@ class PerfettoEncoder:
         return True
 
     def _nestable_async(self, event: dict[str, Any]) -> bool:
-        ns = _ns(event.get("ts"))
+        ns = self._when(event)
         if ns is None:
             return False
-        self._started_at(ns)
         pid = event.get("pid")
         key = (pid, event.get("cat"), str(event.get("id", event.get("id2"))))
         track = self._async.get(key)
@@ -428,11 +419,10 @@ class PerfettoEncoder:
 
     # --- counters ------------------------------------------------------------------------
     def _counter(self, event: dict[str, Any]) -> bool:
-        ns = _ns(event.get("ts"))
         args = event.get("args")
-        if ns is None or type(args) is not dict:
+        ns = self._when(event) if type(args) is dict else None
+        if ns is None:
             return False
-        self._started_at(ns)
         pid = event.get("pid")
         name = str(event.get("name"))
         wrote = False

@@ -200,28 +200,28 @@ class Interner:
         self._pending.append(length_field(field, _entry(iid, text)))
         return iid
 
+    def _field(self, table: dict, index: int, key_bytes: bytes, text: Any) -> bytes:
+        # The field naming ``text`` by its iid in ``table`` (interned on first use).
+        part = table.get(text)
+        if part is None:
+            name = text if type(text) is str else "" if text is None else str(text)
+            part = table[text] = key_bytes + varint(self._intern(index, name))
+        return part
+
     def name(self, text: Any) -> bytes:
         """The ``name_iid`` field of an event named ``text``."""
         part = self.names.get(text)
-        if part is None:
-            key = text if type(text) is str else "" if text is None else str(text)
-            part = self.names[text] = f.NAME_IID_KEY + varint(self._intern(1, key))
-        return part
+        return part if part is not None else self._field(self.names, 1, f.NAME_IID_KEY, text)
 
     def category(self, text: Any) -> bytes:
         """The ``category_iids`` field of an event in category ``text``."""
         part = self.categories.get(text)
-        if part is None:
-            key = text if type(text) is str else "" if text is None else str(text)
-            part = self.categories[text] = f.CATEGORY_IID_KEY + varint(self._intern(0, key))
-        return part
+        return part if part is not None else self._field(self.categories, 0, f.CATEGORY_IID_KEY, text)
 
     def key(self, text: str) -> bytes:
         """The ``name_iid`` field of a DebugAnnotation named ``text``."""
         part = self.keys.get(text)
-        if part is None:
-            part = self.keys[text] = _NAME_IID_KEY + varint(self._intern(2, text))
-        return part
+        return part if part is not None else self._field(self.keys, 2, _NAME_IID_KEY, text)
 
     def string_value(self, text: str) -> bytes:
         """The value part of a DebugAnnotation holding ``text``: interned unless long."""
