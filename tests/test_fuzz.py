@@ -64,6 +64,7 @@ def _good_value(param):
         cfg._positive_int: st.integers(1, 10**7).map(str),
         cfg._ranks: st.lists(st.integers(0, 4096), min_size=1, max_size=4).map(lambda v: ",".join(map(str, v))),
         cfg._layout: st.sampled_from(cfg.LAYOUTS),
+        cfg._file_format: st.sampled_from(cfg.FILE_FORMATS),
         cfg._non_negative_int: st.integers(0, 10**7).map(str),
         cfg._timeout_ms: st.integers(1, 10**7).map(str),
         cfg._wait_ms: st.integers(0, 10**7).map(str),
@@ -89,7 +90,7 @@ def test_good_env_values_of_every_setting_parse(data, param):
         assert value == int(text.removeprefix("0o"), 8)
     elif param.parse is cfg._ranks:
         assert value == frozenset(int(v) for v in text.split(","))
-    elif param.parse is cfg._layout:
+    elif param.parse in (cfg._layout, cfg._file_format):
         assert value == text
     else:
         assert value == int(text)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import collections
 import os
 import sys
+import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from typing import IO, Any
@@ -25,6 +26,7 @@ from .annotations import SessionNotes
 from .fast_path import chunk_end, scan_chrome_lines, with_pid
 from .output import TraceOutput
 from .native_inputs import find_native
+from .parallel import convert_in_parallel
 from .perfetto_output import PerfettoOutput, is_perfetto_name
 from .stats import ConvertStats
 
@@ -62,6 +64,7 @@ class Merger:
         self._otlp = OtlpReader()
         self._sources: dict[str, str] = {}  # real path -> input path, for torch traces' ranks
         self.notes = SessionNotes()  # consume / annotation lines, joined into their session spans
+        self.annotation_files: list[str] = []
 
     # pids ------------------------------------------------------------------------------------
     def _claim(self, source: str, pid: Any) -> Any:
@@ -105,6 +108,17 @@ class Merger:
     # files -------------------------------------------------------------------------------------
     def run(self, files: Sequence[str]) -> None:
         """Converts ``files`` in order, then releases what the OTLP encoder holds."""
+        for path, kind, mapping in self.plan(files):
+            self.convert_file(path, kind, mapping)
+        self.finish()
+        self.stats.annotated = self.notes.joined
+
+    def plan(self, files: Sequence[str]) -> list[tuple[str, str, dict[Any, Any]]]:
+        """Sniffs ``files`` and claims each one's main pid, in order; reads annotation files.
+
+        Returns:
+            ``(path, kind, pid mapping)`` of every file to convert, in order.
+        """
         self._sources = {os.path.realpath(p): p for p in files}
         plan = []
         for path in files:
@@ -115,6 +129,7 @@ class Merger:
             if head is not None and kind.startswith("not a trace file") and record_kind(head) == "annotations":
                 # Read before any trace file: what they say of a session joins its span's args.
                 self.notes.read(path, self.limits, self.stats)
+                self.annotation_files.append(path)
                 continue
             mapping: dict[Any, Any] = {}
             if kind == "chrome-jsonl":
@@ -125,10 +140,21 @@ class Merger:
                 if type(pid) is int or type(pid) is str:
                     mapping[pid] = self._claim(path, pid)
             plan.append((path, kind, mapping))
-        for path, kind, mapping in plan:
-            self.convert_file(path, kind, mapping)
-        self.finish()
-        self.stats.annotated = self.notes.joined
+        return plan
+
+    def claims(self) -> dict[str, Any]:
+        """What :meth:`plan` decided, for workers converting parts of it (picklable)."""
+        return {"owner": dict(self._owner), "mapping": dict(self._mapping), "sources": dict(self._sources),
+                "named": self._named, "annotation_files": list(self.annotation_files)}
+
+    def adopt(self, claims: dict[str, Any], first_pid: int) -> None:
+        """Takes the pids another merger's plan claimed (:meth:`claims`), remapping any
+        other pid from ``first_pid`` up: a worker converting part of that plan."""
+        self._owner = dict(claims["owner"])
+        self._mapping = dict(claims["mapping"])
+        self._sources = dict(claims["sources"])
+        self._named = claims["named"]
+        self._next_pid = first_pid
 
     def convert_file(self, path: str, kind: str, mapping: dict[Any, Any]) -> None:
         """Writes the events of one file of ``kind`` (as :func:`sniff_file` says it); a file that
@@ -395,7 +421,8 @@ def convert(inputs: Sequence[str], output: str, *, workers: int = 0,
             checksum (files not written by otel_rl, such as AReaL's), for large
             inputs on machines with idle cores; 0 parses in this process.
             Files written by otel_rl are checked by checksum, which is faster
-            than handing them to another process.
+            than handing them to another process. For the native format, the
+            processes encode whole input files, one each (:mod:`.parallel`).
         limits: Bounds on what one input may cost to read (line length,
             decompressed size; :class:`InputLimits`): what goes past them is
             skipped and reported in the returned stats.
@@ -436,12 +463,21 @@ def convert(inputs: Sequence[str], output: str, *, workers: int = 0,
     converter = None
     try:
         named = frozenset(os.path.realpath(p) for p in inputs if os.path.isfile(p))
-        converter = Merger(out, stats, workers, named, limits)
-        converter.run(files)
-        stats.events = out.events
+        skipped = 0
+        if isinstance(out, PerfettoOutput) and workers > 0 and len(files) > 1:
+            # The native format is encoded file by file on the workers (see .parallel).
+            planner = Merger(None, stats, 0, named, limits)  # type: ignore[arg-type]
+            skipped = convert_in_parallel(planner, files, out, stats, workers, limits or DEFAULT_LIMITS,
+                                          tmp or os.path.join(tempfile.gettempdir(), "otel-rl-convert"))
+        else:
+            converter = Merger(out, stats, 0 if isinstance(out, PerfettoOutput) else workers, named, limits)
+            converter.run(files)
+            stats.events = out.events
         _join_native(native, out, stats, limits or DEFAULT_LIMITS)
-        if isinstance(out, PerfettoOutput) and out.encoder.skipped:
-            stats.warnings.append(f"{out.encoder.skipped} events left out of the native trace "
+        if isinstance(out, PerfettoOutput):
+            skipped += out.encoder.skipped
+        if skipped:
+            stats.warnings.append(f"{skipped} events left out of the native trace "
                                   "(no timestamp, or a kind of event it cannot hold)")
         stats.seconds = time.perf_counter() - started
         out.close({

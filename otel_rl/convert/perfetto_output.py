@@ -36,12 +36,15 @@ class PerfettoOutput(OutputStream):
     Args:
         raw: The binary stream to write to.
         final_name: The output's name (``.gz`` compresses it).
+        sequence_id: The packet sequence the encoder writes.
+        uuid_salt: Added to its track uuids.
     """
 
-    def __init__(self, raw: IO[bytes], final_name: str) -> None:
+    def __init__(self, raw: IO[bytes], final_name: str, sequence_id: int = 1, uuid_salt: int = 0) -> None:
         super().__init__(raw, final_name)
-        # The only writer of this file: sequence 1 and small track uuids.
-        self.encoder = PerfettoEncoder(sequence_id=1, uuid_salt=0)
+        # The only writer of its packet sequence: sequence 1 and small track uuids by default
+        # (the parts of a parallel conversion take others).
+        self.encoder = PerfettoEncoder(sequence_id=sequence_id, uuid_salt=uuid_salt)
         self.events = 0
 
     def write(self, parts: list[bytes]) -> None:

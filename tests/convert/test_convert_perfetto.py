@@ -295,3 +295,23 @@ def test_native_and_json_line_inputs_merge_into_one_trace(run, tmp_path):
     convert([str(run), str(native)], str(tmp_path / "trace.pftrace"))
     trace = load_file(tmp_path / "trace.pftrace")
     assert "[rollout] Rank 5, Process" in {trace.process_of(s.track) for s in trace.by_name("session")}
+
+
+# --- on several cores -------------------------------------------------------------------------------
+def _picture(trace: Trace) -> tuple:
+    """What a person sees: each slice on its process and track, and each arrow."""
+    slices = sorted((trace.process_of(s.track), trace.track_name(s.track), s.name, s.ts, s.dur, s.depth)
+                    for s in trace.slices)
+    return slices, sorted(native_flows(trace))
+
+
+def test_workers_encode_the_files_in_parallel_into_the_same_trace(run, tmp_path):
+    convert([str(run)], str(tmp_path / "one.pftrace"))
+    stats = convert([str(run)], str(tmp_path / "many.pftrace"), workers=2)
+    assert stats.files == 3
+    assert _picture(load_file(tmp_path / "many.pftrace")) == _picture(load_file(tmp_path / "one.pftrace"))
+
+
+def test_parallel_parts_are_removed_once_joined(run, tmp_path):
+    convert([str(run)], str(tmp_path / "many.pftrace"), workers=2)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["many.pftrace", "run"]
