@@ -66,9 +66,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--strict", action="store_true",
                         help="exit non-zero if any line or input had to be skipped")
     parser.add_argument("-j", "--jobs", type=int, default=0,
-                        help="worker processes parsing lines that carry no otel_rl batch "
-                             "checksum, for large foreign JSONL inputs (default: 0, parse "
-                             "in this process)")
+                        help="worker processes: for JSON output they parse lines that carry no "
+                             "otel_rl batch checksum (large foreign JSONL inputs); for a native "
+                             ".pftrace output each encodes whole input files, one per rank "
+                             "(default: 0, all in this process)")
     add_limit_options(parser)
     parser.add_argument("-q", "--quiet", action="store_true", help="print only the summary")
     args = parser.parse_args(argv)

@@ -56,6 +56,8 @@ _KIND_TASK = keys.KIND_TASK
 _KIND_STEP = keys.KIND_STEP
 _sequence_numbers = itertools.count(1)
 _MAX_ANCESTRY = 64
+#: Spans, threads and tracks each table remembers: the memory bound, whatever the input length.
+_REMEMBERED = 16_384
 #: A Chrome lane's sort index: its thread's number times this, plus the lane's index.
 _LANES_PER_THREAD = 1000
 
@@ -103,7 +105,7 @@ class PerfettoEncoder:
     """
 
     def __init__(self, *, sequence_id: int | None = None, uuid_salt: int | None = None,
-                 window: int = 32_768, max_interned: int = 200_000) -> None:
+                 window: int = 32_768, max_interned: int = 50_000) -> None:
         if sequence_id is None:
             # Distinct per writer: mixed from the pid, a counter and random bits.
             sequence_id = (_random_id(31) ^ (os.getpid() << 8) ^ next(_sequence_numbers)) & 0x7FFFFFFF
@@ -121,7 +123,7 @@ class PerfettoEncoder:
         # (pid, tid, "session" / "task" / "steps", id) -> the track of its own
         self._own: dict[tuple, Track] = {}
         # span id -> parent span id, for the ancestry a track's nesting respects
-        self._parents = TwoGenerationMap(100_000)
+        self._parents = TwoGenerationMap(_REMEMBERED)
         self._is_ancestor = functools.partial(is_ancestor, self._parents, depth=_MAX_ANCESTRY)
         # (pid, lane tid) -> the tid of its thread's first lane: the Chrome trace's lanes
         # only kept sessions apart, which have tracks of their own here
@@ -201,6 +203,9 @@ class PerfettoEncoder:
                 out.extend(writer.descriptor(body) for body in described)
                 described.clear()
             writer.record(record, out)
+            # A written slice is still looked up (ties at its start, its children's parent):
+            # its bytes are not needed any more.
+            record.body = record.parent_part = b""
         for ns, track, value in samples:
             registry.describe(track, described)
             if described:
@@ -278,7 +283,8 @@ class PerfettoEncoder:
             args = None
             track = self._tracks.thread(pid, tid)
         is_ancestor = self._is_ancestor if span is not None else geometric
-        placed = track.take(start, end, 0, span, is_ancestor) if start not in track.starts else None
+        window = self._window
+        placed = None if window.tied(track, start) else track.take(start, end, 0, span, is_ancestor)
         if placed is None:
             # A tie with a slice already written, or it does not nest: see ``_place``.
             track, placed = self._place(track, start, end, _slack(ts), span, is_ancestor)
@@ -295,10 +301,10 @@ class PerfettoEncoder:
         record = Record(SLICE, placed[0], placed[1], track, body, span, parent,
                         interner.span_annotation("parent_span_id", parent) if parent is not None else b"")
         key = (pid, source_tid)
-        self._window.add_slice(record, key)
+        window.add_slice(record, key)
         last = self._last
         last[key] = record
-        if len(last) > 100_000:
+        if len(last) > _REMEMBERED:
             last.clear()
         return True
 
@@ -307,7 +313,7 @@ class PerfettoEncoder:
         """The track of ``track``'s family that takes ``[start, end]`` (possibly an overflow
         track), and where on it: nudged by up to ``slack`` to nest (see :meth:`Track.take`)."""
         registry = self._tracks
-        conflicts = SliceWindow.conflicts
+        conflicts = self._window.conflicts
         while True:
             if not conflicts(track, start, end):
                 placed = track.take(start, end, slack, span, is_ancestor)
@@ -343,7 +349,7 @@ class PerfettoEncoder:
             name = f"task {task} · {name}"
         rank_ms = (start - (self._first_ns or start)) // 1_000_000
         track = self._tracks.timed(key[1:], pid, name, rank_ms, key[2])
-        if len(self._own) >= 100_000:
+        if len(self._own) >= _REMEMBERED // 2:
             self._own.clear()  # forgotten tracks are found again by the registry
         self._own[key] = track
         return track

@@ -25,7 +25,7 @@ INLINE_KEYS = frozenset({"span_id", "parent_span_id"})
 #: Strings longer than this are written in place: they rarely repeat and would fill the tables.
 LONG_STRING = 128
 #: Annotations remembered, encoded, for their next use (cleared wholesale when full).
-_CACHE_LIMIT = 65_536
+_CACHE_LIMIT = 16_384
 #: Nesting of list and dict values written as nested annotations; deeper ones become text.
 _MAX_DEPTH = 8
 _INT64_MIN = -(1 << 63)

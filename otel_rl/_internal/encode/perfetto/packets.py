@@ -76,8 +76,8 @@ class PacketWriter:
         #: Closes every event packet: the sequence id, and "needs the incremental state".
         self._tail = self._id + varint_field(f.SEQUENCE_FLAGS, f.SEQ_NEEDS_INCREMENTAL_STATE)
         self.base: int | None = None
-        # track -> the bytes of its slice ends around the timestamp
-        self._ends: dict[object, tuple[bytes, bytes]] = {}
+        # track uuid -> the bytes of its slice ends around the timestamp
+        self._ends: dict[int, tuple[bytes, bytes]] = {}
 
     def start(self, first_ns: int) -> bytes:
         """The sequence's first packet, with its base taken from ``first_ns``."""
@@ -126,15 +126,15 @@ class PacketWriter:
             if record.flow_in is not None:
                 end += _flow(record.flow_in, _DIRECTION_IN)
             return self._event(record.end, end)
-        cached = self._ends.get(record.track)
+        cached = self._ends.get(record.track.uuid)
         if cached is None:
             event = f.TYPE_END_BYTES + record.track.uuid_field
             after = f.TRACK_EVENT_KEY + VARINT[len(event)] + event + self._tail
             # A seven-byte timestamp: the packet's length is known ahead of it.
             head = f.PACKET_KEY + VARINT[1 + 7 + len(after)] + f.TIMESTAMP_KEY
-            if len(self._ends) >= 100_000:
+            if len(self._ends) >= 16_384:
                 self._ends.clear()
-            cached = self._ends[record.track] = (head, after)
+            cached = self._ends[record.track.uuid] = (head, after)
         return cached[0] + timestamp(relative) + cached[1]
 
     def record(self, record: Record, out: list[bytes]) -> None:

@@ -37,8 +37,8 @@ INSTANT = 1
 BEGIN = 2
 END = 3
 
-#: Slice starts a track remembers for ordering ties (forgotten wholesale beyond this).
-_MAX_STARTS = 4096
+#: Slice starts remembered for ordering ties (forgotten wholesale beyond this).
+_MAX_STARTS = 65_536
 
 
 class Record:
@@ -87,10 +87,13 @@ class SliceWindow:
         self._by_span: dict[str, Record] = {}
         # parent span id -> children waiting for it to arrive
         self._awaiting = TwoGenerationMap(max(1024, 2 * self.size))
-        # span id -> track, for written slices that carry FLOW_OUT (late children can still join)
-        self._sources = TwoGenerationMap(100_000)
-        # span id -> written slice, for children written after their parent
-        self._written = TwoGenerationMap(100_000)
+        # span id -> track uuid, for written slices that carry FLOW_OUT (late children can still join)
+        self._sources = TwoGenerationMap(16_384)
+        # span id -> (track uuid, start, end) of a written slice, for children written after their parent
+        self._written = TwoGenerationMap(16_384)
+        # (track uuid, start) -> the first slice seen there: ties at one timestamp are ordered
+        # by file position, so an enclosing slice must be written before what it encloses
+        self._starts: dict[tuple[int, int], Record] = {}
         # (pid, tid, start) -> slice, for other writers' flow events; made on first need
         self._by_start: dict[tuple, Record] | None = None
 
@@ -98,11 +101,14 @@ class SliceWindow:
         return len(self._fifo)
 
     # --- placement -------------------------------------------------------------------------
-    @staticmethod
-    def conflicts(track: Track, start: int, end: int) -> bool:
+    def tied(self, track: Track, start: int) -> bool:
+        """Whether a slice starting at ``start`` on ``track`` was seen."""
+        return (track.uuid, start) in self._starts
+
+    def conflicts(self, track: Track, start: int, end: int) -> bool:
         """Whether ``[start, end]`` would enclose a slice already written at the same start
         on ``track`` (it could not be written ahead of it any more)."""
-        first = track.starts.get(start)
+        first = self._starts.get((track.uuid, start))
         return first is not None and first.written and end > first.end
 
     def add(self, record: Record, key: tuple | None = None) -> None:
@@ -120,12 +126,13 @@ class SliceWindow:
             key: ``(pid, tid)`` it came from.
         """
         parent = record.parent
-        starts = record.track.starts
-        first = starts.get(record.start)
+        starts = self._starts
+        key = (record.track.uuid, record.start)
+        first = starts.get(key)
         if first is None:
             if len(starts) >= _MAX_STARTS:
                 starts.clear()
-            starts[record.start] = record
+            starts[key] = record
             self._fifo.append(record)
         elif record.end > first.end and not first.written:
             # Encloses a slice waiting with the same start: written just ahead of it.
@@ -161,7 +168,7 @@ class SliceWindow:
             return
         track = self._sources.get(parent)
         if track is not None:
-            if track is not record.track:
+            if track != record.track.uuid:
                 record.flow_in = parent
             return
         children = self._awaiting.get(parent)
@@ -237,15 +244,17 @@ class SliceWindow:
             if record.flow_in == parent:
                 record.parent_part = b""  # the arrow shows it
             else:
-                above = self._by_span.get(parent) or self._written.get(parent)
-                if above is not None and above.track is record.track and \
-                        above.start <= record.start and record.end <= above.end:
+                above = self._by_span.get(parent)
+                placed = (above.track.uuid, above.start, above.end) if above is not None \
+                    else self._written.get(parent)
+                if placed is not None and placed[0] == record.track.uuid and \
+                        placed[1] <= record.start and record.end <= placed[2]:
                     record.parent_part = b""  # it encloses this slice on its track
         span = record.span
         if span is not None:
             if self._by_span.get(span) is record:
                 del self._by_span[span]
             if record.flow_out is not None:
-                self._sources.set(span, record.track)
-            self._written.set(span, record)
+                self._sources.set(span, record.track.uuid)
+            self._written.set(span, (record.track.uuid, record.start, record.end))
         return record

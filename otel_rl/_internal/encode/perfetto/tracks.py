@@ -48,7 +48,7 @@ class Track:
     """One track: its uuid, descriptor fields, nesting state and overflow track."""
 
     __slots__ = ("uuid", "uuid_field", "name", "parent", "pid", "tid", "kind", "rank", "labels",
-                 "sort_index", "described", "lane", "overflow", "number", "starts")
+                 "sort_index", "described", "lane", "overflow", "number")
 
     def __init__(self, uuid: int, name: str, parent: Track | None, kind: str, rank: int = 0,
                  pid: Any = None, tid: Any = None) -> None:
@@ -68,9 +68,6 @@ class Track:
         self.lane: Lane | None = None
         self.overflow: Track | None = None
         self.number = 1
-        #: Start (ns) -> the first slice written there: ties at one timestamp are ordered by
-        #: file position, so an enclosing slice must be written before what it encloses.
-        self.starts: dict[int, Any] = {}
 
     def take(self, start: int, end: int, slack: int = 0, span: Any = None,
              is_ancestor: Callable[[Any, Any], bool] = geometric) -> tuple[int, int] | None:
@@ -152,7 +149,7 @@ class TrackRegistry:
             forgotten (should they come back they are described again).
     """
 
-    def __init__(self, salt: int = 0, max_tracks: int = 50_000) -> None:
+    def __init__(self, salt: int = 0, max_tracks: int = 4_096) -> None:
         self._salt = salt
         self._count = 0
         self._processes: dict[Any, Track] = {}
