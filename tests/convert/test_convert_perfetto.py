@@ -198,6 +198,20 @@ def test_a_torch_trace_joined_to_a_rank_puts_its_events_on_that_ranks_tracks(tmp
     assert trace.process_of(mm.track) == "[trainer] Rank 0, Process"
 
 
+def test_a_torch_trace_naming_the_ranks_pid_after_its_program_leaves_the_ranks_name(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    write_rank(run, "trainer", 0, 4242, lambda f: [f.span("step", 0, 100)])
+    kineto = {"otel_rl": {"traces_file": "traces-trainer-r0.jsonl", "pid": 4242}, "traceEvents": [
+        {"ph": "M", "name": "process_name", "pid": 4242, "tid": 0, "args": {"name": "python3"}},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 4242, "tid": 9, "ts": T0_US + 10.0, "dur": 5.0},
+    ]}
+    (run / "torch-r0-step0.trace.json").write_bytes(orjson.dumps(kineto))
+    convert([str(run)], str(tmp_path / "trace.pftrace"))
+    trace = load_file(tmp_path / "trace.pftrace")
+    assert {trace.process_of(s.track) for s in trace.slices} == {"[trainer] Rank 0, Process"}
+
+
 def test_otlp_json_from_a_collector_converts_to_the_native_format(tmp_path):
     encoder_input = {"resourceSpans": [{
         "resource": {"attributes": [{"key": "process.pid", "value": {"intValue": "77"}}]},

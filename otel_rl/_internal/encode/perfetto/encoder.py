@@ -56,6 +56,7 @@ _KIND_TASK = keys.KIND_TASK
 _KIND_STEP = keys.KIND_STEP
 _sequence_numbers = itertools.count(1)
 _MAX_ANCESTRY = 64
+_PROCESS_METADATA = frozenset({"process_name", "process_labels", "process_sort_index"})
 #: Spans, threads and tracks each table remembers: the memory bound, whatever the input length.
 _REMEMBERED = 16_384
 #: A Chrome lane's sort index: its thread's number times this, plus the lane's index.
@@ -456,6 +457,10 @@ class PerfettoEncoder:
             return False
         pid = event.get("pid")
         registry = self._tracks
+        if name in _PROCESS_METADATA and pid in self._elided and rank_and_role(args.get("name")) is None:
+            # A rank's process keeps its name, labels and order when another writer's file
+            # (a torch trace joined to the rank) names the same pid after its program.
+            return True
         if name == "process_name":
             registry.name_process(pid, name=args.get("name"))
             identity = rank_and_role(args.get("name"))
