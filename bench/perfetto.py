@@ -15,7 +15,7 @@ both formats (spans/s), and times merging the native files (concatenation).
 
 Each conversion runs in a child process; printed per format: events read per
 second (the converter's own count and clock), the file size, its ratio to the
-JSON, and the child's peak resident memory. Targets (issue 21): at least
+JSON, and the child's peak resident memory. Targets: at least
 500,000 events/s, a native file at least 3x smaller than the JSON.
 """
 
