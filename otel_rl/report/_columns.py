@@ -243,6 +243,8 @@ class SessionTable:
         if self.rows_list is not None:
             for r in self.rows_list:
                 task_id, session_id, _reason, _counters, span_id, _trace_id = r.details()
+                if span_id not in wanted and (task_id, session_id) not in wanted:
+                    continue
                 ends = [e for e in r.phases[2::3] if e is not None]
                 ready = max(ends) if ends else nan if r.finalized is None else r.finalized
                 found((span_id, (task_id, session_id)), (r.worker, r.status, ready, nan if r.total is None else r.total))
