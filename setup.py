@@ -1,0 +1,22 @@
+"""Optional compiled accelerators; every one has a pure-Python twin that gives the same bytes.
+
+``optional=True``: a machine without a C compiler still installs otel_rl and runs the
+Python paths (the modules' importers fall back when the extension is missing).
+"""
+
+from setuptools import Extension, setup
+
+setup(
+    ext_modules=[
+        Extension(
+            "otel_rl._internal.encode.perfetto._native",
+            sources=["otel_rl/_internal/encode/perfetto/_native.c"],
+            optional=True,
+        ),
+        Extension(
+            "otel_rl._internal.encode._chrome_native",
+            sources=["otel_rl/_internal/encode/_chrome_native.c"],
+            optional=True,
+        ),
+    ],
+)
