@@ -18,5 +18,12 @@ setup(
             sources=["otel_rl/_internal/encode/_chrome_native.c"],
             optional=True,
         ),
+        # Floats combined exactly as Python combines them: no fused multiply-add.
+        Extension(
+            "otel_rl._internal.read._facts_native",
+            sources=["otel_rl/_internal/read/_facts_native.c"],
+            extra_compile_args=["-ffp-contract=off"],
+            optional=True,
+        ),
     ],
 )

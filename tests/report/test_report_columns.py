@@ -17,6 +17,7 @@ import orjson
 import pytest
 
 from otel_rl import report
+from otel_rl._internal.read import session_facts
 from otel_rl._internal.read import sessions as session_reader
 from otel_rl.report import _columns, _load
 from otel_rl.report import cli as report_cli
@@ -293,3 +294,24 @@ def test_the_cli_reads_every_row_when_the_views_need_them(tmp_path, monkeypatch)
     full = _doc(_from_rows(report.load(str(tmp_path))))
     for view in VIEWS:
         assert doc[view] == full[view]
+
+
+@pytest.mark.skipif(session_facts._native is None, reason="otel_rl was built without a C compiler")
+@pytest.mark.parametrize("odd", [0.0, 0.002, 0.05, 0.5])
+def test_the_compiled_loop_gathers_what_the_python_loop_gathers(odd, monkeypatch):
+    # The same answer (taken or spoiled) and, when taken, the same facts to the last digit.
+    answers = set()
+    for seed in range(6):
+        lines = _exported(seed % 2, 300, seed, odd)
+        gathered = []
+        for native in (session_facts._native, None):
+            monkeypatch.setattr(session_facts, "_native", native)
+            builder = session_facts.FactsBuilder(cold="candidates")
+            ints: dict[int, int] = {}
+            taken = builder.add_lines(lines, lambda rec: session_reader._careful(rec, ints),
+                                      session_reader.response_length)
+            gathered.append((taken, marshal.loads(marshal.dumps(builder.result())) if taken else None))
+        assert gathered[0] == gathered[1]
+        answers.add(gathered[0][0])
+    # Both kinds of answer were compared: blocks as the exporter writes them are taken, damaged ones spoiled.
+    assert answers == {True} if odd == 0.0 else False in answers

@@ -31,6 +31,11 @@ import orjson
 
 from .checks import ID_TYPES, MAX_S
 
+try:
+    from . import _facts_native as _native
+except ImportError:  # built without a C compiler: the Python loop gives the same facts, slower
+    _native = None
+
 __all__ = ["CANDIDATES", "FIRST_OPEN", "TURN_PHASE", "UNATTRIBUTED", "FactsBuilder", "covered_length"]
 
 #: The phase whose instances are turns, when no other is asked for.
@@ -306,13 +311,18 @@ class FactsBuilder:
         lines one by one, naming each line that cannot be used. ``block``: the lines as read,
         if the caller has them.
         """
+        # A phase still open ("end_ts": null) is read by careful(); a line can only hold one where it says so.
+        open_phases = _OPEN in block if block is not None else any(_OPEN in line for line in lines)
         try:
-            return self._add_lines(lines, careful, tokens_of, block)
+            if _native is not None:
+                return _native.add_lines(self, lines, careful, tokens_of, open_phases)
+            return self._add_lines(lines, careful, tokens_of, open_phases)
         except (KeyError, TypeError, AttributeError, ValueError):
             return False  # a phase that is not a list of {start_ts, end_ts}: a line that cannot be used
 
     def _add_lines(self, lines: list[bytes], careful: Callable[[dict[str, Any]], tuple],
-                   tokens_of: Callable[[dict[str, Any]], Any], block: bytes | None) -> bool:
+                   tokens_of: Callable[[dict[str, Any]], Any], open_phases: bool) -> bool:
+        # The specification of ``_facts_native.add_lines``, which follows it statement by statement.
         loads = orjson.loads
         decode_error = orjson.JSONDecodeError
         fields = _FIELDS
@@ -329,8 +339,6 @@ class FactsBuilder:
         checked = other_ids.append
         times: list[list[tuple[float, float]]] = []
         add_times = times.append
-        # A phase still open ("end_ts": null) is read by careful(); a line can only hold one where it says so.
-        open_phases = _OPEN in block if block is not None else any(_OPEN in line for line in lines)
         last_sp = -1
         seen = False
         g: list = []
@@ -568,3 +576,7 @@ class FactsBuilder:
             "top_done_v": array("d", map(total.__getitem__, top_done)).tobytes(),
             "first_submit_v": array("d", map(submit.__getitem__, first)).tobytes(),
         }
+
+
+if _native is not None:
+    _native.configure(orjson.loads, reason_text, MAX_S, UNATTRIBUTED)

@@ -1,0 +1,552 @@
+/* FactsBuilder.add_lines in C: the same facts, the same float operations in the same order.
+ *
+ * session_facts.FactsBuilder._add_lines is the specification; this file follows it
+ * statement by statement (the Python loop costs about 15 us a record, this about 1;
+ * parsing the JSON, by the same orjson.loads call, is left as it is). Whatever the
+ * Python loop answers False for, or raises, this answers False for or raises too:
+ * the caller then reads the block line by line, which names each line it cannot use.
+ * Floats are combined exactly as Python does (IEEE doubles, no contraction: setup.py
+ * builds this file with -ffp-contract=off), so a report is the same to the last digit
+ * whichever loop built it.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* memmem */
+#endif
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <string.h>
+
+/* Set once by configure(): orjson.loads, session_facts.reason_text, checks.MAX_S,
+ * session_facts.UNATTRIBUTED. */
+static PyObject *loads_fn = NULL, *reason_text_fn = NULL, *unattributed_name = NULL;
+static double max_s = 0.0;
+
+static PyObject *k_session_id, *k_rank, *k_role, *k_status, *k_submit_ts, *k_finalized_ts, *k_total_s,
+    *k_step, *k_phases, *k_counters, *k_task_id, *k_span_id, *k_trace_id, *k_start_ts, *k_end_ts,
+    *k_global_step, *k_reason, *k_line, *k_seen, *k_flush, *k_add;
+
+static const char OPEN_MARK[] = "\"end_ts\":null";
+
+typedef struct {
+    double s, e;
+} Pair;
+
+typedef struct {
+    Pair *items;
+    Py_ssize_t n, cap;
+} Pairs;
+
+static int pairs_push(Pairs *p, double s, double e) {
+    if (p->n == p->cap) {
+        Py_ssize_t cap = p->cap ? p->cap * 2 : 16;
+        Pair *items = PyMem_Realloc(p->items, (size_t)cap * sizeof(Pair));
+        if (items == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        p->items = items;
+        p->cap = cap;
+    }
+    p->items[p->n].s = s;
+    p->items[p->n].e = e;
+    p->n++;
+    return 0;
+}
+
+/* Python's order of (start, end) tuples: by start, then end (no NaN reaches here). */
+static int pair_cmp(const void *a, const void *b) {
+    const Pair *x = a, *y = b;
+    if (x->s < y->s) return -1;
+    if (x->s > y->s) return 1;
+    if (x->e < y->e) return -1;
+    if (x->e > y->e) return 1;
+    return 0;
+}
+
+/* session_facts.covered_length over more than one pair (sorts them in place). */
+static double covered_length(Pair *items, Py_ssize_t n) {
+    qsort(items, (size_t)n, sizeof(Pair), pair_cmp);
+    double total = 0.0, cur_s = items[0].s, cur_e = items[0].e;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        double s = items[i].s, e = items[i].e;
+        if (s > cur_e) {
+            total += cur_e - cur_s;
+            cur_s = s;
+            cur_e = e;
+        } else if (e > cur_e) {
+            cur_e = e;
+        }
+    }
+    return total + cur_e - cur_s;
+}
+
+/* table[key] as an int, added as len(table) when missing (a new reference). */
+static PyObject *index_of(PyObject *table, PyObject *key) {
+    PyObject *found = PyDict_GetItemWithError(table, key);
+    if (found != NULL) {
+        Py_INCREF(found);
+        return found;
+    }
+    if (PyErr_Occurred()) return NULL;
+    PyObject *n = PyLong_FromSsize_t(PyDict_GET_SIZE(table));
+    if (n == NULL || PyDict_SetItem(table, key, n) < 0) {
+        Py_XDECREF(n);
+        return NULL;
+    }
+    return n;
+}
+
+/* table[key].append(value), table[key] made [] when missing; steals value. */
+static int append_to(PyObject *table, PyObject *key, PyObject *value) {
+    if (value == NULL) return -1;
+    PyObject *values = PyDict_GetItemWithError(table, key);
+    if (values == NULL) {
+        if (PyErr_Occurred()) goto fail;
+        PyObject *fresh = PyList_New(0);
+        if (fresh == NULL) goto fail;
+        int bad = PyDict_SetItem(table, key, fresh);
+        Py_DECREF(fresh);
+        if (bad < 0) goto fail;
+        values = fresh;
+    }
+    int bad = PyList_Append(values, value);
+    Py_DECREF(value);
+    return bad;
+fail:
+    Py_DECREF(value);
+    return -1;
+}
+
+/* table[key] = table.get(key, 0) + 1 */
+static int count(PyObject *table, PyObject *key) {
+    PyObject *old = PyDict_GetItemWithError(table, key);
+    long long n = 0;
+    if (old != NULL) {
+        n = PyLong_AsLongLong(old);
+        if (n == -1 && PyErr_Occurred()) return -1;
+    } else if (PyErr_Occurred()) {
+        return -1;
+    }
+    PyObject *value = PyLong_FromLongLong(n + 1);
+    if (value == NULL) return -1;
+    int bad = PyDict_SetItem(table, key, value);
+    Py_DECREF(value);
+    return bad;
+}
+
+/* (a, b) as a tuple of new ints / borrowed objects. */
+static PyObject *key2(PyObject *a, Py_ssize_t b) {
+    PyObject *n = PyLong_FromSsize_t(b);
+    if (n == NULL) return NULL;
+    PyObject *t = PyTuple_Pack(2, a, n);
+    Py_DECREF(n);
+    return t;
+}
+
+static int is_id_type(PyObject *v) {
+    return v == Py_None || PyUnicode_CheckExact(v) || PyLong_CheckExact(v) || PyFloat_CheckExact(v)
+        || PyBool_Check(v);
+}
+
+static int in_range(PyObject *v, double *out) {
+    if (!PyFloat_CheckExact(v)) return 0;
+    double x = PyFloat_AS_DOUBLE(v);
+    *out = x;
+    return -max_s < x && x < max_s;
+}
+
+/* The per-step group [durations, opened, with_phase, shares, unattributed, totals]. */
+static PyObject *step_group(PyObject *phase, PyObject *sp) {
+    PyObject *g = PyDict_GetItemWithError(phase, sp);
+    if (g != NULL || PyErr_Occurred()) return g;
+    g = Py_BuildValue("[{}{}{}{}[][]]");
+    if (g == NULL) return NULL;
+    int bad = PyDict_SetItem(phase, sp, g);
+    Py_DECREF(g);
+    return bad < 0 ? NULL : g;
+}
+
+typedef struct {
+    PyObject *builder, *keys, *statuses, *steps, *reasons, *phase, *dgroups, *tokens_by, *turns, *bycount,
+        *turn, *rows, *careful, *tokens_of;
+} State;
+
+/* Status codes of one record. */
+enum { REC_OK = 0, REC_FALSE = 1, REC_ERROR = -1 };
+
+static int flush_rows(State *st) {
+    if (PyList_GET_SIZE(st->rows) == 0) return 0;
+    PyObject *r = PyObject_CallMethodOneArg(st->builder, k_flush, st->rows);
+    Py_XDECREF(r);
+    return r == NULL ? -1 : 0;
+}
+
+/* A record the loop does not take: FactsBuilder.add(*careful(rec), line=line). */
+static int add_carefully(State *st, PyObject *rec, PyObject *line) {
+    if (flush_rows(st) < 0) return -1;
+    PyObject *args = PyObject_CallOneArg(st->careful, rec);
+    if (args == NULL) return -1;
+    PyObject *tuple = PySequence_Tuple(args);
+    Py_DECREF(args);
+    if (tuple == NULL) return -1;
+    PyObject *add = PyObject_GetAttr(st->builder, k_add);
+    PyObject *kwargs = add ? Py_BuildValue("{OO}", k_line, line) : NULL;
+    PyObject *r = kwargs ? PyObject_Call(add, tuple, kwargs) : NULL;
+    Py_XDECREF(add);
+    Py_XDECREF(kwargs);
+    Py_DECREF(tuple);
+    Py_XDECREF(r);
+    return r == NULL ? -1 : 0;
+}
+
+/* Everything after the record's fields were found usable. */
+static int add_record(State *st, PyObject *rec, PyObject *line, PyObject **f, Pairs *spans, int *seen,
+                      PyObject **last_sp, PyObject **g) {
+    PyObject *sid = f[0], *rank = f[1], *role = f[2], *status = f[3], *submit = f[4], *finalized = f[5],
+             *total = f[6], *step = f[7], *phases = f[8], *counters = f[9], *task_id = f[10],
+             *span_id = f[11];
+    double total_v = PyFloat_AS_DOUBLE(total);
+    int rc = REC_ERROR;
+    PyObject *key = NULL, *k = NULL, *stx = NULL, *sp = NULL, *row = NULL, *ready = NULL, *why = NULL,
+             *reason_str = NULL, *gkey = NULL, *unattributed = NULL;
+
+    if (role != Py_None && !PyUnicode_CheckExact(role)) return REC_FALSE;
+    key = PyLong_CheckExact(rank) ? PyTuple_Pack(2, rank, role) : PyTuple_Pack(2, Py_None, Py_None);
+    if (key == NULL || (k = index_of(st->keys, key)) == NULL) goto done;
+    stx = PyDict_GetItemWithError(st->statuses, status);
+    if (stx != NULL) {
+        Py_INCREF(stx);
+    } else {
+        if (PyErr_Occurred()) goto done;
+        PyObject *name = status;
+        Py_INCREF(name);
+        PyUnicode_InternInPlace(&name);
+        stx = PyLong_FromSsize_t(PyDict_GET_SIZE(st->statuses));
+        int bad = stx == NULL || PyDict_SetItem(st->statuses, name, stx) < 0;
+        Py_DECREF(name);
+        if (bad) goto done;
+    }
+    if (step == Py_None) {
+        step = PyDict_GetItemWithError(rec, k_global_step);
+        if (step == NULL) {
+            if (PyErr_Occurred()) goto done;
+            step = Py_None;
+        }
+    }
+    if (!PyLong_CheckExact(step)) step = Py_None;
+    if ((sp = index_of(st->steps, step)) == NULL) goto done;
+    PyObject *reason = PyDict_GetItemWithError(rec, k_reason);
+    if (reason == NULL && PyErr_Occurred()) goto done;
+    if (reason != NULL && reason != Py_None) {
+        if (PyUnicode_CheckExact(reason)) {
+            reason_str = reason;
+            Py_INCREF(reason_str);
+        } else if ((reason_str = PyObject_CallOneArg(reason_text_fn, reason)) == NULL) {
+            goto done;
+        }
+        why = PyTuple_Pack(2, status, reason_str);
+        if (why == NULL || count(st->reasons, why) < 0) goto done;
+    }
+    if (*last_sp == NULL || PyObject_RichCompareBool(sp, *last_sp, Py_NE) == 1) {
+        if ((*g = step_group(st->phase, sp)) == NULL) goto done;
+        Py_XDECREF(*last_sp);
+        *last_sp = sp;
+        Py_INCREF(sp);
+    }
+    PyObject *durations = PyList_GET_ITEM(*g, 0), *with_phase = PyList_GET_ITEM(*g, 2),
+             *shares = PyList_GET_ITEM(*g, 3), *unattr = PyList_GET_ITEM(*g, 4), *totals = PyList_GET_ITEM(*g, 5);
+    int positive = total_v > 0;
+    Py_ssize_t inst_at = 0, inst_n = 0;
+    spans->n = 0;
+    PyObject *name, *instances;
+    Py_ssize_t pos = 0;
+    while (PyDict_Next(phases, &pos, &name, &instances)) {
+        if (!PyList_CheckExact(instances)) {
+            rc = REC_FALSE;
+            goto done;
+        }
+        Py_ssize_t m = PyList_GET_SIZE(instances);
+        if (m == 0) continue;
+        Py_ssize_t first = spans->n;
+        for (Py_ssize_t j = 0; j < m; j++) {
+            PyObject *one = PyList_GET_ITEM(instances, j);
+            if (!PyDict_CheckExact(one)) {
+                rc = REC_FALSE;
+                goto done;
+            }
+            PyObject *s = PyDict_GetItemWithError(one, k_start_ts);
+            PyObject *e = s ? PyDict_GetItemWithError(one, k_end_ts) : NULL;
+            double sv, ev;
+            if (e == NULL) {
+                if (PyErr_Occurred()) goto done;
+                rc = REC_FALSE;  /* Python: KeyError */
+                goto done;
+            }
+            if (!in_range(s, &sv) || !in_range(e, &ev)) {
+                rc = REC_FALSE;  /* Python: a TypeError now, or the bulk check of times at the end */
+                goto done;
+            }
+            if (pairs_push(spans, sv, ev) < 0) goto done;
+        }
+        int is_turn = PyUnicode_CheckExact(name) && PyUnicode_CheckExact(st->turn) && PyUnicode_Compare(name, st->turn) == 0;
+        if (is_turn) {
+            inst_at = first;
+            inst_n = m;
+        }
+        double d;
+        if (m == 1) {
+            d = spans->items[first].e - spans->items[first].s;
+            if (append_to(durations, name, PyFloat_FromDouble(d)) < 0) goto done;
+            d = 0.0 + d;
+        } else {
+            d = 0.0;
+            for (Py_ssize_t j = first; j < spans->n; j++) {
+                double x = spans->items[j].e - spans->items[j].s;
+                if (append_to(durations, name, PyFloat_FromDouble(x)) < 0) goto done;
+                d += x;
+            }
+        }
+        if (count(with_phase, name) < 0) goto done;
+        if (positive && append_to(shares, name, PyFloat_FromDouble(d / total_v)) < 0) goto done;
+    }
+    if (PyList_Append(totals, total) < 0) goto done;
+    double unattributed_v;
+    if (spans->n) {
+        if (spans->n == 1) {
+            unattributed_v = total_v - (spans->items[0].e - spans->items[0].s);
+        } else {
+            /* covered_length sorts; the turn's pairs are taken before, in their own order. */
+            Pair *copy = PyMem_Malloc((size_t)spans->n * sizeof(Pair));
+            if (copy == NULL) {
+                PyErr_NoMemory();
+                goto done;
+            }
+            memcpy(copy, spans->items, (size_t)spans->n * sizeof(Pair));
+            unattributed_v = total_v - covered_length(copy, spans->n);
+            PyMem_Free(copy);
+        }
+        if (unattributed_v < 0.0) unattributed_v = 0.0;
+        double most = spans->items[0].e;
+        for (Py_ssize_t j = 1; j < spans->n; j++)
+            if (spans->items[j].e > most) most = spans->items[j].e;
+        ready = PyFloat_FromDouble(most);
+    } else {
+        unattributed_v = total_v;
+        ready = finalized;
+        Py_INCREF(ready);
+    }
+    if (ready == NULL) goto done;
+    row = PyTuple_Pack(10, k, stx, finalized, total, submit, sid, task_id, span_id, ready, line);
+    if (row == NULL || PyList_Append(st->rows, row) < 0) goto done;
+    unattributed = PyFloat_FromDouble(unattributed_v);
+    if (unattributed == NULL || PyList_Append(unattr, unattributed) < 0) goto done;
+    if (positive && append_to(shares, unattributed_name, PyFloat_FromDouble(unattributed_v / total_v)) < 0)
+        goto done;
+    gkey = PyTuple_Pack(3, sp, k, stx);
+    if (gkey == NULL) goto done;
+    PyObject *group = PyDict_GetItemWithError(st->dgroups, gkey);
+    if (group == NULL) {
+        if (PyErr_Occurred()) goto done;
+        group = Py_BuildValue("[[][][][]]");
+        if (group == NULL) goto done;
+        int bad = PyDict_SetItem(st->dgroups, gkey, group);
+        Py_DECREF(group);
+        if (bad < 0) goto done;
+    }
+    PyObject *lifetime = PyFloat_FromDouble(PyFloat_AS_DOUBLE(finalized) - PyFloat_AS_DOUBLE(submit));
+    if (lifetime == NULL || PyList_Append(PyList_GET_ITEM(group, 0), submit) < 0
+        || PyList_Append(PyList_GET_ITEM(group, 1), finalized) < 0
+        || PyList_Append(PyList_GET_ITEM(group, 2), total) < 0
+        || PyList_Append(PyList_GET_ITEM(group, 3), lifetime) < 0) {
+        Py_XDECREF(lifetime);
+        goto done;
+    }
+    Py_DECREF(lifetime);
+    if (PyDict_CheckExact(counters) && PyDict_GET_SIZE(counters)) {
+        PyObject *tokens = PyObject_CallOneArg(st->tokens_of, counters);
+        if (tokens == NULL) goto done;
+        if (tokens != Py_None) {
+            PyObject *tok = PyDict_GetItemWithError(st->tokens_by, sp);
+            if (tok == NULL && !PyErr_Occurred()) {
+                tok = Py_BuildValue("[[][]]");
+                if (tok != NULL) {
+                    int bad = PyDict_SetItem(st->tokens_by, sp, tok);
+                    Py_DECREF(tok);
+                    if (bad < 0) tok = NULL;
+                }
+            }
+            PyObject *as_float = tok ? PyNumber_Float(tokens) : NULL;
+            int bad = as_float == NULL || PyList_Append(PyList_GET_ITEM(tok, 0), as_float) < 0
+                || PyList_Append(PyList_GET_ITEM(tok, 1), total) < 0;
+            Py_XDECREF(as_float);
+            if (bad) {
+                Py_DECREF(tokens);
+                goto done;
+            }
+        }
+        Py_DECREF(tokens);
+    }
+    PyObject *ckey = key2(sp, inst_n);
+    if (ckey == NULL) goto done;
+    Py_INCREF(total);
+    int bad = append_to(st->bycount, ckey, total);
+    Py_DECREF(ckey);
+    if (bad < 0) goto done;
+    if (inst_n) {
+        *seen = 1;
+        Pair *inst = spans->items + inst_at;
+        if (inst_n > 1) qsort(inst, (size_t)inst_n, sizeof(Pair), pair_cmp);
+        for (Py_ssize_t t = 0; t < inst_n; t++) {
+            PyObject *tkey = key2(sp, t + 1);
+            if (tkey == NULL) goto done;
+            bad = append_to(st->turns, tkey, PyFloat_FromDouble(inst[t].e - inst[t].s));
+            Py_DECREF(tkey);
+            if (bad < 0) goto done;
+        }
+    }
+    rc = REC_OK;
+done:
+    Py_XDECREF(key);
+    Py_XDECREF(k);
+    Py_XDECREF(stx);
+    Py_XDECREF(sp);
+    Py_XDECREF(row);
+    Py_XDECREF(ready);
+    Py_XDECREF(why);
+    Py_XDECREF(reason_str);
+    Py_XDECREF(gkey);
+    Py_XDECREF(unattributed);
+    return rc;
+}
+
+static PyObject *get_attr(PyObject *obj, const char *name) {
+    return PyObject_GetAttrString(obj, name);
+}
+
+static PyObject *add_lines(PyObject *self, PyObject *args) {
+    State st = {0};
+    PyObject *lines;
+    int open_phases;
+    if (!PyArg_ParseTuple(args, "OO!OOp", &st.builder, &PyList_Type, &lines, &st.careful, &st.tokens_of,
+                          &open_phases))
+        return NULL;
+    if (loads_fn == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "_facts_native.configure() was not called");
+        return NULL;
+    }
+    PyObject *result = NULL, *last_sp = NULL, *g = NULL;
+    Pairs spans = {0};
+    int seen = 0, ids_ok = 1;
+    const char *names[] = {"keys", "statuses", "steps", "reasons", "phase", "dgroups", "tokens", "turns",
+                           "bycount", "turn_phase"};
+    PyObject **slots[] = {&st.keys, &st.statuses, &st.steps, &st.reasons, &st.phase, &st.dgroups,
+                          &st.tokens_by, &st.turns, &st.bycount, &st.turn};
+    for (int i = 0; i < 10; i++)
+        if ((*slots[i] = get_attr(st.builder, names[i])) == NULL) goto done;
+    for (int i = 0; i < 9; i++)
+        if (!PyDict_CheckExact(*slots[i])) {
+            PyErr_SetString(PyExc_TypeError, "FactsBuilder tables must be dicts");
+            goto done;
+        }
+    if ((st.rows = PyList_New(0)) == NULL) goto done;
+    PyObject *keys[] = {k_session_id, k_rank, k_role, k_status, k_submit_ts, k_finalized_ts, k_total_s, k_step,
+                        k_phases, k_counters, k_task_id, k_span_id, k_trace_id};
+    Py_ssize_t n = PyList_GET_SIZE(lines);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *line = PyList_GET_ITEM(lines, i);
+        PyObject *rec = PyObject_CallOneArg(loads_fn, line);
+        if (rec == NULL) goto done;  /* a JSONDecodeError is a ValueError: the caller answers False */
+        if (!PyDict_CheckExact(rec)) {
+            Py_DECREF(rec);
+            result = Py_False;  /* Python: itemgetter over a non-dict raises TypeError */
+            goto done;
+        }
+        PyObject *f[13];
+        int complete = 1;
+        for (int j = 0; j < 13; j++) {
+            f[j] = PyDict_GetItemWithError(rec, keys[j]);
+            if (f[j] == NULL) {
+                if (PyErr_Occurred()) {
+                    Py_DECREF(rec);
+                    goto done;
+                }
+                complete = 0;
+                break;
+            }
+        }
+        int ok = 0;
+        if (complete) {
+            if (!is_id_type(f[0]) || !is_id_type(f[10]) || !is_id_type(f[11]) || !is_id_type(f[12])) ids_ok = 0;
+            double v;
+            ok = in_range(f[4], &v) && in_range(f[5], &v) && in_range(f[6], &v) && PyDict_CheckExact(f[8])
+                && PyUnicode_CheckExact(f[3]) && PyUnicode_GET_LENGTH(f[3]) > 0;
+            if (ok && open_phases && PyBytes_Check(line)
+                && memmem(PyBytes_AS_STRING(line), (size_t)PyBytes_GET_SIZE(line), OPEN_MARK,
+                          sizeof(OPEN_MARK) - 1) != NULL)
+                ok = 0;
+        }
+        int rc;
+        if (!ok) {
+            rc = add_carefully(&st, rec, line) < 0 ? REC_ERROR : REC_OK;
+        } else {
+            rc = add_record(&st, rec, line, f, &spans, &seen, &last_sp, &g);
+        }
+        Py_DECREF(rec);
+        if (rc == REC_ERROR) goto done;
+        if (rc == REC_FALSE) {
+            result = Py_False;
+            goto done;
+        }
+    }
+    if (flush_rows(&st) < 0) goto done;
+    if (seen && PyObject_SetAttr(st.builder, k_seen, Py_True) < 0) goto done;
+    result = ids_ok ? Py_True : Py_False;
+done:
+    PyMem_Free(spans.items);
+    Py_XDECREF(last_sp);
+    Py_XDECREF(st.rows);
+    for (int i = 0; i < 10; i++) Py_XDECREF(*slots[i]);
+    Py_XINCREF(result);
+    return result;
+}
+
+static PyObject *configure(PyObject *self, PyObject *args) {
+    PyObject *loads, *reason_text, *unattributed;
+    double limit;
+    if (!PyArg_ParseTuple(args, "OOdU", &loads, &reason_text, &limit, &unattributed)) return NULL;
+    Py_INCREF(loads);
+    Py_INCREF(reason_text);
+    Py_INCREF(unattributed);
+    Py_XSETREF(loads_fn, loads);
+    Py_XSETREF(reason_text_fn, reason_text);
+    Py_XSETREF(unattributed_name, unattributed);
+    max_s = limit;
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef methods[] = {
+    {"add_lines", add_lines, METH_VARARGS,
+     "add_lines(builder, lines, careful, tokens_of, open_phases) -> bool: FactsBuilder._add_lines in C."},
+    {"configure", configure, METH_VARARGS,
+     "configure(loads, reason_text, max_s, unattributed): what add_lines takes from the Python modules."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_facts_native", NULL, -1, methods};
+
+PyMODINIT_FUNC PyInit__facts_native(void) {
+    struct {
+        PyObject **slot;
+        const char *text;
+    } names[] = {
+        {&k_session_id, "session_id"}, {&k_rank, "rank"}, {&k_role, "role"}, {&k_status, "status"},
+        {&k_submit_ts, "submit_ts"}, {&k_finalized_ts, "finalized_ts"}, {&k_total_s, "total_s"},
+        {&k_step, "step"}, {&k_phases, "phases"}, {&k_counters, "counters"}, {&k_task_id, "task_id"},
+        {&k_span_id, "span_id"}, {&k_trace_id, "trace_id"}, {&k_start_ts, "start_ts"}, {&k_end_ts, "end_ts"},
+        {&k_global_step, "global_step"}, {&k_reason, "reason"}, {&k_line, "line"}, {&k_seen, "seen"},
+        {&k_flush, "_flush"}, {&k_add, "add"},
+    };
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+        if ((*names[i].slot = PyUnicode_InternFromString(names[i].text)) == NULL) return NULL;
+    return PyModule_Create(&module);
+}
