@@ -309,7 +309,8 @@ def test_the_compiled_loop_gathers_what_the_python_loop_gathers(odd, monkeypatch
             builder = session_facts.FactsBuilder(cold="candidates")
             ints: dict[int, int] = {}
             taken = builder.add_lines(lines, lambda rec: session_reader._careful(rec, ints),
-                                      session_reader.response_length)
+                                      session_reader.response_length,
+                                      counter_names=session_reader.RESPONSE_LENGTH_COUNTERS)
             gathered.append((taken, marshal.loads(marshal.dumps(builder.result())) if taken else None))
         assert gathered[0] == gathered[1]
         answers.add(gathered[0][0])

@@ -168,8 +168,27 @@ static PyObject *step_group(PyObject *phase, PyObject *sp) {
 
 typedef struct {
     PyObject *builder, *keys, *statuses, *steps, *reasons, *phase, *dgroups, *tokens_by, *turns, *bycount,
-        *turn, *rows, *careful, *tokens_of;
+        *turn, *rows, *careful, *tokens_of, *counter_names;
 } State;
+
+/* sessions.response_length(counters) when counter_names are its names: the first of them
+ * that counters holds as an int or a float. A new reference (None when none is). */
+static PyObject *tokens_in(State *st, PyObject *counters) {
+    if (st->counter_names == NULL) return PyObject_CallOneArg(st->tokens_of, counters);
+    Py_ssize_t n = PyTuple_GET_SIZE(st->counter_names);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *value = PyDict_GetItemWithError(counters, PyTuple_GET_ITEM(st->counter_names, i));
+        if (value == NULL) {
+            if (PyErr_Occurred()) return NULL;
+            continue;
+        }
+        if (PyFloat_CheckExact(value) || PyLong_CheckExact(value)) {
+            Py_INCREF(value);
+            return value;
+        }
+    }
+    Py_RETURN_NONE;
+}
 
 /* Status codes of one record. */
 enum { REC_OK = 0, REC_FALSE = 1, REC_ERROR = -1 };
@@ -363,7 +382,7 @@ static int add_record(State *st, PyObject *rec, PyObject *line, PyObject **f, Pa
     }
     Py_DECREF(lifetime);
     if (PyDict_CheckExact(counters) && PyDict_GET_SIZE(counters)) {
-        PyObject *tokens = PyObject_CallOneArg(st->tokens_of, counters);
+        PyObject *tokens = tokens_in(st, counters);
         if (tokens == NULL) goto done;
         if (tokens != Py_None) {
             PyObject *tok = PyDict_GetItemWithError(st->tokens_by, sp);
@@ -427,9 +446,17 @@ static PyObject *add_lines(PyObject *self, PyObject *args) {
     State st = {0};
     PyObject *lines;
     int open_phases;
-    if (!PyArg_ParseTuple(args, "OO!OOp", &st.builder, &PyList_Type, &lines, &st.careful, &st.tokens_of,
-                          &open_phases))
+    PyObject *counter_names = Py_None;
+    if (!PyArg_ParseTuple(args, "OO!OOp|O", &st.builder, &PyList_Type, &lines, &st.careful, &st.tokens_of,
+                          &open_phases, &counter_names))
         return NULL;
+    if (counter_names != Py_None) {
+        if (!PyTuple_CheckExact(counter_names)) {
+            PyErr_SetString(PyExc_TypeError, "counter_names must be a tuple");
+            return NULL;
+        }
+        st.counter_names = counter_names;
+    }
     if (loads_fn == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "_facts_native.configure() was not called");
         return NULL;
@@ -526,7 +553,8 @@ static PyObject *configure(PyObject *self, PyObject *args) {
 
 static PyMethodDef methods[] = {
     {"add_lines", add_lines, METH_VARARGS,
-     "add_lines(builder, lines, careful, tokens_of, open_phases) -> bool: FactsBuilder._add_lines in C."},
+     "add_lines(builder, lines, careful, tokens_of, open_phases, counter_names=None) -> bool: "
+     "FactsBuilder._add_lines in C."},
     {"configure", configure, METH_VARARGS,
      "configure(loads, reason_text, max_s, unattributed): what add_lines takes from the Python modules."},
     {NULL, NULL, 0, NULL},

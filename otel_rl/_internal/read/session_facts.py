@@ -297,7 +297,8 @@ class FactsBuilder:
                 values.append(e - s)
 
     def add_lines(self, lines: list[bytes], careful: Callable[[dict[str, Any]], tuple],
-                  tokens_of: Callable[[dict[str, Any]], Any], block: bytes | None = None) -> bool:
+                  tokens_of: Callable[[dict[str, Any]], Any], block: bytes | None = None,
+                  counter_names: tuple[str, ...] | None = None) -> bool:
         """Adds a session per line of otel_rl's session records, most at a few Python
         operations each: a record with every field this reads, of the types otel_rl
         writes (times floats in range, phases closed), is added here, any other by
@@ -309,13 +310,14 @@ class FactsBuilder:
         with a ``session_id``, when ``careful`` refuses a record, or when what is
         checked in bulk (ids, phase times) does not hold: the caller then reads the
         lines one by one, naming each line that cannot be used. ``block``: the lines as read,
-        if the caller has them.
+        if the caller has them. ``counter_names``: ``tokens_of`` answers the first of these
+        counters a record holds as a number (the compiled loop then reads them itself).
         """
         # A phase still open ("end_ts": null) is read by careful(); a line can only hold one where it says so.
         open_phases = _OPEN in block if block is not None else any(_OPEN in line for line in lines)
         try:
             if _native is not None:
-                return _native.add_lines(self, lines, careful, tokens_of, open_phases)
+                return _native.add_lines(self, lines, careful, tokens_of, open_phases, counter_names)
             return self._add_lines(lines, careful, tokens_of, open_phases)
         except (KeyError, TypeError, AttributeError, ValueError):
             return False  # a phase that is not a list of {start_ts, end_ts}: a line that cannot be used

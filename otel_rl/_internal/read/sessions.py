@@ -222,7 +222,8 @@ def parse_block(data: bytes, lineno: int, packed: bool = False, last: bool = Fal
         # Records as otel_rl writes them, a few Python operations each; a block with
         # anything else (a line that cannot be used) is read again line by line below.
         builder = FactsBuilder(cold=columns, joins=joins)
-        if builder.add_lines(lines, lambda rec: _careful(rec, ints), response_length, data):
+        if builder.add_lines(lines, lambda rec: _careful(rec, ints), response_length, data,
+                             RESPONSE_LENGTH_COUNTERS):
             items = [(_FACTS, builder.result())]
             return marshal.dumps(items) if packed else items
     builder = FactsBuilder(cold=columns, joins=joins) if columns else None
