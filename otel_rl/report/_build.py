@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import pickle
+import sys
+import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from ._columns import session_table
@@ -18,6 +22,8 @@ from .timeline import DEFAULT_LIMIT, timeline
 from .timer_tree import timer_trees
 from .training import training
 
+#: From this many sessions on, the long-tail view is computed in a forked process beside the others.
+PARALLEL_SESSIONS = 200_000
 #: View names, in report order (``--view`` picks among them).
 VIEWS = ("summary", "training", "pipeline", "phases", "spans", "stages", "hops", "timers", "longtail", "lifecycle",
          "timeline")
@@ -105,8 +111,49 @@ def build(data: RunData, views: Iterable[str] | None = None, *, threshold: float
         "lifecycle": lambda: lifecycle(data, gantt_limit, bins),
         "timeline": lambda: timeline(data, sessions, requests, timeline_limit),
     }
+    # The long-tail view is about half of the work over many sessions: on a second core it
+    # overlaps the others (a forked child reads the loaded run without copying it).
+    beside = {}
+    if "longtail" in wanted and len(wanted) > 1 and len(data.sessions) >= PARALLEL_SESSIONS:
+        beside["longtail"] = _forked(makers["longtail"])
     for name in VIEWS:
         if name in wanted:
-            out[name] = makers[name]()
+            out[name] = beside[name]() if name in beside else makers[name]()
     out["diagnostics"] = data.diagnostics.to_dict()
     return out
+
+
+def _forked(make: Callable[[], Any]) -> Callable[[], Any]:
+    """Starts ``make()`` in a forked process; returns what gives its result, computed here
+    instead when forking is not safe (another thread: it could hold a lock the child needs)
+    or the child failed."""
+    if not sys.platform.startswith("linux") or threading.active_count() != 1 or (os.cpu_count() or 1) < 2:
+        return make
+    try:
+        read_end, write_end = os.pipe()
+        pid = os.fork()
+    except OSError:
+        return make
+    if pid == 0:  # the child: the result, pickled, then out at once (no atexit, no buffers flushed twice)
+        code = 1
+        try:
+            os.close(read_end)
+            with os.fdopen(write_end, "wb") as f:
+                f.write(pickle.dumps(make(), pickle.HIGHEST_PROTOCOL))
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(write_end)
+
+    def result() -> Any:
+        with os.fdopen(read_end, "rb") as f:
+            payload = f.read()
+        _, status = os.waitpid(pid, 0)
+        if status == 0:
+            try:
+                return pickle.loads(payload)
+            except Exception:  # noqa: BLE001 - a child cut short: computed here instead
+                pass
+        return make()
+
+    return result

@@ -316,3 +316,19 @@ def test_the_compiled_loop_gathers_what_the_python_loop_gathers(odd, monkeypatch
         answers.add(gathered[0][0])
     # Both kinds of answer were compared: blocks as the exporter writes them are taken, damaged ones spoiled.
     assert answers == {True} if odd == 0.0 else False in answers
+
+
+def test_the_long_tail_view_computed_in_a_forked_process_is_the_one_computed_here(run, monkeypatch):
+    from otel_rl.report import _build
+
+    data = _load.load_run(run, every_row=False)
+    here = _build.build(data)
+    getters = []
+    monkeypatch.setattr(_build, "PARALLEL_SESSIONS", 0)
+    real = _build._forked
+    monkeypatch.setattr(_build, "_forked", lambda make: getters.append((make, real(make))) or getters[-1][1])
+    beside = _build.build(data)
+    assert len(getters) == 1 and getters[0][1] is not getters[0][0]  # a child was forked
+    for doc in (here, beside):
+        doc.pop("generated_at")
+    assert beside == here
