@@ -187,9 +187,16 @@ class SessionTable:
             setattr(self, name, array("I", [ids[j] for j in positions]))
             setattr(self, name + "_v", array("d", [values[j] for j in positions]))
             keep.update(getattr(self, name))
+        # Each block against only the kept sessions that fall in it: a pass over every block's
+        # lines at each prune would grow with the square of the blocks.
+        kept = sorted(keep)
         for b in self.blocks:
-            if type(b.cold) is dict:
-                b.cold = {j: e for j, e in b.cold.items() if b.start + j in keep}
+            if type(b.cold) is dict and b.cold:
+                lo = bisect.bisect_left(kept, b.start)
+                hi = bisect.bisect_left(kept, b.start + b.n, lo)
+                if hi - lo < len(b.cold):
+                    cold = b.cold
+                    b.cold = {j: cold[j] for j in (i - b.start for i in kept[lo:hi]) if j in cold}
 
     # --- one session ----------------------------------------------------------------------------
     def _at(self, i: int) -> tuple[_Block, int]:
