@@ -13,6 +13,7 @@ from typing import IO, Any
 import orjson
 
 from .._internal.encode.chrome_trace import BATCH_MARKER, ChromeTraceEncoder
+from .._internal.encode.perfetto.native import Unsupported
 from .._internal.read.chrome_json import document_events, read_document
 from .._internal.read.discovery import discover_inputs
 from .._internal.read.limits import DEFAULT_LIMITS, InputLimits, long_line_message
@@ -458,8 +459,9 @@ def convert(inputs: Sequence[str], output: str, *, workers: int = 0,
         if directory:
             os.makedirs(directory, exist_ok=True)
         raw = open(tmp or output, "wb", buffering=1 << 20)
-    out: TraceOutput | PerfettoOutput = (PerfettoOutput(raw, output) if fmt == "perfetto"
-                                         else TraceOutput(raw, output))
+    # The compiled Perfetto encoder only writes a file that can be rewound: see PerfettoOutput.restart.
+    out: TraceOutput | PerfettoOutput = (PerfettoOutput(raw, output, compiled=not to_stdout and raw.seekable())
+                                         if fmt == "perfetto" else TraceOutput(raw, output))
     converter = None
     try:
         named = frozenset(os.path.realpath(p) for p in inputs if os.path.isfile(p))
@@ -470,8 +472,17 @@ def convert(inputs: Sequence[str], output: str, *, workers: int = 0,
             skipped = convert_in_parallel(planner, files, out, stats, workers, limits or DEFAULT_LIMITS,
                                           tmp or os.path.join(tempfile.gettempdir(), "otel-rl-convert"))
         else:
-            converter = Merger(out, stats, 0 if isinstance(out, PerfettoOutput) else workers, named, limits)
-            converter.run(files)
+            try:
+                converter = Merger(out, stats, 0 if isinstance(out, PerfettoOutput) else workers, named, limits)
+                converter.run(files)
+            except Unsupported:
+                # Input the compiled encoder does not mirror exactly: all of it again, in Python.
+                converter.close()
+                out = out.restart()  # type: ignore[union-attr]
+                stats = ConvertStats(output=output)
+                stats.skipped_files.extend((item, "no such file") for item in missing)
+                converter = Merger(out, stats, 0, named, limits)
+                converter.run(files)
             stats.events = out.events
         _join_native(native, out, stats, limits or DEFAULT_LIMITS)
         if isinstance(out, PerfettoOutput):

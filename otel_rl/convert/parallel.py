@@ -17,6 +17,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
+from .._internal.encode.perfetto.native import Unsupported
 from .._internal.read.limits import InputLimits
 from .._internal.read.pool import process_pool
 from .perfetto_output import PerfettoOutput
@@ -33,22 +34,33 @@ _PIDS_PER_PART = 1 << 12
 def _convert_part(index: int, entries: list[tuple[str, str, dict]], claims: dict[str, Any], part: str,
                   limits: InputLimits) -> tuple[ConvertStats, int]:
     """Converts ``entries`` (a slice of the plan) into the native trace ``part``; runs in a worker."""
+    with open(part, "wb", buffering=1 << 20) as raw:
+        out = PerfettoOutput(raw, part, sequence_id=index + 2, uuid_salt=(index + 1) << _SALT_SHIFT, compiled=True)
+        try:
+            stats = _encode_part(index, entries, claims, part, limits, out)
+        except Unsupported:
+            # Input the compiled encoder does not mirror exactly: the part again, in Python.
+            out = out.restart()
+            stats = _encode_part(index, entries, claims, part, limits, out)
+        out.close({})
+    return stats, out.encoder.skipped
+
+
+def _encode_part(index: int, entries: list[tuple[str, str, dict]], claims: dict[str, Any], part: str,
+                 limits: InputLimits, out: PerfettoOutput) -> ConvertStats:
     from .merge import REMAP_PID_BASE, Merger
 
     stats = ConvertStats(output=part)
-    with open(part, "wb", buffering=1 << 20) as raw:
-        out = PerfettoOutput(raw, part, sequence_id=index + 2, uuid_salt=(index + 1) << _SALT_SHIFT)
-        merger = Merger(out, stats, 0, limits=limits)
-        merger.adopt(claims, REMAP_PID_BASE + (index + 1) * _PIDS_PER_PART)
-        for path in claims["annotation_files"]:
-            merger.notes.read(path, limits, ConvertStats())  # their problems were reported once, up front
-        for path, kind, mapping in entries:
-            merger.convert_file(path, kind, mapping)
-        merger.finish()
-        stats.annotated = merger.notes.joined
-        stats.events = out.events
-        out.close({})
-    return stats, out.encoder.skipped
+    merger = Merger(out, stats, 0, limits=limits)
+    merger.adopt(claims, REMAP_PID_BASE + (index + 1) * _PIDS_PER_PART)
+    for path in claims["annotation_files"]:
+        merger.notes.read(path, limits, ConvertStats())  # their problems were reported once, up front
+    for path, kind, mapping in entries:
+        merger.convert_file(path, kind, mapping)
+    merger.finish()
+    stats.annotated = merger.notes.joined
+    stats.events = out.events
+    return stats
 
 
 def _merge_stats(into: ConvertStats, part: ConvertStats) -> None:

@@ -5,6 +5,11 @@ their final pids - exactly as :class:`~.output.TraceOutput` does, parses them
 and hands them to :class:`~otel_rl._internal.encode.perfetto.PerfettoEncoder`,
 so the native trace holds the same slices, durations and flows as the JSON
 one of the same inputs.
+
+Where the compiled twin was built (:mod:`~otel_rl._internal.encode.perfetto.native`)
+it takes the blobs as they are, JSON text, and writes the same bytes without
+Python objects per event; for input it does not mirror the conversion starts
+again with the Python encoder (:meth:`PerfettoOutput.restart`).
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from typing import IO, Any
 import orjson
 
 from .._internal.encode.perfetto import PerfettoEncoder
+from .._internal.encode.perfetto.native import compiled_encoder
 from .._internal.read.limits import InputLimits
 from .native_inputs import copy_packets
 from .output import OutputStream
@@ -38,14 +44,33 @@ class PerfettoOutput(OutputStream):
         final_name: The output's name (``.gz`` compresses it).
         sequence_id: The packet sequence the encoder writes.
         uuid_salt: Added to its track uuids.
+        compiled: Whether to use the compiled encoder where it was built: only for an
+            output that can be rewound (:meth:`restart`), a regular file.
     """
 
-    def __init__(self, raw: IO[bytes], final_name: str, sequence_id: int = 1, uuid_salt: int = 0) -> None:
+    def __init__(self, raw: IO[bytes], final_name: str, sequence_id: int = 1, uuid_salt: int = 0,
+                 compiled: bool = False) -> None:
         super().__init__(raw, final_name)
+        self._final_name = final_name
+        self._sequence_id = sequence_id
+        self._uuid_salt = uuid_salt
+        self._start = raw.tell() if compiled else 0
         # The only writer of its packet sequence: sequence 1 and small track uuids by default
         # (the parts of a parallel conversion take others).
-        self.encoder = PerfettoEncoder(sequence_id=sequence_id, uuid_salt=uuid_salt)
+        native = compiled_encoder(sequence_id, uuid_salt) if compiled else None
+        #: Whether the compiled encoder writes this output.
+        self.compiled = native is not None
+        self.encoder: Any = native or PerfettoEncoder(sequence_id=sequence_id, uuid_salt=uuid_salt)
         self.events = 0
+
+    def restart(self) -> PerfettoOutput:
+        """The same output emptied, written by the Python encoder: for input the compiled one
+        raised :class:`~otel_rl._internal.encode.perfetto.native.Unsupported` for."""
+        if self._file is not self._raw:
+            self._file.fileobj = None  # type: ignore[attr-defined]  # dropped: no gzip trailer
+        self._raw.seek(self._start)
+        self._raw.truncate()
+        return PerfettoOutput(self._raw, self._final_name, self._sequence_id, self._uuid_salt, compiled=False)
 
     def write(self, parts: list[bytes]) -> None:
         """Writes serialised events."""
@@ -55,6 +80,12 @@ class PerfettoOutput(OutputStream):
     def write_blob(self, blob: bytes, count: int) -> None:
         """Writes ``count`` events already joined with ``","`` (or ``",\\n"``)."""
         if not count:
+            return
+        if self.compiled:
+            data = self.encoder.encode(blob)
+            if data:
+                self._file.write(data)
+            self.events += count
             return
         # The events and records made here hold no cycles: the collector would only walk
         # them (a quarter of the time, measured); it is off while a blob is encoded.
