@@ -18,6 +18,7 @@ from array import array
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from functools import reduce
+from itertools import compress
 from operator import add
 from typing import Any
 
@@ -213,10 +214,7 @@ class SessionTable:
     def done_indices(self) -> Iterator[int]:
         """Indices of the finished sessions (a total, a submission and a finalization), in order."""
         for b in self.blocks:
-            start = b.start
-            for j, flag in enumerate(b.done):
-                if flag:
-                    yield start + j
+            yield from compress(range(b.start, b.start + b.n), b.done)
 
     def scatter_point(self, i: int) -> tuple[float, float, str, str, Any]:
         """``(finalized, total, status, worker, session_id)`` of a session, without reading it back whole."""

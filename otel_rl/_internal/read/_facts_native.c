@@ -537,6 +537,55 @@ done:
     return result;
 }
 
+/* session_facts._components over the (submissions, finalizations) list pairs given: the union
+ * of the intervals as disjoint [s0, e0, s1, e1, ...] doubles (bytes, as array("d").tobytes()). */
+static PyObject *components(PyObject *self, PyObject *sources) {
+    if (!PyList_CheckExact(sources)) {
+        PyErr_SetString(PyExc_TypeError, "components() takes a list of (starts, ends) pairs of lists");
+        return NULL;
+    }
+    Pairs pairs = {0};
+    PyObject *out = NULL;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(sources); i++) {
+        PyObject *source = PyList_GET_ITEM(sources, i);
+        PyObject *starts, *ends;
+        if (!PyArg_ParseTuple(source, "O!O!", &PyList_Type, &starts, &PyList_Type, &ends)) goto done;
+        Py_ssize_t n = PyList_GET_SIZE(starts) < PyList_GET_SIZE(ends) ? PyList_GET_SIZE(starts)
+                                                                        : PyList_GET_SIZE(ends);
+        for (Py_ssize_t j = 0; j < n; j++) {
+            double s = PyFloat_AsDouble(PyList_GET_ITEM(starts, j));
+            double e = PyFloat_AsDouble(PyList_GET_ITEM(ends, j));
+            if (PyErr_Occurred() || pairs_push(&pairs, s, e) < 0) goto done;
+        }
+    }
+    if (pairs.n == 0) {
+        out = PyBytes_FromStringAndSize(NULL, 0);
+        goto done;
+    }
+    qsort(pairs.items, (size_t)pairs.n, sizeof(Pair), pair_cmp);
+    /* Written over the sorted pairs: component k never lies past pair k. */
+    double *flat = (double *)pairs.items;
+    Py_ssize_t k = 0;
+    double cur_s = pairs.items[0].s, cur_e = pairs.items[0].e;
+    for (Py_ssize_t j = 0; j < pairs.n; j++) {
+        double s = pairs.items[j].s, e = pairs.items[j].e;
+        if (s > cur_e) {
+            flat[k++] = cur_s;
+            flat[k++] = cur_e;
+            cur_s = s;
+            cur_e = e;
+        } else if (e > cur_e) {
+            cur_e = e;
+        }
+    }
+    flat[k++] = cur_s;
+    flat[k++] = cur_e;
+    out = PyBytes_FromStringAndSize((const char *)flat, (Py_ssize_t)(k * sizeof(double)));
+done:
+    PyMem_Free(pairs.items);
+    return out;
+}
+
 static PyObject *configure(PyObject *self, PyObject *args) {
     PyObject *loads, *reason_text, *unattributed;
     double limit;
@@ -555,6 +604,8 @@ static PyMethodDef methods[] = {
     {"add_lines", add_lines, METH_VARARGS,
      "add_lines(builder, lines, careful, tokens_of, open_phases, counter_names=None) -> bool: "
      "FactsBuilder._add_lines in C."},
+    {"components", components, METH_O,
+     "components([(starts, ends), ...]) -> bytes: session_facts._components, as doubles."},
     {"configure", configure, METH_VARARGS,
      "configure(loads, reason_text, max_s, unattributed): what add_lines takes from the Python modules."},
     {NULL, NULL, 0, NULL},

@@ -538,10 +538,10 @@ class FactsBuilder:
         first = sorted(done, key=submit.__getitem__)[:k]
         times = [t for t in submit if t is not None]
         times += [t for t in self.col_finals if t is not None]
-        by_key: dict[int, list[tuple[float, float]]] = {}
+        by_key: dict[int, list] = {}  # (submissions, finalizations) of each group, per key
         dgroups = {}
         for g, (s, f, t, spans) in self.dgroups.items():
-            by_key.setdefault(g[1], []).extend(zip(s, f))
+            by_key.setdefault(g[1], []).append((s, f))
             dgroups[g] = (_sorted(s), _sorted(f), _sorted(t), array("d", spans).tobytes())
         phase = {}
         for sp, (durations, opened, with_phase, shares, unattr, totals) in self.phase.items():
@@ -566,7 +566,9 @@ class FactsBuilder:
             "finalized_n": self.finalized_n, "tmin": min(times, default=None),
             "tmax": max(times, default=None), "exact": self.exact,
             "phase": phase, "dgroups": dgroups,
-            "comps": {key: array("d", _components(pairs)).tobytes() for key, pairs in by_key.items()},
+            "comps": {key: _native.components(groups) if _native is not None else
+                      array("d", _components([p for s, f in groups for p in zip(s, f)])).tobytes()
+                      for key, groups in by_key.items()},
             "tokens": {sp: (array("d", v[0]).tobytes(), array("d", v[1]).tobytes())
                        for sp, v in self.tokens.items()},
             "turns": {g: _sorted(v) for g, v in self.turns.items()},
