@@ -1,12 +1,15 @@
 """Where the exporter child's CPU goes: capture a real run's batches, replay them in-process.
 
-``python -m bench.profile_exporter --spans 20000 --workload scope|sessions [--profile]``
+``python -m bench.profile_exporter --spans 20000 --workload scope|plain|sessions|marked [--profile]``
+
+``scope``: scopes with 5 args; ``plain``: bare scopes (the total-CPU benchmark's);
+``sessions``: phases as spans; ``marked``: the session benchmark's marked phases.
 
 The training process ships batches of span records to the exporter child
 through :meth:`ExporterProcess.send`. This harness records a workload with that
 method patched to keep a copy of every batch (the child still gets them), then
-replays the copies through the child's own loop (``expand`` -> ``build`` ->
-``sink.on_end`` -> ``after_batch`` -> ``shutdown``) on this thread, in a fresh
+replays the copies through the child's own loop (``expand`` ->
+``RecordSink.on_record`` -> ``after_batch`` -> ``shutdown``) on this thread, in a fresh
 output directory, and prints the CPU time per span. ``--profile`` repeats the
 replay under cProfile and prints the top functions by own time.
 """
@@ -55,6 +58,24 @@ def capture(workload: str, spans: int, root: str) -> tuple[Any, dict[str, Any], 
             for i in range(spans):
                 with scope("step", args={"step": i, "batch": 32, "lr": 1e-4, "actor": "a0", "ok": True}):
                     pass
+        elif workload == "plain":
+            scope = otel_rl.trace_scope
+            for _ in range(spans):
+                with scope("bench.scope"):
+                    pass
+        elif workload == "marked":
+            # The benchmark's session workload: 4 sessions per task, phases marked
+            # (bundled into the session's record), about 3.25 spans a session.
+            event = otel_rl.trace_session_event
+            for _ in range(max(1, spans * 4 // 13 // 4)):
+                tid = otel_rl.register_task()
+                for _ in range(4):
+                    sid = otel_rl.register_session(tid)
+                    event("mark_generate_start", session_id=sid)
+                    event("mark_generate_end", session_id=sid)
+                    event("mark_reward_start", session_id=sid)
+                    event("mark_reward_end", session_id=sid)
+                event("mark_finalized", task_id=tid, status="accepted")
         else:
             # 4 sessions per task, each a session span with two phases: ~3 spans a session.
             register_task = otel_rl.register_task
@@ -89,6 +110,7 @@ def replay(settings: Any, resource_attrs: dict[str, Any], batches: list[bytes], 
     from otel_rl._internal.encode.readable import ReadableBuilder
     from otel_rl._internal.export.chain import ExportChain
     from otel_rl._internal.export.process import EXPORTER_GC_THRESHOLDS
+    from otel_rl._internal.export.record_sink import RecordSink
     from otel_rl._internal.recording import privacy
     from otel_rl._internal.recording.record import expand, span_count
 
@@ -106,15 +128,14 @@ def replay(settings: Any, resource_attrs: dict[str, Any], batches: list[bytes], 
     gc.set_threshold(*EXPORTER_GC_THRESHOLDS)
     t0 = time.process_time()
     chain = ExportChain(settings, resource, env)
-    sink = chain.sink()
     builder = ReadableBuilder(resource)
-    build = builder.build
+    on_record = RecordSink(chain, builder).on_record
     n = 0
     for thread_names, records in decoded:
         n += span_count(records)
         builder.thread_names.update(thread_names)
         for rec in expand(records):
-            sink.on_end(build(rec))
+            on_record(rec)
         chain.after_batch()
     chain.shutdown(5.0)
     cpu = time.process_time() - t0
@@ -126,7 +147,7 @@ def replay(settings: Any, resource_attrs: dict[str, Any], batches: list[bytes], 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--spans", type=int, default=20000)
-    parser.add_argument("--workload", choices=("scope", "sessions"), default="scope")
+    parser.add_argument("--workload", choices=("scope", "plain", "sessions", "marked"), default="scope")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--top", type=int, default=25)

@@ -31,7 +31,6 @@ import itertools
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanKind
 from opentelemetry.trace.status import StatusCode
 
@@ -47,6 +46,8 @@ from .chrome_markers import (
 )
 from .json_values import chrome_args, json_safe_value
 from .kineto_clock import kineto_shift_us
+from ..recording.record import (END, EVENTS, KIND, LINKS, NAME, PARENT_ID, PARENT_REMOTE, SCOPE, SPAN_ID,
+                                START, STATUS, STATUS_DESC, TRACE_ID)
 from .lanes import Lane, LaneGroup, ProcessLanes, TwoGenerationMap, is_ancestor
 from .track_metadata import (
     TRAINING_ROLES,
@@ -84,8 +85,12 @@ _CONTEXT_SENT = keys.CONTEXT_SENT
 _THREAD_ID = keys.THREAD_ID
 _KIND_COUNTER = keys.KIND_COUNTER
 _GAUGE_VALUE = keys.GAUGE_VALUE
-_INTERNAL = SpanKind.INTERNAL
-_UNSET = StatusCode.UNSET
+_SESSION_ID = keys.SESSION_ID
+_KIND_SESSION = keys.KIND_SESSION
+_KIND_NAMES = {kind.value: kind.name for kind in SpanKind}
+_STATUS_NAMES = {code.value: code.name for code in StatusCode}
+_CLIENT = SpanKind.CLIENT.value
+_PRODUCER = SpanKind.PRODUCER.value
 
 
 def _flow_id(value: int) -> str:
@@ -141,7 +146,7 @@ class ChromeTraceEncoder:
         # parent span id -> placed children still waiting for that parent
         self._waiting = TwoGenerationMap(max_tracked_spans)
         # (pid, session id) -> [(span, process), ...], oldest session first
-        self._buffered: dict[tuple, list[tuple[ReadableSpan, ProcessLanes]]] = {}
+        self._buffered: dict[tuple, list[tuple[tuple, Mapping[str, Any], ProcessLanes]]] = {}
         self._buffered_count = 0
         self._session_lane = TwoGenerationMap(10_000)  # (pid, session id) -> (group, lane index)
         self._foreign_sessions = TwoGenerationMap(10_000)  # sessions whose session span lives elsewhere
@@ -149,36 +154,53 @@ class ChromeTraceEncoder:
         self._clock = 0
         # The latest trace id and its hex text: consecutive spans mostly share a trace.
         self._trace_hex: tuple[int, str] = (-1, "")
+        self._record_resource: Any = None
+        self._record_proc: ProcessLanes | None = None
 
     # --- public API -------------------------------------------------------------------
-    def encode(self, spans: Iterable[ReadableSpan]) -> list[dict[str, Any]]:
+    def encode(self, spans: Iterable[Any]) -> list[dict[str, Any] | bytes]:
         """Encodes finished spans; returns the events that are ready now.
 
         Spans of a session may be held back until the session span arrives, so
         the result can hold fewer (or more) spans than were passed in.
 
         Args:
-            spans: Finished SDK spans, in the order they ended where possible.
+            spans: Finished SDK spans, in the order they ended where possible;
+                or, from otel_rl's own export path, ``(record, flat attributes)``
+                tuples (:mod:`..recording.record`; events, if any, with flat
+                attributes), for the resource given to :meth:`set_resource`.
 
         Returns:
             Event dicts (metadata, complete, instant and flow events) ready for
-            ``orjson.dumps``.
+            ``orjson.dumps``; complete events of records come as their encoded
+            line already (``bytes``, no newline), which :func:`dumps_event` passes through.
         """
-        out: list[dict[str, Any]] = []
+        out: list[Any] = []
         for span in spans:
             try:
-                self._add(span, out)
+                if type(span) is tuple:
+                    proc = self._record_proc
+                    if proc is None:
+                        proc = self._record_proc = self._process(self._record_resource, out)
+                    self._add(span[0], span[1], proc, out)
+                else:
+                    self._add(_span_record(span), span.attributes, self._process(span.resource, out), out)
             except Exception as exc:  # noqa: BLE001 - one odd span must not lose the rest
                 guard.report(diagnostics.CHROME_TRACE_ENCODE_ERROR, "a span could not be encoded: %r", exc)
         return out
 
-    def finish(self) -> list[dict[str, Any]]:
+    def set_resource(self, resource: Any) -> None:
+        """The resource of the records :meth:`encode` is given (otel_rl's own process)."""
+        self._record_resource = resource
+        self._record_proc = None
+
+    def finish(self) -> list[dict[str, Any] | bytes]:
         """Releases every span still waiting for its session span.
 
         Returns:
             The events of the released spans.
         """
-        out: list[dict[str, Any]] = []
+        out: list[Any] = []
         for key in list(self._buffered):
             try:
                 self._release(key, out)
@@ -192,78 +214,75 @@ class ChromeTraceEncoder:
         return self._buffered_count
 
     # --- sessions -------------------------------------------------------------------------
-    def _add(self, span: ReadableSpan, out: list[dict[str, Any]]) -> None:
-        proc = self._process(span.resource, out)
-        attrs = span.attributes
+    def _add(self, rec: tuple, attrs: Mapping[str, Any], proc: ProcessLanes, out: list[Any]) -> None:
         if attrs.get(_SPAN_KIND) == _KIND_COUNTER:
             # A sampled counter: a point on the process's counter track, no slice.
-            out.append(_counter(span.name, attrs.get(_GAUGE_VALUE), proc.pid, (span.start_time or 0) / 1000))
+            out.append(_counter(rec[NAME], attrs.get(_GAUGE_VALUE), proc.pid, rec[START] / 1000))
             return
-        span_id = span.context.span_id
-        parent = span.parent
-        self._parent_of.set(span_id, 0 if parent is None or parent.is_remote else parent.span_id)
-        end = span.end_time or span.start_time or 0
+        span_id = rec[SPAN_ID]
+        parent_id = rec[PARENT_ID]
+        local_root = not parent_id or rec[PARENT_REMOTE]
+        self._parent_of.set(span_id, 0 if local_root else parent_id)
+        end = rec[END]
         if end > self._newest_end:
             self._newest_end = end
-        session = attrs.get(keys.SESSION_ID)
+        session = attrs.get(_SESSION_ID)
         if session is None:
-            self._place(span, proc, attrs, out)
+            self._place(rec, proc, attrs, out)
         else:
             key = (proc.pid, session)
-            if attrs.get(keys.SPAN_KIND) == keys.KIND_SESSION:
-                self._place_session(span, proc, attrs, key, out)
+            if attrs.get(_SPAN_KIND) == _KIND_SESSION:
+                self._place_session(rec, proc, attrs, key, out)
             elif key in self._foreign_sessions:
-                self._place(span, proc, attrs, out)
+                self._place(rec, proc, attrs, out)
             else:
                 lane = self._session_lane.get(key)
                 if lane is not None:  # outlived its session span
-                    self._place(span, proc, attrs, out, prefer=lane)
-                elif parent is None or parent.is_remote:
+                    self._place(rec, proc, attrs, out, prefer=lane)
+                elif local_root:
                     # A local root that is not the session span: this process runs
                     # work for a session whose session span lives elsewhere (an
                     # inference server, a worker), so nothing is worth waiting for.
                     self._foreign_sessions.set(key, True)
                     if key in self._buffered:
                         self._release(key, out)
-                    self._place(span, proc, attrs, out)
+                    self._place(rec, proc, attrs, out)
                 else:
-                    self._buffer(key, span, proc, out)
+                    self._buffer(key, (rec, attrs, proc), out)
         if self._buffered:
             self._release_stale(out)
 
-    def _buffer(self, key: tuple, span: ReadableSpan, proc: ProcessLanes,
-                out: list[dict[str, Any]]) -> None:
+    def _buffer(self, key: tuple, item: tuple, out: list[Any]) -> None:
         waiting = self._buffered.get(key)
         if waiting is None:
             waiting = self._buffered[key] = []
-        waiting.append((span, proc))
+        waiting.append(item)
         self._buffered_count += 1
         while self._buffered_count > self._max_buffered:
             guard.count(diagnostics.CHROME_TRACE_SESSIONS_RELEASED_EARLY)
             self._release(next(iter(self._buffered)), out)
 
-    def _release_stale(self, out: list[dict[str, Any]]) -> None:
+    def _release_stale(self, out: list[Any]) -> None:
         buffered = self._buffered
         limit = self._newest_end - self._session_wait_ns
         while buffered:
             key = next(iter(buffered))
-            first = buffered[key][0][0]
-            if (first.end_time or 0) >= limit:
+            if buffered[key][0][0][END] >= limit:
                 break
             self._release(key, out)
 
-    def _release(self, key: tuple, out: list[dict[str, Any]]) -> None:
+    def _release(self, key: tuple, out: list[Any]) -> None:
         waiting = self._buffered.pop(key, None)
         if not waiting:
             return
         self._buffered_count -= len(waiting)
         waiting.sort(key=_outer_first)
-        for span, proc in waiting:
-            self._place(span, proc, span.attributes, out)
+        for rec, attrs, proc in waiting:
+            self._place(rec, proc, attrs, out)
 
-    def _place_session(self, span: ReadableSpan, proc: ProcessLanes, attrs: Mapping[str, Any],
-                       key: tuple, out: list[dict[str, Any]]) -> None:
-        lane = self._place(span, proc, attrs, out)
+    def _place_session(self, rec: tuple, proc: ProcessLanes, attrs: Mapping[str, Any],
+                       key: tuple, out: list[Any]) -> None:
+        lane = self._place(rec, proc, attrs, out)
         self._session_lane.set(key, lane)
         waiting = self._buffered.pop(key, None)
         if not waiting:
@@ -272,8 +291,8 @@ class ChromeTraceEncoder:
         # Outer spans first, so each span finds its parent already placed and
         # can sit under it in the session's lane.
         waiting.sort(key=_outer_first)
-        for child, child_proc in waiting:
-            self._place(child, child_proc, child.attributes, out, prefer=lane)
+        for child, child_attrs, child_proc in waiting:
+            self._place(child, child_proc, child_attrs, out, prefer=lane)
 
     # --- processes and threads -----------------------------------------------------------
     def _process(self, resource: Any, out: list[dict[str, Any]]) -> ProcessLanes:
@@ -303,15 +322,15 @@ class ChromeTraceEncoder:
         add_process_metadata(attrs, pid, out)
         return proc
 
-    def _group(self, proc: ProcessLanes, attrs: Mapping[str, Any], span: ReadableSpan) -> LaneGroup:
+    def _group(self, proc: ProcessLanes, attrs: Mapping[str, Any], rec: tuple) -> LaneGroup:
         thread = attrs.get(keys.THREAD_ID)
         if thread is not None:
             key: Any = thread
         else:
             # Spans from other instrumentation carry no thread: one group per
             # instrumentation scope keeps them together and apart from threads.
-            scope = span.instrumentation_scope
-            key = ("scope", scope.name if scope is not None else "")
+            scope = rec[SCOPE]
+            key = ("scope", scope[0] if scope is not None else keys.INSTRUMENTATION_NAME)
         groups = proc.groups
         group = groups.get(key)
         if group is None:
@@ -339,21 +358,20 @@ class ChromeTraceEncoder:
         return lane
 
     # --- placement and events ------------------------------------------------------------
-    def _place(self, span: ReadableSpan, proc: ProcessLanes, attrs: Mapping[str, Any],
-               out: list[dict[str, Any]], prefer: tuple[LaneGroup, int] | None = None,
+    def _place(self, rec: tuple, proc: ProcessLanes, attrs: Mapping[str, Any],
+               out: list[Any], prefer: tuple[LaneGroup, int] | None = None,
                ) -> tuple[LaneGroup, int]:
-        start = span.start_time or 0
-        end = span.end_time or start
+        start = rec[START]
+        end = rec[END]
         if end < start:
             end = start
-        span_id = span.context.span_id
-        parent = span.parent
-        parent_id = 0 if parent is None else parent.span_id
-        remote = parent is not None and parent.is_remote
+        span_id = rec[SPAN_ID]
+        parent_id = rec[PARENT_ID]
+        remote = rec[PARENT_REMOTE]
         thread = attrs.get(_THREAD_ID)
         group = proc.groups.get(thread) if thread is not None else None
         if group is None:
-            group = self._group(proc, attrs, span)
+            group = self._group(proc, attrs, rec)
         else:
             self._clock += 1
             group.used = self._clock
@@ -406,26 +424,25 @@ class ChromeTraceEncoder:
         span_kind = attrs.get(_SPAN_KIND)
         cat = attrs.get(_CATEGORY) or span_kind or "span"
         args = chrome_args(attrs)
-        trace_id = span.context.trace_id
+        trace_id = rec[TRACE_ID]
         trace_hex = self._trace_hex
         if trace_hex[0] != trace_id:
             trace_hex = self._trace_hex = (trace_id, f"{trace_id:032x}")
         args["trace_id"] = trace_hex[1]
         args["span_id"] = f"{span_id:016x}"
-        if parent is not None:
+        if parent_id:
             args["parent_span_id"] = f"{parent_id:016x}"
-        kind = span.kind
-        if kind is not _INTERNAL:
-            args["span.kind"] = kind.name
-        status = span.status
-        if status.status_code is not _UNSET:
-            args["status"] = status.status_code.name
-            if status.description:
-                args["status.description"] = status.description
-        links = span.links
+        kind = rec[KIND]
+        if kind:
+            args["span.kind"] = _KIND_NAMES[kind]
+        code = rec[STATUS]
+        if code:
+            args["status"] = _STATUS_NAMES[code]
+            if rec[STATUS_DESC]:
+                args["status.description"] = rec[STATUS_DESC]
+        links = rec[LINKS]
         if links:
-            args["links"] = [f"{link.context.trace_id:032x}:{link.context.span_id:016x}"
-                             for link in links]
+            args["links"] = [f"{link[0]:032x}:{link[1]:016x}" for link in links]
         rank = proc.rank
         role = proc.role
         if rank is not None and "rank" not in args:
@@ -434,35 +451,34 @@ class ChromeTraceEncoder:
             args["role"] = role
         if span_kind == _KIND_INSTANT:
             # instant() outside any span: a point in time, as AReaL writes it.
-            out.append({"ph": "i", "s": "t", "name": span.name, "cat": cat, "ts": ts,
+            out.append({"ph": "i", "s": "t", "name": rec[NAME], "cat": cat, "ts": ts,
                         "pid": pid, "tid": tid, "args": args})
         else:
-            complete = {"ph": "X", "name": span.name, "cat": cat, "ts": ts,
+            complete = {"ph": "X", "name": rec[NAME], "cat": cat, "ts": ts,
                         "dur": (end - start) / 1000, "pid": pid, "tid": tid, "args": args}
             if self._exact:
                 complete[EXACT_START] = start
                 complete[EXACT_END] = end
             out.append(complete)
         if _GAUGE_VALUE in attrs:
-            out.append(_counter(span.name, attrs[_GAUGE_VALUE], pid, ts))
-        events = span.events
+            out.append(_counter(rec[NAME], attrs[_GAUGE_VALUE], pid, ts))
+        events = rec[EVENTS]
         if events:
-            for event in events:
-                event_attrs = event.attributes
+            for event_name, event_attrs, timestamp in events:
                 event_args = chrome_args(event_attrs)
                 if rank is not None:
                     event_args.setdefault("rank", rank)
                 if role is not None:
                     event_args.setdefault("role", role)
-                event_ts = event.timestamp / 1000
-                out.append({"ph": "i", "s": "t", "name": event.name, "cat": cat,
+                event_ts = timestamp / 1000
+                out.append({"ph": "i", "s": "t", "name": event_name, "cat": cat,
                             "ts": event_ts, "pid": pid, "tid": tid, "args": event_args})
                 if event_attrs and _GAUGE_VALUE in event_attrs:
-                    out.append(_counter(event.name, event_attrs[_GAUGE_VALUE], pid, event_ts))
+                    out.append(_counter(event_name, event_attrs[_GAUGE_VALUE], pid, event_ts))
 
         record = (group, chosen.index, pid, tid, ts)
         self._placed.set(span_id, record)
-        if parent is not None:
+        if parent_id:
             if remote:
                 # The other side of a process boundary. Its parent is in another file:
                 # the converter adds the flow's start on the parent's slice (a
@@ -485,7 +501,7 @@ class ChromeTraceEncoder:
         if children:
             for child in children:
                 self._link(record, child, child[5], out)
-        if kind is SpanKind.CLIENT or kind is SpanKind.PRODUCER or attrs.get(_CONTEXT_SENT):
+        if kind == _CLIENT or kind == _PRODUCER or attrs.get(_CONTEXT_SENT):
             # A span whose context left the process: where remote children's flows start.
             out.append({"ph": "M", "name": FLOW_SOURCE, "pid": pid, "tid": tid, "ts": ts,
                         "args": {"span_id": f"{span_id:016x}"}})
@@ -513,7 +529,25 @@ def _last_used(group: LaneGroup) -> int:
     return group.used
 
 
-def _outer_first(item: tuple[ReadableSpan, Any]) -> tuple[int, int]:
-    span = item[0]
+def _outer_first(item: tuple) -> tuple[int, int]:
+    rec = item[0]
+    return rec[START], -rec[END]
+
+
+def _span_record(span: Any) -> tuple:
+    """An SDK span in the record form the encoder reads (flat event attributes,
+    ``START``/``END`` never ``None``)."""
+    ctx = span.context
+    parent = span.parent
     start = span.start_time or 0
-    return start, -(span.end_time or start)
+    scope = span.instrumentation_scope
+    status = span.status
+    events = span.events
+    links = span.links
+    return (span.name, ctx.trace_id, ctx.span_id, parent.span_id if parent is not None else 0,
+            parent is not None and parent.is_remote, 0, None, start, span.end_time or start, span.kind.value,
+            None, None, None, None, None,
+            [(e.name, e.attributes, e.timestamp) for e in events] if events else None,
+            [(link.context.trace_id, link.context.span_id) for link in links] if links else None,
+            status.status_code.value, status.description,
+            (scope.name, scope.version) if scope is not None else ("", None), None)

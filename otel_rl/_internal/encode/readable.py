@@ -125,6 +125,11 @@ class ReadableBuilder:
 
     def build(self, rec: tuple) -> ExportSpan:
         """The SDK span of ``rec`` (a record without a bundle: see :func:`record.expand`)."""
+        return self.span(rec, self.attributes(rec))
+
+    def attributes(self, rec: tuple) -> dict[str, Any]:
+        """The flat attributes the SDK span of ``rec`` carries: its baggage ids, thread,
+        category, attributes and ``rl.args.*``, content capture and limits applied."""
         attrs: dict[str, Any] = {}
         bag = rec[IDS]
         if bag:
@@ -153,6 +158,11 @@ class ReadableBuilder:
         # Content capture (off by default) on the flat attributes; the length
         # limit was applied by flatten_attributes.
         scrub_attributes(attrs)
+        return attrs
+
+    def span(self, rec: tuple, attrs: dict[str, Any]) -> ExportSpan:
+        """The SDK span of ``rec`` with the flat attributes ``attrs`` (:meth:`attributes`,
+        perhaps with derived ones added)."""
         events = ()
         if rec[EVENTS]:
             events = tuple(Event(name, _event_attributes(ev_attrs), ts) for name, ev_attrs, ts in rec[EVENTS])

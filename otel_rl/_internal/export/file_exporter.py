@@ -122,6 +122,10 @@ class ChromeTraceFileExporter(SpanExporter):
     def _after_fork_in_child(self) -> None:
         self._lock = threading.Lock()
 
+    def set_resource(self, resource: Any) -> None:
+        """The resource of the records handed to :meth:`export` (see :meth:`ChromeTraceEncoder.encode`)."""
+        self._encoder.set_resource(resource)
+
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         """Encodes ``spans`` and appends their events; never raises.
 
@@ -225,7 +229,7 @@ class InPlaceBatchProcessor(SpanProcessor):
         self.exporter = exporter
         self._max_batch = max(1, max_batch)
         self._max_buffered = max(1, max_buffered)
-        self._spans: list[ReadableSpan] = []
+        self._spans: list[Any] = []  # SDK spans and (record, attributes) pairs
         self._lock = threading.Lock()
         self._export_lock = threading.Lock()
         self._shutdown = False
@@ -253,6 +257,17 @@ class InPlaceBatchProcessor(SpanProcessor):
                 guard.count(diagnostics.SPANS_DROPPED_FILE_BUFFER)
                 return
             self._spans.append(span)
+
+    def on_record(self, rec: tuple, attrs: dict[str, Any]) -> None:
+        """Keeps a sampled span in record form (``rec`` and its flat ``attrs``) for
+        the next batch: what :meth:`on_end` keeps of its SDK span, without building it."""
+        if self._shutdown:
+            return
+        with self._lock:
+            if len(self._spans) >= self._max_buffered:
+                guard.count(diagnostics.SPANS_DROPPED_FILE_BUFFER)
+                return
+            self._spans.append((rec, attrs))
 
     def flush_batch(self) -> bool:
         """Exports every span collected so far.

@@ -471,6 +471,7 @@ def main() -> int:
 
     from ..config import Settings
     from .chain import ExportChain
+    from .record_sink import RecordSink
     from ..encode.readable import ReadableBuilder
     from ..recording.record import expand
 
@@ -486,15 +487,14 @@ def main() -> int:
     privacy.configure(settings)
     resource = Resource(config["resource"])
     chain = ExportChain(settings, resource, os.environ)
-    sink = chain.sink()
     builder = ReadableBuilder(resource)
+    on_record = RecordSink(chain, builder).on_record
     # Each batch allocates thousands of short-lived objects and keeps them
     # across many young collections, which made the default thresholds scan
     # them again and again (about a third of this process's CPU). The modules
     # imported so far never become garbage: freeze them out of every scan.
     gc.freeze()
     gc.set_threshold(*EXPORTER_GC_THRESHOLDS)
-    build = builder.build
     stdin = sys.stdin.buffer
     stdout = sys.stdout.buffer
     timeout_s = settings.shutdown_timeout_ms / 1000.0
@@ -547,10 +547,7 @@ def main() -> int:
             spans_in += span_count(records)
             builder.thread_names.update(thread_names)
             for rec in expand(records):
-                try:
-                    sink.on_end(build(rec))
-                except Exception as exc:  # noqa: BLE001
-                    guard.report(diagnostics.EXPORT_ERROR, "a span could not be processed: %r", exc)
+                on_record(rec)  # never raises
             chain.after_batch()
             progress()
         elif kind == b"F":

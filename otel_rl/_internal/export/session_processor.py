@@ -22,11 +22,18 @@ from .. import diagnostics, guard, keys
 from ..encode.readable import ExportSpan
 from .jsonl import JsonlAppender
 from ..payload import INT64_MAX, INT64_MIN, utf8_text
+from ..recording.record import END, FLAGS, NAME, SPAN_ID, START, STATUS, TRACE_ID
 
 #: Phases every record carries, even at zero (AReaL's fields).
 BUILTIN_PHASES = ("generate", "reward", "toolcall")
 
 _NS_PER_S = 1e9
+_SPAN_KIND = keys.SPAN_KIND
+_KIND_PHASE = keys.KIND_PHASE
+_KIND_SESSION = keys.KIND_SESSION
+_SESSION_ID = keys.SESSION_ID
+_GAUGE_VALUE = keys.GAUGE_VALUE
+_ERROR = StatusCode.ERROR.value
 
 
 class SessionSpanProcessor(SpanProcessor):
@@ -64,10 +71,13 @@ class SessionSpanProcessor(SpanProcessor):
         attrs = span.attributes or {}
         kind = attrs.get(keys.SPAN_KIND)
         try:
-            if kind == keys.KIND_PHASE:
-                self._on_phase(span, attrs)
-            elif kind == keys.KIND_SESSION:
-                span = self._on_session(span, attrs)
+            if kind == keys.KIND_PHASE or kind == keys.KIND_SESSION:
+                ctx = span.context
+                derived = self._derive(kind, attrs, span.name, span.start_time, span.end_time,
+                                       span.status.status_code is StatusCode.ERROR, ctx.trace_id, ctx.span_id,
+                                       ctx.trace_flags)
+                if derived:
+                    span = _with_attributes(span, derived)
             if self._metrics is not None:
                 if kind == keys.KIND_WEIGHT_SYNC and span.end_time is not None:
                     self._metrics.weight_sync((span.end_time - span.start_time) / 1e9,
@@ -81,6 +91,37 @@ class SessionSpanProcessor(SpanProcessor):
                 guard.count(diagnostics.SESSION_RECORDS_LINES_LOST)
             guard.report(diagnostics.EXPORT_ERROR, "a session's durations could not be derived: %r", exc)
         self._next.on_end(span)
+
+    def on_record(self, rec: tuple, attrs: dict[str, Any]) -> dict[str, Any]:
+        """What :meth:`on_end` does for the span of a record without events or links
+        (:mod:`..recording.record`; ``attrs``: its flat attributes), without building
+        the span and without handing it on: returns ``attrs``, with the derived
+        attributes of a session added (a new dict)."""
+        kind = attrs.get(_SPAN_KIND)
+        try:
+            if kind == _KIND_PHASE or kind == _KIND_SESSION:
+                derived = self._derive(kind, attrs, rec[NAME], rec[START], rec[END], rec[STATUS] == _ERROR,
+                                       rec[TRACE_ID], rec[SPAN_ID], rec[FLAGS])
+                if derived:
+                    attrs = {**attrs, **derived}
+            elif self._metrics is not None and kind == keys.KIND_WEIGHT_SYNC:
+                self._metrics.weight_sync((rec[END] - rec[START]) / 1e9, _plain(attrs.get(keys.WEIGHT_SYNC_ROLE)))
+            if self._metrics is not None:
+                value = attrs.get(_GAUGE_VALUE)
+                if value is not None:
+                    self._metrics.gauge(_plain(rec[NAME]), value)
+        except Exception as exc:  # noqa: BLE001 - what was derived is lost, never the span
+            if kind == _KIND_SESSION:
+                guard.count(diagnostics.SESSION_RECORDS_LINES_LOST)
+            guard.report(diagnostics.EXPORT_ERROR, "a session's durations could not be derived: %r", exc)
+        return attrs
+
+    def _derive(self, kind: str, attrs: Any, name: Any, start: int, end: int, error: bool, trace_id: int,
+                span_id: int, flags: int) -> dict[str, Any] | None:
+        if kind == _KIND_PHASE:
+            self._on_phase(attrs, name, start, end, error, trace_id, span_id, flags)
+            return None
+        return self._on_session(attrs, start, end, trace_id, span_id, flags)
 
     def _on_links(self, links: Any) -> None:
         """Consumed sessions (``otel_rl.consume`` links the consuming span to each):
@@ -101,9 +142,10 @@ class SessionSpanProcessor(SpanProcessor):
             if value is not None:
                 self._metrics.gauge(_plain(event.name), value)
 
-    def _on_phase(self, span: ReadableSpan, attrs: Any) -> None:
-        session_id = attrs.get(keys.SESSION_ID)
-        phase = _plain(attrs.get(keys.PHASE, span.name))
+    def _on_phase(self, attrs: Any, name: Any, start: int, end: int, error: bool, trace_id: int, span_id: int,
+                  flags: int) -> None:
+        session_id = attrs.get(_SESSION_ID)
+        phase = _plain(attrs.get(keys.PHASE, name))
         interrupted = bool(attrs.get(keys.PHASE_INTERRUPTED))
         phases = self._phases.get(session_id)
         if phases is None:
@@ -111,7 +153,10 @@ class SessionSpanProcessor(SpanProcessor):
                 self._phases.popitem(last=False)
                 guard.count(diagnostics.SESSION_PHASES_EVICTED)
             phases = self._phases[session_id] = {}
-        phases.setdefault(phase, []).append((span.start_time, None if interrupted else span.end_time))
+        instances = phases.get(phase)
+        if instances is None:
+            instances = phases[phase] = []
+        instances.append((start, None if interrupted else end))
         version = attrs.get(keys.POLICY_VERSION)
         if version is not None:
             versions = self._versions.get(session_id)
@@ -119,24 +164,22 @@ class SessionSpanProcessor(SpanProcessor):
                 if len(self._versions) >= self._max_pending:
                     del self._versions[next(iter(self._versions))]
                 versions = self._versions[session_id] = []
-            versions.append((span.start_time, version))
+            versions.append((start, version))
         if self._metrics is not None:
-            status = "interrupted" if interrupted else (
-                "error" if span.status.status_code is StatusCode.ERROR else "ok")
-            ctx = span.context
-            self._metrics.phase((span.end_time - span.start_time) / _NS_PER_S, phase, status,
-                                ctx.trace_id, ctx.span_id, ctx.trace_flags)
+            status = "interrupted" if interrupted else ("error" if error else "ok")
+            self._metrics.phase((end - start) / _NS_PER_S, phase, status, trace_id, span_id, flags)
 
-    def _on_session(self, span: ReadableSpan, attrs: Any) -> ReadableSpan:
-        session_id = attrs.get(keys.SESSION_ID)
+    def _on_session(self, attrs: Any, start: int, end: int, trace_id: int, span_id: int,
+                    flags: int) -> dict[str, Any]:
+        session_id = attrs.get(_SESSION_ID)
         phases = self._phases.pop(session_id, {})
         status = attrs.get(keys.SESSION_STATUS, keys.STATUS_PENDING)
         reason = attrs.get(keys.SESSION_REASON)
         pending = status == keys.STATUS_PENDING
         self.statuses[str(status)] += 1
-        submit_ts = span.start_time / _NS_PER_S
-        finalized_ts = None if pending else span.end_time / _NS_PER_S
-        total_s = None if pending else (span.end_time - span.start_time) / _NS_PER_S
+        submit_ts = start / _NS_PER_S
+        finalized_ts = None if pending else end / _NS_PER_S
+        total_s = None if pending else (end - start) / _NS_PER_S
         derived: dict[str, Any] = {}
         if total_s is not None:
             derived[keys.SESSION_TOTAL_S] = total_s
@@ -185,8 +228,8 @@ class SessionSpanProcessor(SpanProcessor):
             value = attrs.get(key)
             if value is not None:
                 record[field] = _plain(value)
-        record["trace_id"] = f"{span.context.trace_id:032x}"
-        record["span_id"] = f"{span.context.span_id:016x}"
+        record["trace_id"] = f"{trace_id:032x}"
+        record["span_id"] = f"{span_id:016x}"
         if self._records is not None:
             try:
                 self._records.add(record)
@@ -194,14 +237,13 @@ class SessionSpanProcessor(SpanProcessor):
                 guard.count(diagnostics.SESSION_RECORDS_LINES_LOST)
                 guard.report(diagnostics.SESSION_RECORDS_WRITE_ERROR, "a session record could not be written: %r", exc)
         if self._metrics is not None and not pending:
-            ctx = span.context
             try:
-                self._metrics.session(total_s, record["status"], ctx.trace_id, ctx.span_id, ctx.trace_flags)
+                self._metrics.session(total_s, record["status"], trace_id, span_id, flags)
                 if type(reason) is str and keys.STALE_REASON_MARK in reason.lower():
                     self._metrics.stale(record["status"])
             except Exception as exc:  # noqa: BLE001
                 guard.report(diagnostics.METRICS_ERROR, "session metrics could not be recorded: %r", exc)
-        return _with_attributes(span, derived)
+        return derived
 
     def flush(self) -> None:
         if self._records is not None:

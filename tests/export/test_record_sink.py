@@ -1,0 +1,128 @@
+"""The exporter's record path writes what the SDK-span path writes, byte for byte."""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import itertools
+import os
+import random
+import threading
+
+import pytest
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+
+import otel_rl
+from otel_rl._internal.encode import chrome_trace
+from otel_rl._internal.encode.perfetto import encoder as perfetto_encoder
+from otel_rl._internal.encode.readable import ReadableBuilder
+from otel_rl._internal.export.chain import ExportChain
+from otel_rl._internal.export.record_sink import RecordSink
+from otel_rl._internal.recording.record import expand
+from otel_rl._internal.state import STATE
+
+
+def _workload(rounds: int) -> None:
+    tracer = otel_rl.get_otel_tracer()
+    event = otel_rl.trace_session_event
+    for i in range(rounds):
+        with otel_rl.step_scope(i):
+            with otel_rl.trace_scope("outer", category="compute",
+                                     args={"i": i, "nested": {"a": [1, 2], "b": "x"}, "big": 1 << 70}):
+                with otel_rl.trace_scope("inner", args={"prompt": "secret", "f": 1.5}):
+                    otel_rl.instant("tick", args={"k": i})
+                otel_rl.set_gauge("gpu_mem", float(i))
+            try:
+                with otel_rl.trace_scope("boom"):
+                    raise ValueError("bad")
+            except ValueError:
+                pass
+        task = otel_rl.register_task()
+        sessions = []
+        for k in range(3):
+            sid = otel_rl.register_session(task)
+            sessions.append(sid)
+            event("mark_generate_start", session_id=sid)
+            event("mark_generate_end", session_id=sid)
+            otel_rl.increment_counter("tokens", 5, session_id=sid)
+            event("mark_reward_start", session_id=sid)
+            if k == 2:
+                event("mark_toolcall_start", session_id=sid)  # interrupted at the end
+            event("mark_reward_end", session_id=sid)
+        otel_rl.set_session_id(sessions[0])
+        with otel_rl.trace_session_phase("generate"):
+            with tracer.start_as_current_span("sdk-child") as span:
+                span.add_event("ev", {"x": 1})
+        event("mark_finalized", task_id=task, status="accepted" if i % 3 else "rejected",
+              reason="stale" if i % 5 == 0 else None)
+        if i % 4 == 0:
+            otel_rl.consume(sessions, step=i)
+            otel_rl.weight_sync(i, "recv")
+        worker = threading.Thread(target=lambda: otel_rl.trace_scope("thread-work").__enter__().__exit__(
+            None, None, None), name=f"w{i % 2}")
+        worker.start()
+        worker.join()
+
+
+def _capture(tmp_path) -> tuple[object, dict, list, dict]:
+    otel_rl.configure(fileroot=str(tmp_path / "capture"), tracer_provider=TracerProvider(shutdown_on_exit=False),
+                      rank=0, role="actor")
+    pipeline = STATE.pipeline
+    captured: list[tuple] = []
+
+    class CapturingQueue(collections.deque):
+        def append(self, record):
+            captured.append(record)
+            super().append(record)
+
+    pipeline.queue = CapturingQueue()
+    _workload(12)
+    names = pipeline._names_of(captured)  # noqa: SLF001 - the names shipped with the batch
+    settings = otel_rl.settings()
+    resource = dict(pipeline.resource.attributes)
+    otel_rl.shutdown()
+    return settings, resource, captured, names
+
+
+def _replay(settings, resource_attrs, records, names, root, by_record: bool, monkeypatch) -> dict[str, bytes]:
+    settings = dataclasses.replace(settings, fileroot=str(root))
+    # The same tids, sequence ids and track uuids both times.
+    monkeypatch.setattr(chrome_trace, "_encoder_numbers", itertools.count(1))
+    monkeypatch.setattr(perfetto_encoder, "_random_id", lambda bits: 12345)
+    monkeypatch.setattr(perfetto_encoder, "_sequence_numbers", itertools.count(1))
+    resource = Resource(resource_attrs)
+    chain = ExportChain(settings, resource, {})
+    builder = ReadableBuilder(resource, dict(names))
+    random.seed(7)  # bundled phases draw their span ids
+    if by_record:
+        on_record = RecordSink(chain, builder).on_record
+        for rec in expand(records):
+            on_record(rec)
+    else:
+        sink = chain.sink()
+        for rec in expand(records):
+            sink.on_end(builder.build(rec))
+    chain.after_batch()
+    chain.shutdown(5.0)
+    out = {}
+    for dirpath, _, files in os.walk(settings.run_dir):
+        for name in files:
+            if name.startswith(("traces", "sessions")):
+                with open(os.path.join(dirpath, name), "rb") as fh:
+                    out[name] = fh.read()
+    return out
+
+
+@pytest.mark.parametrize("file_format", ["jsonl", "perfetto"])
+def test_record_path_writes_the_span_paths_bytes(tmp_path, monkeypatch, file_format):
+    settings, resource, records, names = _capture(tmp_path)
+    settings = dataclasses.replace(settings, file_format=file_format)
+    spans = _replay(settings, resource, records, names, tmp_path / "spans", by_record=False,
+                    monkeypatch=monkeypatch)
+    direct = _replay(settings, resource, records, names, tmp_path / "records", by_record=True,
+                     monkeypatch=monkeypatch)
+    assert set(spans) == set(direct) and len(spans) == 2
+    for name in spans:
+        assert len(spans[name]) > 1000
+        assert direct[name] == spans[name], name
