@@ -222,7 +222,8 @@ class ChromeTraceEncoder:
         span_id = rec[SPAN_ID]
         parent_id = rec[PARENT_ID]
         local_root = not parent_id or rec[PARENT_REMOTE]
-        self._parent_of.set(span_id, 0 if local_root else parent_id)
+        if not local_root:  # a span not remembered is a local root to is_ancestor
+            self._parent_of.set(span_id, parent_id)
         end = rec[END]
         if end > self._newest_end:
             self._newest_end = end

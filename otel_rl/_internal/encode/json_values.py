@@ -63,15 +63,16 @@ def chrome_args(attributes: Mapping[str, Any] | None) -> dict[str, Any]:
     out = {}
     names = _CHROME_NAMES
     for key, value in attributes.items():
+        name = names.get(key)
+        if name is None:
+            name = _chrome_name(key)
+        if name is _DROP:
+            continue
         kind = type(value)
         if not (kind is str or kind is float or kind is bool or (
                 kind is int and _INT_MIN <= value <= _INT_MAX)):
             value = json_safe_value(value)
-        name = names.get(key)
-        if name is None:
-            name = _chrome_name(key)
-        if name is not _DROP:
-            out[name] = value
+        out[name] = value
     return out
 
 
