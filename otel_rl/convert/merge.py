@@ -44,6 +44,18 @@ REMAP_PID_BASE = 1 << 23
 #: The source that owns the pids of OTLP spans (one encoder for all OTLP inputs).
 OTLP_SOURCE = "<otlp>"
 
+class _Encoded:
+    """A chunk the compiled Perfetto encoder reads when it is its turn to be written."""
+
+    __slots__ = ("out", "data", "end", "mapping")
+
+    def __init__(self, out: PerfettoOutput, data: bytes, end: int, mapping: dict[Any, Any]) -> None:
+        self.out, self.data, self.end, self.mapping = out, data, end, mapping
+
+    def result(self) -> tuple[bytes, int, int, list, list]:
+        return self.out.encode_lines(self.data, self.end, self.mapping)
+
+
 class Merger:
     """Merges input files into one :class:`TraceOutput`, giving each process a pid of its own."""
 
@@ -244,8 +256,11 @@ class Merger:
     def _submit(self, path: str, data: bytes, lines_done: list[int],
                 mapping: dict[Any, Any], end: int) -> None:
         """Queues ``data[:end]`` (whole lines) to be checked and written in order."""
-        if self._pool is None:
-            job: Any = Done(scan_chrome_lines(data, mapping, end))
+        if self._pool is None and getattr(self.out, "compiled", False) and not self.notes.args:
+            # The compiled Perfetto encoder reads the lines itself, when they are written (in order).
+            job: Any = _Encoded(self.out, data, end, mapping)
+        elif self._pool is None:
+            job = Done(scan_chrome_lines(data, mapping, end))
         else:
             body = data if end == len(data) else data[:end]
             job = self._pool.submit(scan_chrome_lines, body, dict(mapping))

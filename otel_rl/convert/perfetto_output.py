@@ -100,6 +100,20 @@ class PerfettoOutput(OutputStream):
             self._file.write(data)
         self.events += count
 
+    def encode_lines(self, data: bytes, end: int, mapping: dict[Any, Any]) -> tuple[bytes, int, int, list, list]:
+        """Encodes the whole JSONL lines of ``data[:end]`` with the compiled encoder, as the fast
+        path's :func:`~.fast_path.scan_chrome_lines` and :meth:`write_blob` would.
+
+        Returns:
+            What ``scan_chrome_lines`` returns, its events already written: ``(b"", 0, lines,
+            unresolved, [])`` (a line the fast path would report raises ``Unsupported``).
+        """
+        data_out, count, lines, unresolved = self.encoder.encode_lines(data, end, mapping)
+        if data_out:
+            self._file.write(data_out)
+        self.events += count
+        return b"", 0, lines, unresolved, []
+
     def append_native(self, path: str, limits: InputLimits) -> tuple[int, str | None]:
         """Appends the packets of a native trace (a per-rank ``.pftrace``) as they are.
 

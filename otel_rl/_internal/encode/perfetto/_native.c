@@ -77,30 +77,33 @@ static int str_eq(const Str *a, const Str *b) {
 
 /* ===== hash maps with byte-string keys (Python dicts, cleared as they are) ================== */
 typedef void (*FreeFn)(void *);
-typedef struct { uint64_t h; char *k; uint32_t kn; void *v; } Slot;
+/* Keys up to INLINE_KEY bytes live in the slot itself (no allocation, no pointer to follow). */
+#define INLINE_KEY 23
+typedef struct { uint64_t h; void *v; uint32_t kn; uint8_t used; union { char in[INLINE_KEY + 1]; char *out; } k; } Slot;
 typedef struct { Slot *s; size_t cap, n; FreeFn fv; } Map;
+#define SLOT_KEY(sl) ((sl)->kn <= INLINE_KEY ? (sl)->k.in : (sl)->k.out)
 
 static uint64_t hash_bytes(const char *p, size_t n) {
-    uint64_t h = 0x9E3779B97F4A7C15ULL ^ (n * 0xFF51AFD7ED558CCDULL);
+    uint64_t h = 0x9E3779B97F4A7C15ULL ^ ((uint64_t)n * 0xFF51AFD7ED558CCDULL);
     while (n >= 8) {
         uint64_t w; memcpy(&w, p, 8);
-        h = (h ^ w) * 0x100000001B3ULL; h ^= h >> 29; p += 8; n -= 8;
+        h ^= w; h *= 0xBF58476D1CE4E5B9ULL; h ^= h >> 31; p += 8; n -= 8;
     }
     uint64_t w = 0;
     memcpy(&w, p, n);
-    h = (h ^ w) * 0xC4CEB9FE1A85EC53ULL;
-    h ^= h >> 32;
+    h ^= w; h *= 0x94D049BB133111EBULL; h ^= h >> 29; h *= 0xBF58476D1CE4E5B9ULL; h ^= h >> 32;
     return h;
 }
 static void map_init(Map *m, FreeFn fv) { m->s = NULL; m->cap = m->n = 0; m->fv = fv; }
+static void slot_release(Map *m, Slot *s) {
+    if (s->kn > INLINE_KEY) PyMem_Free(s->k.out);
+    s->used = 0;
+    if (m->fv && s->v) m->fv(s->v);
+}
 static void map_clear(Map *m) {
     for (size_t i = 0; i < m->cap && m->n; i++) {
         Slot *s = &m->s[i];
-        if (s->k) {
-            PyMem_Free(s->k); s->k = NULL;
-            if (m->fv && s->v) m->fv(s->v);
-            m->n--;
-        }
+        if (s->used) { slot_release(m, s); m->n--; }
     }
     m->n = 0;
 }
@@ -110,8 +113,8 @@ static Slot *map_find(Map *m, const char *k, size_t n, uint64_t h) {
     size_t mask = m->cap - 1, i = h & mask;
     for (;;) {
         Slot *s = &m->s[i];
-        if (!s->k) return NULL;
-        if (s->h == h && s->kn == n && memcmp(s->k, k, n) == 0) return s;
+        if (!s->used) return NULL;
+        if (s->h == h && s->kn == n && memcmp(SLOT_KEY(s), k, n) == 0) return s;
         i = (i + 1) & mask;
     }
 }
@@ -128,9 +131,9 @@ static int map_resize(Map *m, size_t cap) {
     if (!s) { PyErr_NoMemory(); return -1; }
     m->s = s; m->cap = cap;
     for (size_t i = 0; i < oc; i++) {
-        if (old[i].k) {
+        if (old[i].used) {
             size_t j = old[i].h & (cap - 1);
-            while (s[j].k) j = (j + 1) & (cap - 1);
+            while (s[j].used) j = (j + 1) & (cap - 1);
             s[j] = old[i];
         }
     }
@@ -150,12 +153,17 @@ static int map_set(Map *m, const Buf *key, void *v) {
         if (m->fv && v) m->fv(v);
         return -1;
     }
-    char *k = PyMem_Malloc(key->n ? key->n : 1);
-    if (!k) { if (m->fv && v) m->fv(v); PyErr_NoMemory(); return -1; }
-    memcpy(k, key->p, key->n);
     size_t i = h & (m->cap - 1);
-    while (m->s[i].k) i = (i + 1) & (m->cap - 1);
-    m->s[i].h = h; m->s[i].k = k; m->s[i].kn = (uint32_t)key->n; m->s[i].v = v;
+    while (m->s[i].used) i = (i + 1) & (m->cap - 1);
+    s = &m->s[i];
+    if (key->n > INLINE_KEY) {
+        s->k.out = PyMem_Malloc(key->n);
+        if (!s->k.out) { if (m->fv && v) m->fv(v); PyErr_NoMemory(); return -1; }
+        memcpy(s->k.out, key->p, key->n);
+    } else if (key->n) {
+        memcpy(s->k.in, key->p, key->n);
+    }
+    s->h = h; s->kn = (uint32_t)key->n; s->v = v; s->used = 1;
     m->n++;
     return 0;
 }
@@ -165,15 +173,16 @@ static void *map_pop(Map *m, const Buf *key) {
     Slot *s = map_find(m, key->p, key->n, h);
     if (!s) return NULL;
     void *v = s->v;
-    PyMem_Free(s->k); s->k = NULL;
+    if (s->kn > INLINE_KEY) PyMem_Free(s->k.out);
+    s->used = 0;
     m->n--;
     size_t mask = m->cap - 1, i = (size_t)(s - m->s), j = i;
     for (;;) {  /* backward-shift deletion */
         j = (j + 1) & mask;
-        if (!m->s[j].k) break;
+        if (!m->s[j].used) break;
         size_t home = m->s[j].h & mask;
         if ((j > i && (home <= i || home > j)) || (j < i && (home <= i && home > j))) {
-            m->s[i] = m->s[j]; m->s[j].k = NULL; i = j;
+            m->s[i] = m->s[j]; m->s[j].used = 0; i = j;
         }
     }
     return v;
@@ -316,6 +325,15 @@ static int parse_string(Parser *ps, Val *out) {
     const unsigned char *p = start;
     int ascii = 1, escaped = 0;
     for (;;) {
+        while (end - p >= 8) {  /* eight plain ASCII bytes at a time (no quote, backslash or control) */
+            uint64_t w;
+            memcpy(&w, p, 8);
+            uint64_t quote = w ^ 0x2222222222222222ULL, slash = w ^ 0x5C5C5C5C5C5C5C5CULL;
+            uint64_t special = ((quote - 0x0101010101010101ULL) & ~quote) | ((slash - 0x0101010101010101ULL) & ~slash) |
+                               (w - 0x2020202020202020ULL) | w;
+            if (special & 0x8080808080808080ULL) break;
+            p += 8;
+        }
         if (p >= end) return P_ERR;
         unsigned c = *p;
         if (c == '"') break;
@@ -387,6 +405,51 @@ static int parse_string(Parser *ps, Val *out) {
     ps->p = (const char *)p + 1;
     return P_OK;
 }
+/* A decimal of up to 19 significant digits and a small exponent, read exactly: the digits and
+ * the power of ten are both exact in x87 extended precision, so one multiplication or division
+ * rounds correctly to 64 bits; rounding that to a double is exact unless it lands on a double's
+ * midpoint, which is left to PyOS_string_to_double (as is everything else). 1: *out set. */
+static const long double POW10[] = {1e0L, 1e1L, 1e2L, 1e3L, 1e4L, 1e5L, 1e6L, 1e7L, 1e8L, 1e9L, 1e10L, 1e11L,
+    1e12L, 1e13L, 1e14L, 1e15L, 1e16L, 1e17L, 1e18L, 1e19L, 1e20L, 1e21L, 1e22L, 1e23L, 1e24L, 1e25L, 1e26L, 1e27L};
+static int fast_float(const char *p, const char *end, double *out) {
+#if defined(__x86_64__) && defined(__GNUC__)
+    int neg = 0, digits = 0, exp10 = 0;
+    uint64_t m = 0;
+    if (*p == '-') { neg = 1; p++; }
+    for (; p < end && *p >= '0' && *p <= '9'; p++) {
+        if (m || *p != '0') { if (++digits > 19) return 0; m = m * 10 + (uint64_t)(*p - '0'); }
+    }
+    if (p < end && *p == '.') {
+        for (p++; p < end && *p >= '0' && *p <= '9'; p++) {
+            exp10--;
+            if (m || *p != '0') { if (++digits > 19) return 0; m = m * 10 + (uint64_t)(*p - '0'); }
+        }
+    }
+    if (p < end) {  /* an exponent */
+        int sign = 1, e = 0;
+        p++;
+        if (*p == '+' || *p == '-') { sign = *p == '-' ? -1 : 1; p++; }
+        for (; p < end; p++) { if (e > 10000) return 0; e = e * 10 + (*p - '0'); }
+        exp10 += sign * e;
+    }
+    if (!m) { *out = neg ? -0.0 : 0.0; return 1; }
+    if (exp10 < -27 || exp10 > 27) return 0;
+    volatile long double r = exp10 < 0 ? (long double)m / POW10[-exp10] : (long double)m * POW10[exp10];
+    uint64_t mant;
+    uint16_t se;
+    memcpy(&mant, (const void *)&r, 8);
+    memcpy(&se, (const char *)&r + 8, 2);
+    int biased = se & 0x7FFF;
+    if (biased < 16383 - 1021 || biased > 16383 + 1023) return 0;  /* subnormal or beyond a double */
+    if ((mant & 0x7FF) == 0x400) return 0;  /* a double's midpoint: let the exact reader decide */
+    double d = (double)r;
+    *out = neg ? -d : d;
+    return 1;
+#else
+    (void)p; (void)end; (void)out;
+    return 0;
+#endif
+}
 static int parse_number(Parser *ps, Val *out) {
     const char *p = ps->p, *end = ps->end, *start = p;
     int neg = 0, is_float = 0;
@@ -425,6 +488,8 @@ static int parse_number(Parser *ps, Val *out) {
         out->i = neg ? (int64_t)(0 - v) : (int64_t)v;
         return P_OK;
     }
+    double fast;
+    if (fast_float(start, p, &fast)) { out->k = V_FLOAT; out->d = fast; return P_OK; }
     char small[64], *text = small;
     Py_ssize_t n = p - start;
     if (n >= (Py_ssize_t)sizeof small) {
@@ -1505,6 +1570,13 @@ static int annotate(Enc *e, Buf *b, Cache *c, const Val *name, const Val *value)
         buf_free(&part);
         return rc;
     }
+    if (value->k == V_FLOAT && value->d != floor(value->d)) {
+        /* Never kept, and equal to nothing that is (an int, a bool, the elided rank): encoded each time. */
+        char part[9];
+        part[0] = (A_DOUBLE << 3) | 1;
+        memcpy(part + 1, &value->d, 8);
+        return annotation(e, b, name->s, name->n, part, 9);
+    }
     Buf *k = &e->key2; k->n = 0;
     if (key_val(k, name) < 0 || key_val(k, value) < 0) return -1;
     Bytes *hit = map_get(&c->m, k);
@@ -2511,6 +2583,113 @@ static PyObject *Enc_encode(Enc *e, PyObject *arg) {
     e->events += count;
     return enc_flush(e);
 }
+/* The pid a line's event is written with: mapping[pid]; 0 found (*out set), 1 not in the mapping. */
+static int mapped_pid(PyObject *mapping, const Val *pid, Val *out, PyObject **keep) {
+    PyObject *key = pid->k == V_INT ? PyLong_FromLongLong(pid->i) : PyUnicode_DecodeUTF8(pid->s, pid->n, "strict");
+    if (!key) return -1;
+    PyObject *found = PyDict_GetItemWithError(mapping, key);
+    Py_DECREF(key);
+    if (!found) return PyErr_Occurred() ? -1 : 1;
+    *out = *pid;
+    if (PyLong_CheckExact(found)) {
+        int overflow = 0;
+        long long v = PyLong_AsLongLongAndOverflow(found, &overflow);
+        if (overflow || (v == -1 && PyErr_Occurred())) return unsupported("a pid beyond 64 bits");
+        out->k = V_INT; out->i = v;
+    } else if (PyUnicode_CheckExact(found)) {
+        Py_ssize_t n;
+        const char *text = PyUnicode_AsUTF8AndSize(found, &n);
+        if (!text) return -1;
+        out->k = V_STR; out->s = text; out->n = n; out->ascii = PyUnicode_IS_ASCII(found);
+        Py_INCREF(found);
+        *keep = found;
+    } else {
+        return unsupported("a pid mapped to neither an integer nor a string");
+    }
+    return 0;
+}
+#define MARKER_PREFIX "{\"ph\":\"M\",\"name\":\"otel_rl.batch\","
+/* encode_lines(data, end, mapping): what the converter's fast path (fast_path.scan_chrome_lines)
+ * and one write_blob of its events do, for whole JSONL lines of data[:end]: each line's pid is
+ * written as mapping says; lines whose pid is not in mapping yet are handed back, in order, to be
+ * claimed and written after the others, as the fast path does. A line that is not a JSON object
+ * with an integer or string pid (the fast path reports it) raises Unsupported.
+ * Returns (packets, events, lines, unresolved [(index, line)]). */
+static PyObject *Enc_encode_lines(Enc *e, PyObject *args) {
+    Py_buffer view;
+    Py_ssize_t end;
+    PyObject *mapping;
+    if (!PyArg_ParseTuple(args, "y*nO!", &view, &end, &PyDict_Type, &mapping)) return NULL;
+    if (end < 0 || end > view.len) end = view.len;
+    const char *data = view.buf, *stop = data + end;
+    PyObject *unresolved = PyList_New(0), *res = NULL;
+    long long count = 0;
+    Py_ssize_t index = 0, lines = 0;
+    const size_t marker_n = sizeof(MARKER_PREFIX) - 1;
+    /* The pid of the last line, and what it maps to: most files hold one. */
+    Val last_pid = {V_ABSENT}, last_new = {V_ABSENT};
+    PyObject *last_keep = NULL;
+    char last_text[64];
+    if (!unresolved) goto done;
+    for (const char *line = data; line < stop; index++) {
+        const char *nl = memchr(line, '\n', stop - line);
+        const char *eol = nl ? nl : stop;
+        lines++;
+        if ((size_t)(eol - line) >= marker_n && memcmp(line, MARKER_PREFIX, marker_n) == 0) {
+            line = eol + 1;
+            continue;
+        }
+        Parser ps = {line, eol, &e->arena, 0};
+        int is_object = 0;
+        int r = parse_event(&ps, &e->ev, &is_object);
+        if (r == 0) { skip_ws(&ps); if (ps.p != eol) r = P_ERR; }
+        if (r) { parse_failed(r, "a line that is not one JSON value (the fast path reports it)"); goto done; }
+        if (!is_object) { unsupported("a line that is not a JSON object (the fast path reports it)"); goto done; }
+        Val *pid = &e->ev.f[K_PID];
+        if (pid->k != V_ABSENT && pid->k != V_NULL) {
+            if (pid->k != V_INT && pid->k != V_STR) { unsupported("a pid that is not an integer or string"); goto done; }
+            int same = last_pid.k == pid->k && (pid->k == V_INT ? last_pid.i == pid->i :
+                       last_pid.n == pid->n && memcmp(last_pid.s, pid->s, pid->n) == 0);
+            if (!same) {
+                PyObject *keep = NULL;
+                Val mapped;
+                int m = mapped_pid(mapping, pid, &mapped, &keep);
+                if (m < 0) goto done;
+                if (m == 1) {
+                    PyObject *item = Py_BuildValue("(ny#)", index, line, (Py_ssize_t)(eol - line));
+                    if (!item || PyList_Append(unresolved, item) < 0) { Py_XDECREF(item); goto done; }
+                    Py_DECREF(item);
+                    arena_reset(&e->arena);
+                    line = eol + 1;
+                    continue;
+                }
+                if (pid->k == V_STR && pid->n > (Py_ssize_t)sizeof last_text) {
+                    last_pid.k = V_ABSENT;  /* too long to remember: looked up each time */
+                } else {
+                    last_pid = *pid;
+                    if (pid->k == V_STR) { memcpy(last_text, pid->s, pid->n); last_pid.s = last_text; }
+                }
+                Py_XSETREF(last_keep, keep);
+                last_new = mapped;
+            }
+            *pid = last_new;
+        }
+        r = enc_event(e, &e->ev, 1);
+        arena_reset(&e->arena);
+        if (r < 0) goto done;
+        if (r == 0) e->skipped++;
+        count++;
+        line = eol + 1;
+    }
+    e->events += count;
+    PyObject *packets = enc_flush(e);
+    if (packets) res = Py_BuildValue("(NLnO)", packets, count, lines, unresolved);
+done:
+    Py_XDECREF(last_keep);
+    Py_XDECREF(unresolved);
+    PyBuffer_Release(&view);
+    return res;
+}
 static PyObject *Enc_finish(Enc *e, PyObject *unused) {
     Buf out = {0};
     if (enc_write(e, &out, 0, 0) < 0) { buf_free(&out); return NULL; }
@@ -2525,6 +2704,8 @@ static PyObject *Enc_get_sequence(Enc *e, void *c) { return PyLong_FromUnsignedL
 static PyMethodDef Enc_methods[] = {
     {"encode", (PyCFunction)Enc_encode, METH_O,
      "encode(blob) -> bytes: the packets ready after the events of blob (JSON values joined with ',')."},
+    {"encode_lines", (PyCFunction)Enc_encode_lines, METH_VARARGS,
+     "encode_lines(data, end, mapping) -> (packets, events, lines, unresolved): JSONL lines, as the fast path reads them."},
     {"finish", (PyCFunction)Enc_finish, METH_NOARGS, "finish() -> bytes: everything still held back."},
     {NULL}
 };
