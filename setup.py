@@ -22,6 +22,7 @@ setup(
         Extension(
             "otel_rl._internal.read._facts_native",
             sources=["otel_rl/_internal/read/_facts_native.c"],
+            depends=["otel_rl/_internal/read/_facts_scan.h"],
             extra_compile_args=["-ffp-contract=off"],
             optional=True,
         ),

@@ -14,6 +14,8 @@
 #endif
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <math.h>
+#include <stddef.h>
 #include <string.h>
 
 /* Set once by configure(): orjson.loads, session_facts.reason_text, checks.MAX_S,
@@ -79,6 +81,8 @@ static double covered_length(Pair *items, Py_ssize_t n) {
     }
     return total + cur_e - cur_s;
 }
+
+#include "_facts_scan.h"
 
 /* table[key] as an int, added as len(table) when missing (a new reference). */
 static PyObject *index_of(PyObject *table, PyObject *key) {
@@ -218,19 +222,40 @@ static int add_carefully(State *st, PyObject *rec, PyObject *line) {
     return r == NULL ? -1 : 0;
 }
 
-/* Everything after the record's fields were found usable. */
-static int add_record(State *st, PyObject *rec, PyObject *line, PyObject **f, Pairs *spans, int *seen,
-                      PyObject **last_sp, PyObject **g) {
-    PyObject *sid = f[0], *rank = f[1], *role = f[2], *status = f[3], *submit = f[4], *finalized = f[5],
-             *total = f[6], *step = f[7], *phases = f[8], *counters = f[9], *task_id = f[10],
-             *span_id = f[11];
+/* The phases of a record read by orjson: names in order, pairs pushed; REC_FALSE for what the
+ * Python loop cannot use (it raises, or its bulk check of the times at the end fails). */
+static int phases_from_dict(PyObject *phases, Rec *r, Pairs *spans) {
+    PyObject *name, *instances;
+    Py_ssize_t pos = 0;
+    while (PyDict_Next(phases, &pos, &name, &instances)) {
+        if (!PyList_CheckExact(instances)) return REC_FALSE;
+        Py_ssize_t m = PyList_GET_SIZE(instances), first = spans->n;
+        for (Py_ssize_t j = 0; j < m; j++) {
+            PyObject *one = PyList_GET_ITEM(instances, j);
+            if (!PyDict_CheckExact(one)) return REC_FALSE;
+            PyObject *s = PyDict_GetItemWithError(one, k_start_ts);
+            PyObject *e = s ? PyDict_GetItemWithError(one, k_end_ts) : NULL;
+            double sv, ev;
+            if (e == NULL) return PyErr_Occurred() ? REC_ERROR : REC_FALSE; /* Python: KeyError */
+            if (!in_range(s, &sv) || !in_range(e, &ev)) return REC_FALSE;
+            if (pairs_push(spans, sv, ev) < 0) return REC_ERROR;
+        }
+        if (rec_phase(r, name, first, m) < 0) return REC_ERROR;
+    }
+    return REC_OK;
+}
+
+/* Everything after the record's fields were found usable (spans holds its phases' pairs). */
+static int add_record(State *st, Rec *r, PyObject *line, Pairs *spans, int *seen, PyObject **last_sp,
+                      PyObject **g) {
+    PyObject *status = r->status, *submit = r->submit, *finalized = r->finalized, *total = r->total;
     double total_v = PyFloat_AS_DOUBLE(total);
     int rc = REC_ERROR;
     PyObject *key = NULL, *k = NULL, *stx = NULL, *sp = NULL, *row = NULL, *ready = NULL, *why = NULL,
              *reason_str = NULL, *gkey = NULL, *unattributed = NULL;
 
-    if (role != Py_None && !PyUnicode_CheckExact(role)) return REC_FALSE;
-    key = PyLong_CheckExact(rank) ? PyTuple_Pack(2, rank, role) : PyTuple_Pack(2, Py_None, Py_None);
+    if (r->role != Py_None && !PyUnicode_CheckExact(r->role)) return REC_FALSE;
+    key = PyLong_CheckExact(r->rank) ? PyTuple_Pack(2, r->rank, r->role) : PyTuple_Pack(2, Py_None, Py_None);
     if (key == NULL || (k = index_of(st->keys, key)) == NULL) goto done;
     stx = PyDict_GetItemWithError(st->statuses, status);
     if (stx != NULL) {
@@ -245,17 +270,11 @@ static int add_record(State *st, PyObject *rec, PyObject *line, PyObject **f, Pa
         Py_DECREF(name);
         if (bad) goto done;
     }
-    if (step == Py_None) {
-        step = PyDict_GetItemWithError(rec, k_global_step);
-        if (step == NULL) {
-            if (PyErr_Occurred()) goto done;
-            step = Py_None;
-        }
-    }
+    PyObject *step = r->step;
+    if (step == Py_None) step = r->global_step ? r->global_step : Py_None;
     if (!PyLong_CheckExact(step)) step = Py_None;
     if ((sp = index_of(st->steps, step)) == NULL) goto done;
-    PyObject *reason = PyDict_GetItemWithError(rec, k_reason);
-    if (reason == NULL && PyErr_Occurred()) goto done;
+    PyObject *reason = r->reason;
     if (reason != NULL && reason != Py_None) {
         if (PyUnicode_CheckExact(reason)) {
             reason_str = reason;
@@ -276,39 +295,11 @@ static int add_record(State *st, PyObject *rec, PyObject *line, PyObject **f, Pa
              *shares = PyList_GET_ITEM(*g, 3), *unattr = PyList_GET_ITEM(*g, 4), *totals = PyList_GET_ITEM(*g, 5);
     int positive = total_v > 0;
     Py_ssize_t inst_at = 0, inst_n = 0;
-    spans->n = 0;
-    PyObject *name, *instances;
-    Py_ssize_t pos = 0;
-    while (PyDict_Next(phases, &pos, &name, &instances)) {
-        if (!PyList_CheckExact(instances)) {
-            rc = REC_FALSE;
-            goto done;
-        }
-        Py_ssize_t m = PyList_GET_SIZE(instances);
+    for (Py_ssize_t i = 0; i < r->nphases; i++) {
+        PyObject *name = r->phases[i].name;
+        Py_ssize_t first = r->phases[i].first, m = r->phases[i].n;
         if (m == 0) continue;
-        Py_ssize_t first = spans->n;
-        for (Py_ssize_t j = 0; j < m; j++) {
-            PyObject *one = PyList_GET_ITEM(instances, j);
-            if (!PyDict_CheckExact(one)) {
-                rc = REC_FALSE;
-                goto done;
-            }
-            PyObject *s = PyDict_GetItemWithError(one, k_start_ts);
-            PyObject *e = s ? PyDict_GetItemWithError(one, k_end_ts) : NULL;
-            double sv, ev;
-            if (e == NULL) {
-                if (PyErr_Occurred()) goto done;
-                rc = REC_FALSE;  /* Python: KeyError */
-                goto done;
-            }
-            if (!in_range(s, &sv) || !in_range(e, &ev)) {
-                rc = REC_FALSE;  /* Python: a TypeError now, or the bulk check of times at the end */
-                goto done;
-            }
-            if (pairs_push(spans, sv, ev) < 0) goto done;
-        }
-        int is_turn = PyUnicode_CheckExact(name) && PyUnicode_CheckExact(st->turn) && PyUnicode_Compare(name, st->turn) == 0;
-        if (is_turn) {
+        if (PyUnicode_CheckExact(name) && PyUnicode_CheckExact(st->turn) && PyUnicode_Compare(name, st->turn) == 0) {
             inst_at = first;
             inst_n = m;
         }
@@ -319,7 +310,7 @@ static int add_record(State *st, PyObject *rec, PyObject *line, PyObject **f, Pa
             d = 0.0 + d;
         } else {
             d = 0.0;
-            for (Py_ssize_t j = first; j < spans->n; j++) {
+            for (Py_ssize_t j = first; j < first + m; j++) {
                 double x = spans->items[j].e - spans->items[j].s;
                 if (append_to(durations, name, PyFloat_FromDouble(x)) < 0) goto done;
                 d += x;
@@ -355,7 +346,7 @@ static int add_record(State *st, PyObject *rec, PyObject *line, PyObject **f, Pa
         Py_INCREF(ready);
     }
     if (ready == NULL) goto done;
-    row = PyTuple_Pack(10, k, stx, finalized, total, submit, sid, task_id, span_id, ready, line);
+    row = PyTuple_Pack(10, k, stx, finalized, total, submit, r->sid, r->task_id, r->span_id, ready, line);
     if (row == NULL || PyList_Append(st->rows, row) < 0) goto done;
     unattributed = PyFloat_FromDouble(unattributed_v);
     if (unattributed == NULL || PyList_Append(unattr, unattributed) < 0) goto done;
@@ -381,29 +372,21 @@ static int add_record(State *st, PyObject *rec, PyObject *line, PyObject **f, Pa
         goto done;
     }
     Py_DECREF(lifetime);
-    if (PyDict_CheckExact(counters) && PyDict_GET_SIZE(counters)) {
-        PyObject *tokens = tokens_in(st, counters);
-        if (tokens == NULL) goto done;
-        if (tokens != Py_None) {
-            PyObject *tok = PyDict_GetItemWithError(st->tokens_by, sp);
-            if (tok == NULL && !PyErr_Occurred()) {
-                tok = Py_BuildValue("[[][]]");
-                if (tok != NULL) {
-                    int bad = PyDict_SetItem(st->tokens_by, sp, tok);
-                    Py_DECREF(tok);
-                    if (bad < 0) tok = NULL;
-                }
-            }
-            PyObject *as_float = tok ? PyNumber_Float(tokens) : NULL;
-            int bad = as_float == NULL || PyList_Append(PyList_GET_ITEM(tok, 0), as_float) < 0
-                || PyList_Append(PyList_GET_ITEM(tok, 1), total) < 0;
-            Py_XDECREF(as_float);
-            if (bad) {
-                Py_DECREF(tokens);
-                goto done;
+    if (r->tokens != NULL) {
+        PyObject *tok = PyDict_GetItemWithError(st->tokens_by, sp);
+        if (tok == NULL && !PyErr_Occurred()) {
+            tok = Py_BuildValue("[[][]]");
+            if (tok != NULL) {
+                int bad = PyDict_SetItem(st->tokens_by, sp, tok);
+                Py_DECREF(tok);
+                if (bad < 0) tok = NULL;
             }
         }
-        Py_DECREF(tokens);
+        PyObject *as_float = tok ? PyNumber_Float(r->tokens) : NULL;
+        int bad = as_float == NULL || PyList_Append(PyList_GET_ITEM(tok, 0), as_float) < 0
+            || PyList_Append(PyList_GET_ITEM(tok, 1), total) < 0;
+        Py_XDECREF(as_float);
+        if (bad) goto done;
     }
     PyObject *ckey = key2(sp, inst_n);
     if (ckey == NULL) goto done;
@@ -438,6 +421,65 @@ done:
     return rc;
 }
 
+/* One line read by orjson.loads, as the Python loop reads it; *ids_ok cleared for an id it refuses. */
+static int add_parsed(State *st, PyObject *line, Rec *r, Pairs *spans, int open_phases, int *ids_ok, int *seen,
+                      PyObject **last_sp, PyObject **g) {
+    static PyObject **const keys[] = {&k_session_id, &k_rank, &k_role, &k_status, &k_submit_ts, &k_finalized_ts,
+                                      &k_total_s, &k_step, &k_phases, &k_counters, &k_task_id, &k_span_id,
+                                      &k_trace_id};
+    PyObject *rec = PyObject_CallOneArg(loads_fn, line);
+    if (rec == NULL) return REC_ERROR; /* a JSONDecodeError is a ValueError: the caller answers False */
+    if (!PyDict_CheckExact(rec)) {
+        Py_DECREF(rec);
+        return REC_FALSE; /* Python: itemgetter over a non-dict raises TypeError */
+    }
+    PyObject *f[13];
+    int complete = 1, rc = REC_ERROR;
+    for (int j = 0; j < 13; j++) {
+        f[j] = PyDict_GetItemWithError(rec, *keys[j]);
+        if (f[j] == NULL) {
+            if (PyErr_Occurred()) goto done;
+            complete = 0;
+            break;
+        }
+    }
+    int ok = 0;
+    if (complete) {
+        if (!is_id_type(f[0]) || !is_id_type(f[10]) || !is_id_type(f[11]) || !is_id_type(f[12])) *ids_ok = 0;
+        double v;
+        ok = in_range(f[4], &v) && in_range(f[5], &v) && in_range(f[6], &v) && PyDict_CheckExact(f[8])
+            && PyUnicode_CheckExact(f[3]) && PyUnicode_GET_LENGTH(f[3]) > 0;
+        if (ok && open_phases && PyBytes_Check(line)
+            && memmem(PyBytes_AS_STRING(line), (size_t)PyBytes_GET_SIZE(line), OPEN_MARK, sizeof(OPEN_MARK) - 1)
+                   != NULL)
+            ok = 0;
+    }
+    if (!ok) {
+        rc = add_carefully(st, rec, line) < 0 ? REC_ERROR : REC_OK;
+        goto done;
+    }
+    if (f[2] != Py_None && !PyUnicode_CheckExact(f[2])) {
+        rc = REC_FALSE;
+        goto done;
+    }
+    r->sid = f[0], r->rank = f[1], r->role = f[2], r->status = f[3], r->submit = f[4], r->finalized = f[5];
+    r->total = f[6], r->step = f[7], r->task_id = f[10], r->span_id = f[11];
+    if ((r->global_step = PyDict_GetItemWithError(rec, k_global_step)) == NULL && PyErr_Occurred()) goto done;
+    if ((r->reason = PyDict_GetItemWithError(rec, k_reason)) == NULL && PyErr_Occurred()) goto done;
+    if ((rc = phases_from_dict(f[8], r, spans)) != REC_OK) goto done;
+    rc = REC_ERROR;
+    if (PyDict_CheckExact(f[9]) && PyDict_GET_SIZE(f[9])) {
+        PyObject *tokens = tokens_in(st, f[9]);
+        if (tokens == NULL) goto done;
+        if (tokens == Py_None) Py_DECREF(tokens);
+        else r->tokens = tokens;
+    }
+    rc = add_record(st, r, line, spans, seen, last_sp, g);
+done:
+    Py_DECREF(rec);
+    return rc;
+}
+
 static PyObject *get_attr(PyObject *obj, const char *name) {
     return PyObject_GetAttrString(obj, name);
 }
@@ -463,6 +505,7 @@ static PyObject *add_lines(PyObject *self, PyObject *args) {
     }
     PyObject *result = NULL, *last_sp = NULL, *g = NULL;
     Pairs spans = {0};
+    Rec rec = {0};
     int seen = 0, ids_ok = 1;
     const char *names[] = {"keys", "statuses", "steps", "reasons", "phase", "dgroups", "tokens", "turns",
                            "bycount", "turn_phase"};
@@ -476,49 +519,28 @@ static PyObject *add_lines(PyObject *self, PyObject *args) {
             goto done;
         }
     if ((st.rows = PyList_New(0)) == NULL) goto done;
-    PyObject *keys[] = {k_session_id, k_rank, k_role, k_status, k_submit_ts, k_finalized_ts, k_total_s, k_step,
-                        k_phases, k_counters, k_task_id, k_span_id, k_trace_id};
     Py_ssize_t n = PyList_GET_SIZE(lines);
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *line = PyList_GET_ITEM(lines, i);
-        PyObject *rec = PyObject_CallOneArg(loads_fn, line);
-        if (rec == NULL) goto done;  /* a JSONDecodeError is a ValueError: the caller answers False */
-        if (!PyDict_CheckExact(rec)) {
-            Py_DECREF(rec);
-            result = Py_False;  /* Python: itemgetter over a non-dict raises TypeError */
-            goto done;
+        int rc = SCAN_OTHER;
+        spans.n = 0;
+        /* A line as the exporter writes it is read here; any other by orjson (which decides). */
+        if (st.counter_names != NULL && PyBytes_CheckExact(line)
+            && !(open_phases && memmem(PyBytes_AS_STRING(line), (size_t)PyBytes_GET_SIZE(line), OPEN_MARK,
+                                       sizeof(OPEN_MARK) - 1) != NULL)) {
+            rc = scan_record(PyBytes_AS_STRING(line), PyBytes_GET_SIZE(line), &rec, &spans, st.counter_names, max_s);
+            if (rc == SCAN_OK) rc = add_record(&st, &rec, line, &spans, &seen, &last_sp, &g);
         }
-        PyObject *f[13];
-        int complete = 1;
-        for (int j = 0; j < 13; j++) {
-            f[j] = PyDict_GetItemWithError(rec, keys[j]);
-            if (f[j] == NULL) {
-                if (PyErr_Occurred()) {
-                    Py_DECREF(rec);
-                    goto done;
-                }
-                complete = 0;
-                break;
-            }
+        if (rc == SCAN_OTHER) {
+            rec_release(&rec);
+            memset(&rec, 0, offsetof(Rec, phases));
+            rec.nphases = 0;
+            spans.n = 0;
+            rc = add_parsed(&st, line, &rec, &spans, open_phases, &ids_ok, &seen, &last_sp, &g);
         }
-        int ok = 0;
-        if (complete) {
-            if (!is_id_type(f[0]) || !is_id_type(f[10]) || !is_id_type(f[11]) || !is_id_type(f[12])) ids_ok = 0;
-            double v;
-            ok = in_range(f[4], &v) && in_range(f[5], &v) && in_range(f[6], &v) && PyDict_CheckExact(f[8])
-                && PyUnicode_CheckExact(f[3]) && PyUnicode_GET_LENGTH(f[3]) > 0;
-            if (ok && open_phases && PyBytes_Check(line)
-                && memmem(PyBytes_AS_STRING(line), (size_t)PyBytes_GET_SIZE(line), OPEN_MARK,
-                          sizeof(OPEN_MARK) - 1) != NULL)
-                ok = 0;
-        }
-        int rc;
-        if (!ok) {
-            rc = add_carefully(&st, rec, line) < 0 ? REC_ERROR : REC_OK;
-        } else {
-            rc = add_record(&st, rec, line, f, &spans, &seen, &last_sp, &g);
-        }
-        Py_DECREF(rec);
+        rec_release(&rec);
+        memset(&rec, 0, offsetof(Rec, phases));
+        rec.nphases = 0;
         if (rc == REC_ERROR) goto done;
         if (rc == REC_FALSE) {
             result = Py_False;
@@ -529,6 +551,8 @@ static PyObject *add_lines(PyObject *self, PyObject *args) {
     if (seen && PyObject_SetAttr(st.builder, k_seen, Py_True) < 0) goto done;
     result = ids_ok ? Py_True : Py_False;
 done:
+    rec_release(&rec);
+    PyMem_Free(rec.phases);
     PyMem_Free(spans.items);
     Py_XDECREF(last_sp);
     Py_XDECREF(st.rows);
@@ -586,10 +610,31 @@ done:
     return out;
 }
 
+/* The float scan_number reads a JSON number as (None for one it leaves to orjson): for tests. */
+static PyObject *scan_float(PyObject *self, PyObject *text) {
+    if (!PyBytes_Check(text)) {
+        PyErr_SetString(PyExc_TypeError, "scan_float() takes bytes");
+        return NULL;
+    }
+    Cursor c = {PyBytes_AS_STRING(text), PyBytes_AS_STRING(text) + PyBytes_GET_SIZE(text)};
+    Number num;
+    int rc = scan_number(&c, &num);
+    if (rc == SCAN_ERROR) return NULL;
+    if (rc != SCAN_OK || c.p != c.end) Py_RETURN_NONE;
+    return num.is_int ? PyLong_FromLongLong(num.i) : PyFloat_FromDouble(num.d);
+}
+
 static PyObject *configure(PyObject *self, PyObject *args) {
-    PyObject *loads, *reason_text, *unattributed;
+    PyObject *loads, *reason_text, *unattributed, *powers;
     double limit;
-    if (!PyArg_ParseTuple(args, "OOdU", &loads, &reason_text, &limit, &unattributed)) return NULL;
+    if (!PyArg_ParseTuple(args, "OOdUS", &loads, &reason_text, &limit, &unattributed, &powers)) return NULL;
+    if (PyBytes_GET_SIZE(powers) != (POW5_MAX - POW5_MIN + 1) * 16) {
+        PyErr_SetString(PyExc_ValueError, "the table of powers of five has the wrong size");
+        return NULL;
+    }
+    static unsigned long long table[(POW5_MAX - POW5_MIN + 1) * 2];
+    memcpy(table, PyBytes_AS_STRING(powers), sizeof(table));
+    pow5 = table;
     Py_INCREF(loads);
     Py_INCREF(reason_text);
     Py_INCREF(unattributed);
@@ -606,8 +651,9 @@ static PyMethodDef methods[] = {
      "FactsBuilder._add_lines in C."},
     {"components", components, METH_O,
      "components([(starts, ends), ...]) -> bytes: session_facts._components, as doubles."},
+    {"scan_float", scan_float, METH_O, "scan_float(text: bytes) -> int | float | None: a JSON number as read here."},
     {"configure", configure, METH_VARARGS,
-     "configure(loads, reason_text, max_s, unattributed): what add_lines takes from the Python modules."},
+     "configure(loads, reason_text, max_s, unattributed, powers_of_five): what add_lines takes from Python."},
     {NULL, NULL, 0, NULL},
 };
 
