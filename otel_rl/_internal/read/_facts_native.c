@@ -624,6 +624,85 @@ static PyObject *scan_float(PyObject *self, PyObject *text) {
     return num.is_int ? PyLong_FromLongLong(num.i) : PyFloat_FromDouble(num.d);
 }
 
+typedef struct {
+    double v;
+    Py_ssize_t i;
+} Keyed;
+
+static int by_value_desc(const void *a, const void *b) {
+    const Keyed *x = a, *y = b;
+    if (x->v > y->v) return -1;
+    if (x->v < y->v) return 1;
+    return x->i < y->i ? -1 : x->i > y->i;
+}
+
+static int by_value_asc(const void *a, const void *b) {
+    const Keyed *x = a, *y = b;
+    if (x->v < y->v) return -1;
+    if (x->v > y->v) return 1;
+    return x->i < y->i ? -1 : x->i > y->i;
+}
+
+/* The first k of items sorted by cmp, as a list of their indices. */
+static PyObject *first_k(Keyed *items, Py_ssize_t n, Py_ssize_t k, int (*cmp)(const void *, const void *)) {
+    qsort(items, (size_t)n, sizeof(Keyed), cmp);
+    if (k > n) k = n;
+    PyObject *out = PyList_New(k);
+    for (Py_ssize_t j = 0; out != NULL && j < k; j++) {
+        PyObject *i = PyLong_FromSsize_t(items[j].i);
+        if (i == NULL) Py_CLEAR(out);
+        else PyList_SET_ITEM(out, j, i);
+    }
+    return out;
+}
+
+/* FactsBuilder.result's candidate lists: (top_total, top_done, first_submit), each as
+ * sorted(indices, key=..., reverse=...)[:k] gives it (ties in session order). */
+static PyObject *candidates(PyObject *self, PyObject *args) {
+    Py_buffer total, done;
+    PyObject *submit, *out = NULL, *a = NULL, *b = NULL, *c = NULL;
+    Py_ssize_t k;
+    if (!PyArg_ParseTuple(args, "y*y*O!n", &total, &done, &PyList_Type, &submit, &k)) return NULL;
+    Py_ssize_t n = done.len;
+    Keyed *items = NULL;
+    if (total.len != n * (Py_ssize_t)sizeof(double) || PyList_GET_SIZE(submit) != n) {
+        PyErr_SetString(PyExc_ValueError, "candidates(): columns of different lengths");
+        goto done;
+    }
+    items = PyMem_Malloc((size_t)(n ? n : 1) * sizeof(Keyed));
+    if (items == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    const double *t = total.buf;
+    const unsigned char *flags = done.buf;
+    Py_ssize_t m = 0;
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (t[i] == t[i]) items[m++] = (Keyed){t[i], i};
+    if ((a = first_k(items, m, k, by_value_desc)) == NULL) goto done;
+    m = 0;
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (flags[i]) items[m++] = (Keyed){t[i], i};
+    if ((b = first_k(items, m, k, by_value_desc)) == NULL) goto done;
+    m = 0;
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (flags[i]) {
+            double v = PyFloat_AsDouble(PyList_GET_ITEM(submit, i));
+            if (v == -1.0 && PyErr_Occurred()) goto done;
+            items[m++] = (Keyed){v, i};
+        }
+    if ((c = first_k(items, m, k, by_value_asc)) == NULL) goto done;
+    out = PyTuple_Pack(3, a, b, c);
+done:
+    PyMem_Free(items);
+    Py_XDECREF(a);
+    Py_XDECREF(b);
+    Py_XDECREF(c);
+    PyBuffer_Release(&total);
+    PyBuffer_Release(&done);
+    return out;
+}
+
 static PyObject *configure(PyObject *self, PyObject *args) {
     PyObject *loads, *reason_text, *unattributed, *powers;
     double limit;
@@ -652,6 +731,8 @@ static PyMethodDef methods[] = {
     {"components", components, METH_O,
      "components([(starts, ends), ...]) -> bytes: session_facts._components, as doubles."},
     {"scan_float", scan_float, METH_O, "scan_float(text: bytes) -> int | float | None: a JSON number as read here."},
+    {"candidates", candidates, METH_VARARGS,
+     "candidates(total, done, submit, k) -> (top_total, top_done, first_submit): FactsBuilder.result's lists."},
     {"configure", configure, METH_VARARGS,
      "configure(loads, reason_text, max_s, unattributed, powers_of_five): what add_lines takes from Python."},
     {NULL, NULL, 0, NULL},

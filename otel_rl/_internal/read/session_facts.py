@@ -529,13 +529,16 @@ class FactsBuilder:
         n = len(self.col_total)
         total = self.col_total
         submit = self.col_submit
-        with_total = [i for i in range(n) if total[i] == total[i]]
-        done = [i for i in range(n) if self.done[i]]
         k = self.candidates
-        # heapq.nlargest / nsmallest, ties in session order (a stable sort), at C speed.
-        top_total = sorted(with_total, key=total.__getitem__, reverse=True)[:k]
-        top_done = sorted(done, key=total.__getitem__, reverse=True)[:k]
-        first = sorted(done, key=submit.__getitem__)[:k]
+        if _native is not None:
+            top_total, top_done, first = _native.candidates(total, self.done, submit, k)
+        else:
+            with_total = [i for i in range(n) if total[i] == total[i]]
+            done = [i for i in range(n) if self.done[i]]
+            # heapq.nlargest / nsmallest, ties in session order (a stable sort), at C speed.
+            top_total = sorted(with_total, key=total.__getitem__, reverse=True)[:k]
+            top_done = sorted(done, key=total.__getitem__, reverse=True)[:k]
+            first = sorted(done, key=submit.__getitem__)[:k]
         times = [t for t in submit if t is not None]
         times += [t for t in self.col_finals if t is not None]
         by_key: dict[int, list] = {}  # (submissions, finalizations) of each group, per key
