@@ -9,10 +9,15 @@
  * (1 == 1.0 == True), bounded tables are cleared at the same sizes.
  *
  * Anything outside what it mirrors exactly (an integer beyond 64 bits, a list
- * where a name should be, a JSON shape it does not parse) raises Unsupported
- * before it writes anything for that call's events; the caller then converts
- * with the Python encoder from the start. Rare values are formatted by Python
- * helpers (_native_helpers.py): str() of a list, a non-hex flow id.
+ * where a name should be, a line the converter's fast path would report) raises
+ * Unsupported; its state is then spent, and the converter writes the whole output
+ * again with the Python encoder (native.py, PerfettoOutput.restart). Rare values
+ * are formatted by Python helpers (_native_helpers.py): str() of a list, a
+ * non-hex flow id, a process name's rank.
+ *
+ * Sections, in order: bytes and maps; JSON; keys and helpers; lanes and tracks;
+ * records and the encoder's state; the registry and the packet writer; interning;
+ * the slice window; the handlers; writing; the Python type.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
