@@ -88,7 +88,8 @@ def read_session_records(path: str, limits: InputLimits, problems: LineProblems,
     count = 0
     columns = cold if add_facts is not None else None
 
-    def apply(items: list[tuple]) -> None:
+    def apply(items: list[tuple], base: int = 0) -> None:
+        """Items of a block; ``base``: the line before the block (its line numbers count from there)."""
         nonlocal count
         for item in items:
             kind = item[0]
@@ -115,7 +116,7 @@ def read_session_records(path: str, limits: InputLimits, problems: LineProblems,
                 add_facts(facts, labels)  # type: ignore[misc, arg-type]
                 count += facts["n"]
             elif kind == _BAD:
-                problems.bad_line(path, item[1], item[2])
+                problems.bad_line(path, base + item[1], item[2])
             elif kind == _BAD_IF_KEPT:
                 _, lineno, message, rank, role = item
                 key = (rank, role) if rank is not None else None
@@ -124,42 +125,54 @@ def read_session_records(path: str, limits: InputLimits, problems: LineProblems,
                 else:
                     worker = workers[key] = worker_of(rank, role)
                 if worker is not None:
-                    problems.bad_line(path, lineno, message)
+                    problems.bad_line(path, base + lineno, message)
             else:
-                problems.truncated(path, item[1])
+                problems.truncated(path, base + item[1])
 
     in_flight = 2 * idle_cpus()  # a block being parsed by every worker, and one waiting
     # Blocks in flight, applied strictly in file order: marshalled items, or a line over the bound.
     pending: collections.deque[tuple[bool, Any]] = collections.deque()
+    lineno = 0  # lines read (with a pool: lines applied; workers count their blocks' lines)
+
+    def apply_next() -> None:
+        nonlocal lineno
+        parsed, job = pending.popleft()
+        if parsed:
+            lines, items = marshal.loads(job.result())
+            apply(items, lineno)
+            lineno += lines
+        else:
+            lineno += 1
+            problems.bad_line(path, lineno, long_line_message(job, limits))
+
     with open_input(path, limits, on_read) as f:
-        lineno = 0
         try:
             for kind, payload in line_blocks(f, limits.max_line_bytes):
                 if kind == BLOCK:
                     if pool is None:
                         apply(parse_block(payload, lineno, columns=columns, joins=joins))
+                        lineno += payload.count(b"\n")
                     else:
-                        pending.append((True, pool.submit(parse_block, payload, lineno, True, False, columns, joins)))
+                        pending.append((True, pool.submit(_parse_counted, payload, columns, joins)))
                         while len(pending) > in_flight:
-                            _apply_next(pending, apply, path, problems, limits)
-                    lineno += payload.count(b"\n")
+                            apply_next()
                 elif kind == LONG:
-                    lineno += 1
                     if pool is None:
+                        lineno += 1
                         problems.bad_line(path, lineno, long_line_message(payload, limits))
                     else:
-                        pending.append((False, (lineno, payload)))
+                        pending.append((False, payload))
                 else:
                     while pending:
-                        _apply_next(pending, apply, path, problems, limits)
+                        apply_next()
                     apply(parse_block(payload, lineno, last=True, columns=columns, joins=joins))
         except (OSError, EOFError):
             # A file damaged part way: what was read before counts, as it does when read here.
             while pending:
-                _apply_next(pending, apply, path, problems, limits)
+                apply_next()
             raise
         while pending:
-            _apply_next(pending, apply, path, problems, limits)
+            apply_next()
         if f.cut_short:
             problems.cut_short(path, f.cut_message())
     return count
@@ -175,14 +188,11 @@ def session_pool(input_bytes: int) -> Executor | None:
     return fork_pool(cpus)
 
 
-def _apply_next(pending: collections.deque[tuple[bool, Any]], apply: Callable[[list[tuple]], None],
-                path: str, problems: LineProblems, limits: InputLimits) -> None:
-    parsed, job = pending.popleft()
-    if parsed:
-        apply(marshal.loads(job.result()))
-    else:
-        lineno, length = job
-        problems.bad_line(path, lineno, long_line_message(length, limits))
+def _parse_counted(data: bytes, columns: str | None, joins: bool) -> bytes:
+    """:func:`parse_block` in a worker process: ``(lines in the block, items)`` marshalled, line
+    numbers counted from the block's start (the reading process makes them the file's: counting
+    a block's lines costs about as much as reading it, so it is done here, beside the parsing)."""
+    return marshal.dumps((data.count(b"\n"), parse_block(data, 0, columns=columns, joins=joins)))
 
 
 def parse_block(data: bytes, lineno: int, packed: bool = False, last: bool = False,
