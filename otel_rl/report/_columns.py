@@ -83,6 +83,7 @@ class SessionTable:
         self.first_submit_v = array("d")
         self.first_open: list[int] = []
         self._cold: tuple[int, list] | None = None
+        self._floors: tuple[float, float, float] | None = None
 
     @classmethod
     def from_rows(cls, rows: Sequence[SessionRow], turn_phase: str = TURN_PHASE,
@@ -177,6 +178,14 @@ class SessionTable:
         if type(b.cold) is dict and self.n > 2 * self.candidates and len(self.blocks) % 4 == 0:
             self.prune()
 
+    def floors(self) -> tuple[float, float, float] | None:
+        """What a session of a block still to come must pass to make a candidate list: the
+        worst value of each list, as of the last :meth:`prune`, once each holds ``candidates``
+        (``FactsBuilder``'s ``floors``); ``None`` before. Later sessions lose ties, so only a
+        strictly better value can enter, and the lists only get better: a block parsed with
+        these floors keeps every session that can still be shown."""
+        return self._floors
+
     def prune(self) -> None:
         """Keeps only the sessions that can still make a candidate list (of a table that keeps
         only those: ``FactsBuilder(cold="candidates")``)."""
@@ -188,6 +197,9 @@ class SessionTable:
             setattr(self, name, array("I", [ids[j] for j in positions]))
             setattr(self, name + "_v", array("d", [values[j] for j in positions]))
             keep.update(getattr(self, name))
+        full = min(len(self.top_total), len(self.top_done), len(self.first_submit)) == self.candidates
+        if full and self.candidates:
+            self._floors = (min(self.top_total_v), min(self.top_done_v), max(self.first_submit_v))
         # Each block against only the kept sessions that fall in it: a pass over every block's
         # lines at each prune would grow with the square of the blocks.
         kept = sorted(keep)

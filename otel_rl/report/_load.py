@@ -261,7 +261,8 @@ class _Loader:
                                                  record_row, self.data.sessions.append, on_read, self.pool,
                                                  self.table.add if self.table is not None else None,
                                                  self.table.cold if self.table is not None else "all",
-                                                 self.table.joins if self.table is not None else True)
+                                                 self.table.joins if self.table is not None else True,
+                                                 self.table.floors if self.table is not None else None)
                 elif kind == "request-events":
                     count = self._request_events(path, on_read)
                 elif kind == "stats":

@@ -332,3 +332,22 @@ def test_the_long_tail_view_computed_in_a_forked_process_is_the_one_computed_her
     for doc in (here, beside):
         doc.pop("generated_at")
     assert beside == here
+
+
+@pytest.mark.parametrize("compiled", [True, False])
+def test_blocks_parsed_past_the_candidate_floors_give_the_report_of_every_row(run, monkeypatch, compiled):
+    # Small blocks: later blocks keep only the sessions that can still make
+    # a candidate list; the report is the one over every row.
+    from otel_rl._internal.read import lines as line_reader
+
+    if not compiled:
+        monkeypatch.setattr(session_facts, "_native", None)
+    monkeypatch.setattr(line_reader, "CHUNK", 40_000)
+    given = []
+    real = _columns.SessionTable.floors
+    monkeypatch.setattr(_columns.SessionTable, "floors", lambda self: given.append(real(self)) or given[-1])
+    data = _load.load_run(run, every_row=False)
+    assert len(given) > 20 and sum(f is not None for f in given) > len(given) // 2
+    kept = _doc(data, outliers=10, timeline_limit=20, gantt_limit=50)
+    full = _doc(_from_rows(report.load(run)), outliers=10, timeline_limit=20, gantt_limit=50)
+    assert kept == full

@@ -657,12 +657,20 @@ static PyObject *first_k(Keyed *items, Py_ssize_t n, Py_ssize_t k, int (*cmp)(co
 }
 
 /* FactsBuilder.result's candidate lists: (top_total, top_done, first_submit), each as
- * sorted(indices, key=..., reverse=...)[:k] gives it (ties in session order). */
+ * sorted(indices, key=..., reverse=...)[:k] gives it (ties in session order), of the sessions
+ * past floors (totals above the first two, submissions below the third) when given. */
 static PyObject *candidates(PyObject *self, PyObject *args) {
     Py_buffer total, done;
     PyObject *submit, *out = NULL, *a = NULL, *b = NULL, *c = NULL;
     Py_ssize_t k;
-    if (!PyArg_ParseTuple(args, "y*y*O!n", &total, &done, &PyList_Type, &submit, &k)) return NULL;
+    double above_total = -INFINITY, above_done = -INFINITY, below_submit = INFINITY;
+    PyObject *floors = Py_None;
+    if (!PyArg_ParseTuple(args, "y*y*O!n|O", &total, &done, &PyList_Type, &submit, &k, &floors)) return NULL;
+    if (floors != Py_None && !PyArg_ParseTuple(floors, "ddd", &above_total, &above_done, &below_submit)) {
+        PyBuffer_Release(&total);
+        PyBuffer_Release(&done);
+        return NULL;
+    }
     Py_ssize_t n = done.len;
     Keyed *items = NULL;
     if (total.len != n * (Py_ssize_t)sizeof(double) || PyList_GET_SIZE(submit) != n) {
@@ -678,18 +686,18 @@ static PyObject *candidates(PyObject *self, PyObject *args) {
     const unsigned char *flags = done.buf;
     Py_ssize_t m = 0;
     for (Py_ssize_t i = 0; i < n; i++)
-        if (t[i] == t[i]) items[m++] = (Keyed){t[i], i};
+        if (t[i] == t[i] && t[i] > above_total) items[m++] = (Keyed){t[i], i};
     if ((a = first_k(items, m, k, by_value_desc)) == NULL) goto done;
     m = 0;
     for (Py_ssize_t i = 0; i < n; i++)
-        if (flags[i]) items[m++] = (Keyed){t[i], i};
+        if (flags[i] && t[i] > above_done) items[m++] = (Keyed){t[i], i};
     if ((b = first_k(items, m, k, by_value_desc)) == NULL) goto done;
     m = 0;
     for (Py_ssize_t i = 0; i < n; i++)
         if (flags[i]) {
             double v = PyFloat_AsDouble(PyList_GET_ITEM(submit, i));
             if (v == -1.0 && PyErr_Occurred()) goto done;
-            items[m++] = (Keyed){v, i};
+            if (v < below_submit) items[m++] = (Keyed){v, i};
         }
     if ((c = first_k(items, m, k, by_value_asc)) == NULL) goto done;
     out = PyTuple_Pack(3, a, b, c);
@@ -732,7 +740,8 @@ static PyMethodDef methods[] = {
      "components([(starts, ends), ...]) -> bytes: session_facts._components, as doubles."},
     {"scan_float", scan_float, METH_O, "scan_float(text: bytes) -> int | float | None: a JSON number as read here."},
     {"candidates", candidates, METH_VARARGS,
-     "candidates(total, done, submit, k) -> (top_total, top_done, first_submit): FactsBuilder.result's lists."},
+     "candidates(total, done, submit, k, floors=None) -> (top_total, top_done, first_submit): "
+     "FactsBuilder.result's lists."},
     {"configure", configure, METH_VARARGS,
      "configure(loads, reason_text, max_s, unattributed, powers_of_five): what add_lines takes from Python."},
     {NULL, NULL, 0, NULL},

@@ -19,6 +19,7 @@ caller in that order.
 from __future__ import annotations
 
 import marshal
+import math
 import sys
 import zlib
 from array import array
@@ -136,11 +137,17 @@ class FactsBuilder:
             or ``"none"`` (the caller keeps the rows).
         joins: Keep what joins annotation lines (``otel_rl.consume`` / ``annotate``) to
             sessions: task and span ids, when each sample was ready (its last phase's end).
+        floors: ``(total, total, submission)``: only sessions past them can still make the
+            candidate lists (totals above the first for the slowest, above the second for the
+            slowest finished, submissions below the third for the first submitted), as the
+            lists of the sessions before this block stand (:meth:`SessionTable.floors`): the
+            others are not kept as candidates.
     """
 
     def __init__(self, turn_phase: str = TURN_PHASE, candidates: int = CANDIDATES, cold: str = "all",
-                 joins: bool = True) -> None:
+                 joins: bool = True, floors: tuple[float, float, float] | None = None) -> None:
         self.turn_phase = turn_phase
+        self.floors = floors
         self.joins = joins
         self.candidates = candidates
         self.keep_cold = cold != "none"
@@ -531,14 +538,17 @@ class FactsBuilder:
         submit = self.col_submit
         k = self.candidates
         if _native is not None:
-            top_total, top_done, first = _native.candidates(total, self.done, submit, k)
+            top_total, top_done, first = _native.candidates(total, self.done, submit, k, self.floors)
         else:
-            with_total = [i for i in range(n) if total[i] == total[i]]
-            done = [i for i in range(n) if self.done[i]]
+            above_total, above_done, below_submit = self.floors or (-math.inf, -math.inf, math.inf)
+            with_total = [i for i in range(n) if total[i] == total[i] and total[i] > above_total]
+            finished = [i for i in range(n) if self.done[i]]
+            done = [i for i in finished if total[i] > above_done]
+            first = [i for i in finished if submit[i] < below_submit]
             # heapq.nlargest / nsmallest, ties in session order (a stable sort), at C speed.
             top_total = sorted(with_total, key=total.__getitem__, reverse=True)[:k]
             top_done = sorted(done, key=total.__getitem__, reverse=True)[:k]
-            first = sorted(done, key=submit.__getitem__)[:k]
+            first = sorted(first, key=submit.__getitem__)[:k]
         times = [t for t in submit if t is not None]
         times += [t for t in self.col_finals if t is not None]
         by_key: dict[int, list] = {}  # (submissions, finalizations) of each group, per key

@@ -55,7 +55,8 @@ def read_session_records(path: str, limits: InputLimits, problems: LineProblems,
                          add: Callable[[Any], None], on_read: Callable[[int], None] | None = None,
                          pool: Executor | None = None,
                          add_facts: Callable[[dict[str, Any], list[str]], None] | None = None,
-                         cold: str = "all", joins: bool = True) -> int:
+                         cold: str = "all", joins: bool = True,
+                         floors: Callable[[], tuple[float, float, float] | None] | None = None) -> int:
     """Reads a session records file; returns how many rows it added.
 
     Args:
@@ -83,6 +84,8 @@ def read_session_records(path: str, limits: InputLimits, problems: LineProblems,
             (``FactsBuilder``'s ``cold``).
         joins: With ``add_facts``: keep what joins annotation lines to sessions
             (``FactsBuilder``'s ``joins``).
+        floors: With ``add_facts``: what a session must pass to be kept as a candidate, as
+            the blocks added so far stand (``FactsBuilder``'s ``floors``), asked for each block.
     """
     workers: dict[Any, str | None] = {}
     count = 0
@@ -150,10 +153,12 @@ def read_session_records(path: str, limits: InputLimits, problems: LineProblems,
             for kind, payload in line_blocks(f, limits.max_line_bytes):
                 if kind == BLOCK:
                     if pool is None:
-                        apply(parse_block(payload, lineno, columns=columns, joins=joins))
+                        apply(parse_block(payload, lineno, columns=columns, joins=joins,
+                                          floors=floors() if floors else None))
                         lineno += payload.count(b"\n")
                     else:
-                        pending.append((True, pool.submit(_parse_counted, payload, columns, joins)))
+                        pending.append((True, pool.submit(_parse_counted, payload, columns, joins,
+                                                          floors() if floors else None)))
                         while len(pending) > in_flight:
                             apply_next()
                 elif kind == LONG:
@@ -188,15 +193,16 @@ def session_pool(input_bytes: int) -> Executor | None:
     return fork_pool(cpus)
 
 
-def _parse_counted(data: bytes, columns: str | None, joins: bool) -> bytes:
+def _parse_counted(data: bytes, columns: str | None, joins: bool, floors: tuple | None) -> bytes:
     """:func:`parse_block` in a worker process: ``(lines in the block, items)`` marshalled, line
     numbers counted from the block's start (the reading process makes them the file's: counting
     a block's lines costs about as much as reading it, so it is done here, beside the parsing)."""
-    return marshal.dumps((data.count(b"\n"), parse_block(data, 0, columns=columns, joins=joins)))
+    return marshal.dumps((data.count(b"\n"), parse_block(data, 0, columns=columns, joins=joins, floors=floors)))
 
 
 def parse_block(data: bytes, lineno: int, packed: bool = False, last: bool = False,
-                columns: str | None = None, joins: bool = True) -> Any:
+                columns: str | None = None, joins: bool = True,
+                floors: tuple[float, float, float] | None = None) -> Any:
     """Parses whole lines of session records into items, in line order.
 
     Runs in worker processes for large files, so it only touches its arguments.
@@ -212,6 +218,8 @@ def parse_block(data: bytes, lineno: int, packed: bool = False, last: bool = Fal
             last (:meth:`.session_facts.FactsBuilder.result`; keys ``(rank, role)``),
             every record kept (no ``_ROW`` or ``_BAD_IF_KEPT`` items).
         joins: With ``columns``: keep what joins annotation lines to sessions.
+        floors: With ``columns``: what a session must pass to be kept as a candidate
+            (``FactsBuilder``'s ``floors``).
 
     Returns:
         The items: ``(_ROW, rank, role, fields)`` for a record (``rank`` ``None``
@@ -231,12 +239,12 @@ def parse_block(data: bytes, lineno: int, packed: bool = False, last: bool = Fal
     if columns and not last and b"\n\n" not in data and data[:1] != b"\n":
         # Records as otel_rl writes them, a few Python operations each; a block with
         # anything else (a line that cannot be used) is read again line by line below.
-        builder = FactsBuilder(cold=columns, joins=joins)
+        builder = FactsBuilder(cold=columns, joins=joins, floors=floors)
         if builder.add_lines(lines, lambda rec: _careful(rec, ints), response_length, data,
                              RESPONSE_LENGTH_COUNTERS):
             items = [(_FACTS, builder.result())]
             return marshal.dumps(items) if packed else items
-    builder = FactsBuilder(cold=columns, joins=joins) if columns else None
+    builder = FactsBuilder(cold=columns, joins=joins, floors=floors) if columns else None
     for line in lines:
         lineno += 1
         if not line or line.isspace():
