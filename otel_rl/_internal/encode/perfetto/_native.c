@@ -1520,7 +1520,7 @@ static int span_annotation(Enc *e, Buf *b, const char *name, const Str *span) {
     if (chars < 128 && v.ascii) return annotation_inline(e, b, name, nn, span->s, span->n);
     return annotation_text(e, b, name, nn, span->s, span->n);
 }
-/* interning._scalar of a value that is not a string; 0 written, 1 None (nothing), -1 error. */
+/* interning.scalar_bytes of a value that is not a string; 0 written, 1 None (nothing), -1 error. */
 static int scalar_part(Buf *b, const Val *v) {
     switch (v->k) {
     case V_TRUE: case V_FALSE:

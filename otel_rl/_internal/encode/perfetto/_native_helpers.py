@@ -11,7 +11,7 @@ from typing import Any
 import orjson
 
 from ..track_metadata import rank_and_role as _rank_and_role
-from .interning import _scalar
+from .interning import scalar_bytes
 from .packets import flow_id as _flow_id
 
 __all__ = ["flow_id", "rank_and_role", "scalar_of", "text_of"]
@@ -24,7 +24,7 @@ def text_of(raw: bytes) -> bytes:
 
 def scalar_of(raw: bytes) -> bytes:
     """The value part of a debug annotation holding a list or dict (its raw JSON)."""
-    part = _scalar(orjson.loads(raw))
+    part = scalar_bytes(orjson.loads(raw))
     return part if part is not None else b""
 
 

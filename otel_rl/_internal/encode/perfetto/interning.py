@@ -18,7 +18,7 @@ from typing import Any
 from . import fields as f
 from .wire import VARINT, double_field, length_field, string_field, varint, varint_field
 
-__all__ = ["INLINE_KEYS", "Annotations", "Interner", "LONG_STRING", "annotation_bytes"]
+__all__ = ["INLINE_KEYS", "Annotations", "Interner", "LONG_STRING", "annotation_bytes", "scalar_bytes"]
 
 #: Annotations whose string values are ids seen about once: written in place, never interned.
 INLINE_KEYS = frozenset({"span_id", "parent_span_id"})
@@ -42,7 +42,7 @@ def _entry(iid: int, text: str) -> bytes:
     return varint_field(f.INTERNED_IID, iid) + string_field(f.INTERNED_TEXT, text)
 
 
-def _scalar(value: Any, depth: int = 0) -> bytes | None:
+def scalar_bytes(value: Any, depth: int = 0) -> bytes | None:
     """The value part of a DebugAnnotation written in place (no interning); ``None`` to skip it."""
     kind = type(value)
     if kind is str:
@@ -60,13 +60,13 @@ def _scalar(value: Any, depth: int = 0) -> bytes | None:
     if isinstance(value, (list, tuple)) and depth < _MAX_DEPTH:
         items = []
         for item in value:
-            part = _scalar(item, depth + 1)
+            part = scalar_bytes(item, depth + 1)
             items.append(length_field(f.ANNOTATION_ARRAY_VALUES, part if part is not None else b""))
         return b"".join(items) if items else string_field(f.ANNOTATION_STRING, "[]")
     if isinstance(value, dict) and depth < _MAX_DEPTH:
         entries = []
         for key, item in value.items():
-            part = _scalar(item, depth + 1)
+            part = scalar_bytes(item, depth + 1)
             if part is not None:
                 entries.append(length_field(f.ANNOTATION_DICT_ENTRIES,
                                             string_field(f.ANNOTATION_NAME, str(key)) + part))
@@ -74,7 +74,7 @@ def _scalar(value: Any, depth: int = 0) -> bytes | None:
     if isinstance(value, bool):
         return _TRUE if value else _FALSE
     if isinstance(value, int):
-        return _scalar(int(value), depth)
+        return scalar_bytes(int(value), depth)
     if isinstance(value, float):
         return double_field(f.ANNOTATION_DOUBLE, float(value))
     return string_field(f.ANNOTATION_STRING, str(value))
@@ -126,7 +126,7 @@ class Annotations(dict):
             encoded = annotation_bytes(interner.key(name), interner.string_value(value))
             keep = len(value) <= LONG_STRING
         else:
-            part = _scalar(value)
+            part = scalar_bytes(value)
             if part is None:
                 return b""
             encoded = annotation_bytes(interner.key(name), part)
@@ -271,7 +271,7 @@ class Interner:
         for item in args.items():
             value = item[1]
             if isinstance(value, (list, dict)):
-                part = _scalar(value)
+                part = scalar_bytes(value)
                 if part is not None:
                     parts.append(annotation_bytes(self.key(str(item[0])), part))
             else:
