@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import math
-from array import array
 from collections import defaultdict
 from typing import Any
 
 from .._internal import keys
+from .._internal.read.compiled import merged_runs
 from .._internal.read.session_facts import UNATTRIBUTED
 from ._columns import session_table
 from ._model import RunData
@@ -29,19 +29,6 @@ STAGE_INTERVALS: tuple[tuple[str, str], ...] = (
 )
 
 
-def _floats(raw: bytes) -> array:
-    a = array("d")
-    a.frombytes(raw)
-    return a
-
-
-def _merged(raws: list[bytes]) -> list[float]:
-    """Sorted runs of floats (packed) merged into one sorted list."""
-    values: list[float] = []
-    for raw in raws:
-        values += _floats(raw)
-    values.sort()  # sorted runs: a merge
-    return values
 
 
 def _group_rows(durations: dict[str, list[float]], opened: dict[str, int], with_phase: dict[str, int],
@@ -95,9 +82,9 @@ def phase_breakdown(data: RunData) -> dict[str, Any]:
     by_step = []
     for step in sorted((s for s in groups if s is not None), key=step_sort_key):
         durations, opened, with_phase, shares, unattr, totals = groups[step]
-        by_step.append(dict(step=step, **_group_rows({name: _merged(raws) for name, raws in durations.items()},
-                                                     opened, with_phase, shares, _merged(unattr),
-                                                     _merged(totals))))
+        by_step.append(dict(step=step, **_group_rows({name: merged_runs(raws) for name, raws in durations.items()},
+                                                     opened, with_phase, shares, merged_runs(unattr),
+                                                     merged_runs(totals))))
     # Overall: every group's values merged, counts and share sums added in order of the groups.
     durations_all: dict[str, list[bytes]] = {}
     opened_all: dict[str, int] = defaultdict(int)
@@ -113,8 +100,8 @@ def phase_breakdown(data: RunData) -> dict[str, Any]:
                 target[name] += value
         unattr_all += unattr
         totals_all += totals
-    overall = _group_rows({name: _merged(raws) for name, raws in durations_all.items()}, opened_all, with_all,
-                          shares_all, _merged(unattr_all), _merged(totals_all))
+    overall = _group_rows({name: merged_runs(raws) for name, raws in durations_all.items()}, opened_all, with_all,
+                          shares_all, merged_runs(unattr_all), merged_runs(totals_all))
     return {"unit": "s", "overall": overall, "by_step": by_step}
 
 

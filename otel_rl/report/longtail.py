@@ -9,6 +9,7 @@ from array import array
 from collections import defaultdict
 from typing import Any
 
+from .._internal.read.compiled import merged_runs
 from ._columns import SessionTable, session_table
 from ._model import RunData
 from ._stats import (TAIL_PERCENTILES, clip_high, histogram, pct_key, percentile, quantile_curve, step_sort_key,
@@ -26,33 +27,24 @@ FRACTIONS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 MAX_WORKER_CURVES = 16
 
 
-def _merged(raws: list[bytes]) -> list[float]:
-    """Sorted runs of floats (packed) merged into one sorted list."""
-    values: list[float] = []
-    for raw in raws:
-        a = array("d")
-        a.frombytes(raw)
-        values += a
-    values.sort()  # sorted runs: a merge
-    return values
 
 
 def _step_view(step: Any, groups: dict[str, list[list[bytes]]], threshold: float,
                worker_totals: dict[str, list[list[float]]]) -> dict[str, Any]:
     """One step: ``groups`` per worker ``[submissions, finalizations, totals]``, sorted runs."""
-    submits = {w: _merged(g[0]) for w, g in groups.items()}
-    finals = {w: _merged(g[1]) for w, g in groups.items()}
+    submits = {w: merged_runs(g[0]) for w, g in groups.items()}
+    finals = {w: merged_runs(g[1]) for w, g in groups.items()}
     t0 = min([v[0] for v in submits.values()])
     t1 = max([v[-1] for v in finals.values()])
     span = t1 - t0
-    completion = _merged([raw for g in groups.values() for raw in g[1]])
+    completion = merged_runs([raw for g in groups.values() for raw in g[1]])
     completion = [f - t0 for f in completion]  # still in order: subtracting t0 keeps it
     n = len(completion)
     comp = {pct_key(q): percentile(completion, q) for q in TAIL_PERCENTILES}
     workers = []
     curves = {}
     for worker in sorted(groups):
-        totals = _merged(groups[worker][2])
+        totals = merged_runs(groups[worker][2])
         worker_totals[worker].append(totals)
         done = [f - t0 for f in finals[worker]]
         if len(groups) <= MAX_WORKER_CURVES:
@@ -96,16 +88,16 @@ def _turns(table: SessionTable, n: int) -> dict[str, Any] | None:
     step_count: dict[Any, dict[int, int]] = defaultdict(dict)
     for (step, k), raws in table.bycount.items():
         by_count[k] += raws
-        step_count[step][k] = len(_merged(raws))
+        step_count[step][k] = sum(len(raw) for raw in raws) // 8
     for (step, i), raws in table.turns.items():
         by_turn[i] += raws
-        step_turn[step][i] = _merged(raws)
-    counts = {k: _merged(v) for k, v in by_count.items()}
+        step_turn[step][i] = merged_runs(raws)
+    counts = {k: merged_runs(v) for k, v in by_count.items()}
     return {
         "phase": table.turn_phase,
         "count_distribution": [{"turns": k, "sessions": len(v), "share": len(v) / n}
                                for k, v in sorted(counts.items())],
-        "by_turn": [dict(turn=i, **summarize(_merged(v), presorted=True)) for i, v in sorted(by_turn.items())],
+        "by_turn": [dict(turn=i, **summarize(merged_runs(v), presorted=True)) for i, v in sorted(by_turn.items())],
         "by_turn_count": [dict(turns=k, **summarize(v, presorted=True)) for k, v in sorted(counts.items())],
         "by_step": [{
             "step": step,

@@ -711,6 +711,64 @@ done:
     return out;
 }
 
+/* Sorted runs of doubles (each bytes) merged into one sorted run (bytes): adjacent runs merged
+ * pairwise, the earlier run first among equal values, so the order is the one a stable sort of
+ * the runs laid end to end gives (list.sort). */
+static PyObject *merge_runs(PyObject *self, PyObject *runs) {
+    if (!PyList_CheckExact(runs)) {
+        PyErr_SetString(PyExc_TypeError, "merge_runs() takes a list of bytes");
+        return NULL;
+    }
+    Py_ssize_t r = PyList_GET_SIZE(runs), n = 0;
+    for (Py_ssize_t i = 0; i < r; i++) {
+        PyObject *run = PyList_GET_ITEM(runs, i);
+        if (!PyBytes_Check(run) || PyBytes_GET_SIZE(run) % sizeof(double)) {
+            PyErr_SetString(PyExc_TypeError, "merge_runs() takes runs of doubles as bytes");
+            return NULL;
+        }
+        n += PyBytes_GET_SIZE(run) / (Py_ssize_t)sizeof(double);
+    }
+    PyObject *out = PyBytes_FromStringAndSize(NULL, n * (Py_ssize_t)sizeof(double));
+    double *tmp = out ? PyMem_Malloc((size_t)(n ? n : 1) * sizeof(double)) : NULL;
+    Py_ssize_t *bounds = tmp ? PyMem_Malloc((size_t)(r + 1) * sizeof(Py_ssize_t)) : NULL;
+    if (bounds == NULL) {
+        PyMem_Free(tmp);
+        Py_XDECREF(out);
+        return PyErr_NoMemory();
+    }
+    double *a = (double *)PyBytes_AS_STRING(out), *b = tmp;
+    Py_ssize_t at = 0, m = 0;
+    for (Py_ssize_t i = 0; i < r; i++) {
+        PyObject *run = PyList_GET_ITEM(runs, i);
+        Py_ssize_t len = PyBytes_GET_SIZE(run) / (Py_ssize_t)sizeof(double);
+        if (len == 0) continue;
+        memcpy(a + at, PyBytes_AS_STRING(run), (size_t)len * sizeof(double));
+        bounds[m++] = at;
+        at += len;
+    }
+    bounds[m] = n;
+    while (m > 1) {
+        Py_ssize_t k = 0;
+        for (Py_ssize_t i = 0; i < m; i += 2) {
+            Py_ssize_t lo = bounds[i], mid = bounds[i + 1], hi = i + 2 <= m ? bounds[i + 2] : mid;
+            Py_ssize_t x = lo, y = mid, z = lo;
+            while (x < mid && y < hi) b[z++] = a[y] < a[x] ? a[y++] : a[x++];
+            while (x < mid) b[z++] = a[x++];
+            while (y < hi) b[z++] = a[y++];
+            bounds[k++] = lo;
+        }
+        bounds[k] = n;
+        m = k;
+        double *swap = a;
+        a = b;
+        b = swap;
+    }
+    if (a != (double *)PyBytes_AS_STRING(out)) memcpy(PyBytes_AS_STRING(out), a, (size_t)n * sizeof(double));
+    PyMem_Free(tmp);
+    PyMem_Free(bounds);
+    return out;
+}
+
 static PyObject *configure(PyObject *self, PyObject *args) {
     PyObject *loads, *reason_text, *unattributed, *powers;
     double limit;
@@ -742,6 +800,7 @@ static PyMethodDef methods[] = {
     {"candidates", candidates, METH_VARARGS,
      "candidates(total, done, submit, k, floors=None) -> (top_total, top_done, first_submit): "
      "FactsBuilder.result's lists."},
+    {"merge_runs", merge_runs, METH_O, "merge_runs(runs: list[bytes]) -> bytes: sorted runs of doubles merged."},
     {"configure", configure, METH_VARARGS,
      "configure(loads, reason_text, max_s, unattributed, powers_of_five): what add_lines takes from Python."},
     {NULL, NULL, 0, NULL},

@@ -32,10 +32,8 @@ import orjson
 
 from .checks import ID_TYPES, MAX_S
 
-try:
-    from . import _facts_native as _native
-except ImportError:  # built without a C compiler: the Python loop gives the same facts, slower
-    _native = None
+from .compiled import facts_native as _native
+from .compiled import powers_of_five
 
 __all__ = ["CANDIDATES", "FIRST_OPEN", "TURN_PHASE", "UNATTRIBUTED", "FactsBuilder", "covered_length"]
 
@@ -595,31 +593,5 @@ class FactsBuilder:
         }
 
 
-def _powers_of_five(low: int = -342, high: int = 308) -> bytes:
-    """5^q for q in [low, high] as 128 bits each (high then low 64-bit word, native order): the
-    table of the Eisel-Lemire float parsing algorithm (Lemire, "Number Parsing at a Gigabyte per
-    Second", 2021) that the compiled loop reads JSON floats with, computed here exactly with
-    Python's ints rather than written out: truncated to 128 bits for q >= 0, for q < 0 the
-    reciprocal 2^b / 5^-q rounded up (b chosen so it has 128 bits; past 5^27, computed wider
-    then truncated)."""
-    out = array("Q")
-    for q in range(low, high + 1):
-        if q >= 0:
-            c = 5**q
-            while c < 1 << 127:
-                c <<= 1
-            while c >= 1 << 128:
-                c >>= 1
-        else:
-            p = 5**-q
-            z = p.bit_length()
-            c = (1 << (z + 127 if q >= -27 else 2 * z + 128)) // p + 1
-            while c >= 1 << 128:
-                c >>= 1
-        out.append(c >> 64)
-        out.append(c & 0xFFFF_FFFF_FFFF_FFFF)
-    return out.tobytes()
-
-
 if _native is not None:
-    _native.configure(orjson.loads, reason_text, MAX_S, UNATTRIBUTED, _powers_of_five())
+    _native.configure(orjson.loads, reason_text, MAX_S, UNATTRIBUTED, powers_of_five())
