@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -67,7 +67,7 @@ def summarize(values: Iterable[float], unit: str = "s", scale: float = 1.0,
 
 
 def histogram(values: Sequence[float], bins: int, lo: float | None = None,
-              hi: float | None = None) -> dict[str, Any]:
+              hi: float | None = None, presorted: bool = False) -> dict[str, Any]:
     """Equal-width histogram.
 
     Args:
@@ -75,6 +75,8 @@ def histogram(values: Sequence[float], bins: int, lo: float | None = None,
         bins: Number of bins.
         lo: Lower edge (the minimum by default).
         hi: Upper edge (the maximum by default); values above it land in the last bin.
+        presorted: ``values`` are in ascending order (each bin is then counted by two
+            bisections, not value by value).
 
     Returns:
         ``{"edges": [bins + 1 floats], "counts": [bins ints]}``.
@@ -90,8 +92,13 @@ def histogram(values: Sequence[float], bins: int, lo: float | None = None,
     # lo + bins * width can round to just below hi, leaving the maximum outside
     # the last edge for any reader that bins by the edges (numpy does).
     edges[-1] = hi
-    counts = [0] * bins
     last = bins - 1
+    if presorted:
+        # The same bins as below: bin i holds edges[i] <= v < edges[i + 1], the first also
+        # everything below, the last everything from edges[last] on.
+        cuts = [0] + [bisect_left(values, e) for e in edges[1:bins]] + [len(values)]
+        return {"edges": edges, "counts": [cuts[i + 1] - cuts[i] for i in range(bins)]}
+    counts = [0] * bins
     for v in values:
         # Placed by the edges reported, not by (v - lo) / width: a value on an
         # edge must land where a reader of the edges expects (bins are half

@@ -145,7 +145,7 @@ def _response_length(table: SessionTable, bins: int) -> dict[str, Any] | None:
     stats = summarize(ordered, unit="tokens", presorted=True)
     return {
         "sessions": len(lengths), **stats,
-        "histogram": histogram(lengths, bins, 0.0, clip_high(ordered)),
+        "histogram": histogram(ordered, bins, 0.0, clip_high(ordered), presorted=True),
         "correlation_with_duration": _pearson(lengths, totals),
         "by_step": [{"step": s, "sessions": len(v), "avg_tokens": math.fsum(v) / len(v), "max_tokens": max(v)}
                     for s, v in sorted(by_step.items(), key=lambda kv: step_sort_key(kv[0]))],
