@@ -25,7 +25,7 @@ static double max_s = 0.0;
 
 static PyObject *k_session_id, *k_rank, *k_role, *k_status, *k_submit_ts, *k_finalized_ts, *k_total_s,
     *k_step, *k_phases, *k_counters, *k_task_id, *k_span_id, *k_trace_id, *k_start_ts, *k_end_ts,
-    *k_global_step, *k_reason, *k_line, *k_seen, *k_flush, *k_add;
+    *k_global_step, *k_reason, *k_line, *k_seen, *k_add;
 
 static const char OPEN_MARK[] = "\"end_ts\":null";
 
@@ -172,8 +172,47 @@ static PyObject *step_group(PyObject *phase, PyObject *sp) {
 
 typedef struct {
     PyObject *builder, *keys, *statuses, *steps, *reasons, *phase, *dgroups, *tokens_by, *turns, *bycount,
-        *turn, *rows, *careful, *tokens_of, *counter_names;
+        *turn, *careful, *tokens_of, *counter_names;
+    /* The builder's list columns (appended to as records are taken; lines: NULL unless kept)... */
+    PyObject *col_submit, *col_finals, *ids, *tasks, *span_ids, *lines;
+    /* ...and its array columns, gathered here and handed over by flush_rows. */
+    unsigned short *keys_buf, *status_buf;
+    double *finalized_buf, *total_buf, *ready_buf;
+    Py_ssize_t nrows, rows_cap;
 } State;
+
+static int rows_push(State *st, PyObject *k, PyObject *stx, double finalized, double total, double ready) {
+    long kv = PyLong_AsLong(k), sv = PyLong_AsLong(stx);
+    if ((kv == -1 || sv == -1) && PyErr_Occurred()) return -1;
+    if (kv < 0 || kv > 65535 || sv < 0 || sv > 65535) {
+        PyErr_SetString(PyExc_OverflowError, "unsigned short is greater than maximum"); /* as array("H") says */
+        return -1;
+    }
+    if (st->nrows == st->rows_cap) {
+        Py_ssize_t cap = st->rows_cap ? st->rows_cap * 2 : 1024;
+        void *bufs[5] = {st->keys_buf, st->status_buf, st->finalized_buf, st->total_buf, st->ready_buf};
+        size_t sizes[5] = {sizeof(unsigned short), sizeof(unsigned short), sizeof(double), sizeof(double),
+                           sizeof(double)};
+        for (int i = 0; i < 5; i++) {
+            void *grown = PyMem_Realloc(bufs[i], (size_t)cap * sizes[i]);
+            if (grown == NULL) {
+                PyErr_NoMemory();
+                return -1;
+            }
+            bufs[i] = grown;
+        }
+        st->keys_buf = bufs[0], st->status_buf = bufs[1], st->finalized_buf = bufs[2];
+        st->total_buf = bufs[3], st->ready_buf = bufs[4];
+        st->rows_cap = cap;
+    }
+    Py_ssize_t i = st->nrows++;
+    st->keys_buf[i] = (unsigned short)kv;
+    st->status_buf[i] = (unsigned short)sv;
+    st->finalized_buf[i] = finalized;
+    st->total_buf[i] = total;
+    st->ready_buf[i] = ready;
+    return 0;
+}
 
 /* sessions.response_length(counters) when counter_names are its names: the first of them
  * that counters holds as an int or a float. A new reference (None when none is). */
@@ -197,10 +236,17 @@ static PyObject *tokens_in(State *st, PyObject *counters) {
 /* Status codes of one record. */
 enum { REC_OK = 0, REC_FALSE = 1, REC_ERROR = -1 };
 
+/* The array columns gathered so far, handed to FactsBuilder._flush_columns. */
 static int flush_rows(State *st) {
-    if (PyList_GET_SIZE(st->rows) == 0) return 0;
-    PyObject *r = PyObject_CallMethodOneArg(st->builder, k_flush, st->rows);
+    if (st->nrows == 0) return 0;
+    Py_ssize_t n = st->nrows;
+    PyObject *r = PyObject_CallMethod(
+        st->builder, "_flush_columns", "y#y#y#y#y#", (const char *)st->keys_buf, n * (Py_ssize_t)sizeof(unsigned short),
+        (const char *)st->status_buf, n * (Py_ssize_t)sizeof(unsigned short), (const char *)st->finalized_buf,
+        n * (Py_ssize_t)sizeof(double), (const char *)st->total_buf, n * (Py_ssize_t)sizeof(double),
+        (const char *)st->ready_buf, n * (Py_ssize_t)sizeof(double));
     Py_XDECREF(r);
+    st->nrows = 0;
     return r == NULL ? -1 : 0;
 }
 
@@ -251,7 +297,7 @@ static int add_record(State *st, Rec *r, PyObject *line, Pairs *spans, int *seen
     PyObject *status = r->status, *submit = r->submit, *finalized = r->finalized, *total = r->total;
     double total_v = PyFloat_AS_DOUBLE(total);
     int rc = REC_ERROR;
-    PyObject *key = NULL, *k = NULL, *stx = NULL, *sp = NULL, *row = NULL, *ready = NULL, *why = NULL,
+    PyObject *key = NULL, *k = NULL, *stx = NULL, *sp = NULL, *ready = NULL, *why = NULL,
              *reason_str = NULL, *gkey = NULL, *unattributed = NULL;
 
     if (r->role != Py_None && !PyUnicode_CheckExact(r->role)) return REC_FALSE;
@@ -346,8 +392,11 @@ static int add_record(State *st, Rec *r, PyObject *line, Pairs *spans, int *seen
         Py_INCREF(ready);
     }
     if (ready == NULL) goto done;
-    row = PyTuple_Pack(10, k, stx, finalized, total, submit, r->sid, r->task_id, r->span_id, ready, line);
-    if (row == NULL || PyList_Append(st->rows, row) < 0) goto done;
+    if (rows_push(st, k, stx, PyFloat_AS_DOUBLE(finalized), total_v, PyFloat_AS_DOUBLE(ready)) < 0
+        || PyList_Append(st->col_submit, submit) < 0 || PyList_Append(st->col_finals, finalized) < 0
+        || PyList_Append(st->ids, r->sid) < 0 || PyList_Append(st->tasks, r->task_id) < 0
+        || PyList_Append(st->span_ids, r->span_id) < 0 || (st->lines && PyList_Append(st->lines, line) < 0))
+        goto done;
     unattributed = PyFloat_FromDouble(unattributed_v);
     if (unattributed == NULL || PyList_Append(unattr, unattributed) < 0) goto done;
     if (positive && append_to(shares, unattributed_name, PyFloat_FromDouble(unattributed_v / total_v)) < 0)
@@ -412,7 +461,6 @@ done:
     Py_XDECREF(k);
     Py_XDECREF(stx);
     Py_XDECREF(sp);
-    Py_XDECREF(row);
     Py_XDECREF(ready);
     Py_XDECREF(why);
     Py_XDECREF(reason_str);
@@ -507,18 +555,25 @@ static PyObject *add_lines(PyObject *self, PyObject *args) {
     Pairs spans = {0};
     Rec rec = {0};
     int seen = 0, ids_ok = 1;
-    const char *names[] = {"keys", "statuses", "steps", "reasons", "phase", "dgroups", "tokens", "turns",
-                           "bycount", "turn_phase"};
-    PyObject **slots[] = {&st.keys, &st.statuses, &st.steps, &st.reasons, &st.phase, &st.dgroups,
-                          &st.tokens_by, &st.turns, &st.bycount, &st.turn};
-    for (int i = 0; i < 10; i++)
+    enum { TABLES = 9, SLOTS = 16 };
+    const char *names[SLOTS] = {"keys", "statuses", "steps", "reasons", "phase", "dgroups", "tokens", "turns",
+                                "bycount", "turn_phase", "col_submit", "col_finals", "ids", "tasks", "span_ids",
+                                "lines"};
+    PyObject **slots[SLOTS] = {&st.keys, &st.statuses, &st.steps, &st.reasons, &st.phase, &st.dgroups,
+                               &st.tokens_by, &st.turns, &st.bycount, &st.turn, &st.col_submit, &st.col_finals,
+                               &st.ids, &st.tasks, &st.span_ids, &st.lines};
+    for (int i = 0; i < SLOTS; i++)
         if ((*slots[i] = get_attr(st.builder, names[i])) == NULL) goto done;
-    for (int i = 0; i < 9; i++)
-        if (!PyDict_CheckExact(*slots[i])) {
-            PyErr_SetString(PyExc_TypeError, "FactsBuilder tables must be dicts");
+    for (int i = 0; i < SLOTS; i++)
+        if (i < TABLES ? !PyDict_CheckExact(*slots[i]) : i >= 10 && !PyList_CheckExact(*slots[i])) {
+            PyErr_SetString(PyExc_TypeError, "FactsBuilder tables must be dicts, its columns lists");
             goto done;
         }
-    if ((st.rows = PyList_New(0)) == NULL) goto done;
+    PyObject *keep = PyObject_GetAttrString(st.builder, "keep_cold");
+    int keep_lines = keep ? PyObject_IsTrue(keep) : -1;
+    Py_XDECREF(keep);
+    if (keep_lines < 0) goto done;
+    if (!keep_lines) Py_CLEAR(st.lines);
     Py_ssize_t n = PyList_GET_SIZE(lines);
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *line = PyList_GET_ITEM(lines, i);
@@ -555,8 +610,12 @@ done:
     PyMem_Free(rec.phases);
     PyMem_Free(spans.items);
     Py_XDECREF(last_sp);
-    Py_XDECREF(st.rows);
-    for (int i = 0; i < 10; i++) Py_XDECREF(*slots[i]);
+    PyMem_Free(st.keys_buf);
+    PyMem_Free(st.status_buf);
+    PyMem_Free(st.finalized_buf);
+    PyMem_Free(st.total_buf);
+    PyMem_Free(st.ready_buf);
+    for (int i = 0; i < SLOTS; i++) Py_XDECREF(*slots[i]);
     Py_XINCREF(result);
     return result;
 }
@@ -818,7 +877,7 @@ PyMODINIT_FUNC PyInit__facts_native(void) {
         {&k_step, "step"}, {&k_phases, "phases"}, {&k_counters, "counters"}, {&k_task_id, "task_id"},
         {&k_span_id, "span_id"}, {&k_trace_id, "trace_id"}, {&k_start_ts, "start_ts"}, {&k_end_ts, "end_ts"},
         {&k_global_step, "global_step"}, {&k_reason, "reason"}, {&k_line, "line"}, {&k_seen, "seen"},
-        {&k_flush, "_flush"}, {&k_add, "add"},
+        {&k_add, "add"},
     };
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
         if ((*names[i].slot = PyUnicode_InternFromString(names[i].text)) == NULL) return NULL;

@@ -508,6 +508,18 @@ class FactsBuilder:
             return False
         return True
 
+    def _flush_columns(self, keys: bytes, statuses: bytes, finalized: bytes, total: bytes, ready: bytes) -> None:
+        """Appends the array columns of finished sessions the compiled loop gathered (packed as the
+        arrays hold them; it appends to the list columns itself)."""
+        n = len(total) // 8
+        self.col_key.frombytes(keys)
+        self.col_status.frombytes(statuses)
+        self.col_finalized.frombytes(finalized)
+        self.col_total.frombytes(total)
+        self.col_ready.frombytes(ready)
+        self.done += b"\x01" * n
+        self.finalized_n += n
+
     def _flush(self, rows: list[tuple]) -> None:
         """Appends the columns of finished sessions held as rows by :meth:`add_lines` (and clears them)."""
         if not rows:
