@@ -828,6 +828,35 @@ static PyObject *merge_runs(PyObject *self, PyObject *runs) {
     return out;
 }
 
+/* (min, max) of the items of two lists that are not None, as min() and max() of them laid end
+ * to end give them (the first of equal ones); (None, None) when there are none. */
+static PyObject *extent(PyObject *self, PyObject *args) {
+    PyObject *lists[2], *lo = NULL, *hi = NULL;
+    if (!PyArg_ParseTuple(args, "O!O!", &PyList_Type, &lists[0], &PyList_Type, &lists[1])) return NULL;
+    for (int l = 0; l < 2; l++)
+        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(lists[l]); i++) {
+            PyObject *v = PyList_GET_ITEM(lists[l], i);
+            if (v == Py_None) continue;
+            if (lo == NULL) {
+                lo = hi = v;
+                continue;
+            }
+            int below, above;
+            if (PyFloat_CheckExact(v) && PyFloat_CheckExact(lo) && PyFloat_CheckExact(hi)) {
+                below = PyFloat_AS_DOUBLE(v) < PyFloat_AS_DOUBLE(lo);
+                above = PyFloat_AS_DOUBLE(v) > PyFloat_AS_DOUBLE(hi);
+            } else {
+                below = PyObject_RichCompareBool(v, lo, Py_LT);
+                above = below < 0 ? -1 : PyObject_RichCompareBool(v, hi, Py_GT);
+                if (below < 0 || above < 0) return NULL;
+            }
+            if (below) lo = v;
+            if (above) hi = v;
+        }
+    if (lo == NULL) return Py_BuildValue("(OO)", Py_None, Py_None);
+    return PyTuple_Pack(2, lo, hi);
+}
+
 static PyObject *configure(PyObject *self, PyObject *args) {
     PyObject *loads, *reason_text, *unattributed, *powers;
     double limit;
@@ -860,6 +889,7 @@ static PyMethodDef methods[] = {
      "candidates(total, done, submit, k, floors=None) -> (top_total, top_done, first_submit): "
      "FactsBuilder.result's lists."},
     {"merge_runs", merge_runs, METH_O, "merge_runs(runs: list[bytes]) -> bytes: sorted runs of doubles merged."},
+    {"extent", extent, METH_VARARGS, "extent(a, b) -> (min, max) of the items of both lists that are not None."},
     {"configure", configure, METH_VARARGS,
      "configure(loads, reason_text, max_s, unattributed, powers_of_five): what add_lines takes from Python."},
     {NULL, NULL, 0, NULL},

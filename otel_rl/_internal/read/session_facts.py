@@ -559,8 +559,12 @@ class FactsBuilder:
             top_total = sorted(with_total, key=total.__getitem__, reverse=True)[:k]
             top_done = sorted(done, key=total.__getitem__, reverse=True)[:k]
             first = sorted(first, key=submit.__getitem__)[:k]
-        times = [t for t in submit if t is not None]
-        times += [t for t in self.col_finals if t is not None]
+        if _native is not None:
+            tmin, tmax = _native.extent(submit, self.col_finals)
+        else:
+            times = [t for t in submit if t is not None]
+            times += [t for t in self.col_finals if t is not None]
+            tmin, tmax = min(times, default=None), max(times, default=None)
         by_key: dict[int, list] = {}  # (submissions, finalizations) of each group, per key
         dgroups = {}
         for g, (s, f, t, spans) in self.dgroups.items():
@@ -586,8 +590,7 @@ class FactsBuilder:
             "span_ids": pack_span_ids(self.span_ids) if self.joins else None,
             "ready": self.col_ready.tobytes() if self.joins else None,
             "reasons": [(status, reason, n) for (status, reason), n in self.reasons.items()], "cold": cold, "done": bytes(self.done),
-            "finalized_n": self.finalized_n, "tmin": min(times, default=None),
-            "tmax": max(times, default=None), "exact": self.exact,
+            "finalized_n": self.finalized_n, "tmin": tmin, "tmax": tmax, "exact": self.exact,
             "phase": phase, "dgroups": dgroups,
             "comps": {key: _native.components(groups) if _native is not None else
                       array("d", _components([p for s, f in groups for p in zip(s, f)])).tobytes()

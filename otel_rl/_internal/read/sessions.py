@@ -236,9 +236,9 @@ def parse_block(data: bytes, lineno: int, packed: bool = False, last: bool = Fal
     lines = [data] if last else data.split(b"\n")
     if not last:
         lines.pop()
-    if columns and not last and b"\n\n" not in data and data[:1] != b"\n":
+    if columns and not last:
         # Records as otel_rl writes them, a few Python operations each; a block with
-        # anything else (a line that cannot be used) is read again line by line below.
+        # anything else (a line that cannot be used, a blank one) is read again line by line below.
         builder = FactsBuilder(cold=columns, joins=joins, floors=floors)
         if builder.add_lines(lines, lambda rec: _careful(rec, ints), response_length, data,
                              RESPONSE_LENGTH_COUNTERS):
