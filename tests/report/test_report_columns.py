@@ -351,3 +351,24 @@ def test_blocks_parsed_past_the_candidate_floors_give_the_report_of_every_row(ru
     kept = _doc(data, outliers=10, timeline_limit=20, gantt_limit=50)
     full = _doc(_from_rows(report.load(run)), outliers=10, timeline_limit=20, gantt_limit=50)
     assert kept == full
+
+
+def test_files_read_by_workers_in_byte_ranges_give_the_report_and_diagnostics_read_here(run, monkeypatch):
+    from otel_rl._internal.read import ranges
+
+    here = _load.load_run(run)
+    monkeypatch.setattr(ranges, "CHUNK", 50_000)  # every file in tens of ranges, a damaged one among them
+    monkeypatch.setattr(ranges, "WINDOW", 20_000)
+    monkeypatch.setattr(_load, "session_pool", lambda total: session_reader.session_pool(1 << 40))
+    cut = []  # the ranges the workers read themselves
+    real = ranges.line_ranges
+    monkeypatch.setattr(session_reader, "line_ranges", lambda path: cut.append(real(path)) or cut[-1])
+    pool = session_reader.session_pool(1 << 40)
+    if pool is None:
+        pytest.skip("worker processes are forked only from a single-threaded process on Linux")
+    pool.shutdown()
+    by_workers = _load.load_run(run)
+    assert _doc(by_workers) == _doc(here)
+    assert by_workers.diagnostics.to_dict() == here.diagnostics.to_dict()
+    assert len(cut) == 3 and all(len(blocks) > 20 for blocks, _rest in cut)
+    assert here.diagnostics.malformed  # damaged lines, named by their line in the file

@@ -32,8 +32,9 @@ from .limits import InputLimits, long_line_message
 from .lines import BLOCK, LONG, line_blocks
 from .packed import pack, pack_details
 from .pool import fork_pool, idle_cpus
+from .ranges import WINDOW, line_ranges, read_range
 from .session_facts import FactsBuilder, reason_text
-from .source import open_input
+from .source import CHUNK, open_input
 
 __all__ = ["PARALLEL_BYTES", "RESPONSE_LENGTH_COUNTERS", "parse_block", "read_session_records", "record_fields",
            "response_length", "session_pool"]
@@ -148,8 +149,20 @@ def read_session_records(path: str, limits: InputLimits, problems: LineProblems,
             lineno += 1
             problems.bad_line(path, lineno, long_line_message(job, limits))
 
+    # Workers read their blocks themselves where every block is sure to hold only lines within the bound.
+    ranges = line_ranges(path) if pool is not None and limits.max_line_bytes >= CHUNK + WINDOW else None
     with open_input(path, limits, on_read) as f:
         try:
+            if ranges is not None:
+                blocks, rest = ranges
+                for start, end in blocks:
+                    if on_read is not None:
+                        on_read(end - start)
+                    pending.append((True, pool.submit(_parse_range, path, start, end, columns, joins,  # type: ignore[union-attr]
+                                                      floors() if floors else None)))
+                    while len(pending) > in_flight:
+                        apply_next()
+                f.skip_to(rest)
             for kind, payload in line_blocks(f, limits.max_line_bytes):
                 if kind == BLOCK:
                     if pool is None:
@@ -191,6 +204,11 @@ def session_pool(input_bytes: int) -> Executor | None:
     if input_bytes < PARALLEL_BYTES or cpus < 2:
         return None
     return fork_pool(cpus)
+
+
+def _parse_range(path: str, start: int, end: int, columns: str | None, joins: bool, floors: tuple | None) -> bytes:
+    """:func:`_parse_counted` over the lines of a byte range of a file, read in the worker (:mod:`.ranges`)."""
+    return _parse_counted(read_range(path, start, end), columns, joins, floors)
 
 
 def _parse_counted(data: bytes, columns: str | None, joins: bool, floors: tuple | None) -> bytes:

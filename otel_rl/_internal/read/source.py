@@ -72,6 +72,12 @@ class InputFile:
             self._on_read(len(data))
         return data
 
+    def skip_to(self, offset: int) -> None:
+        """On to ``offset`` of an uncompressed file (what is skipped was read by others)."""
+        if self._bound is not None:
+            raise ValueError("a compressed input is read from its start")
+        self._file.seek(offset)
+
     def rewind(self) -> None:
         """Back to the start (the decompression count starts again)."""
         self._file.seek(0)
