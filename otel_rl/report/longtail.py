@@ -9,7 +9,7 @@ from array import array
 from collections import defaultdict
 from typing import Any
 
-from .._internal.read.compiled import merged_runs
+from .._internal.read.compiled import facts_native, merged_runs
 from ._columns import SessionTable, session_table
 from ._model import RunData
 from ._stats import (TAIL_PERCENTILES, clip_high, histogram, pct_key, percentile, quantile_curve, step_sort_key,
@@ -112,6 +112,10 @@ def _pearson(xs: list[float], ys: list[float]) -> float | None:
     n = len(xs)
     if n < 3:
         return None
+    if facts_native is not None:  # the same operations, without a float object per value
+        r = facts_native.pearson(xs, ys)
+        if r is not NotImplemented:
+            return r
     mx = math.fsum(xs) / n
     my = math.fsum(ys) / n
     dx = [x - mx for x in xs]

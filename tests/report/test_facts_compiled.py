@@ -100,3 +100,20 @@ def test_json_numbers_read_as_python_reads_them():
     assert scan(b"123456789012345678") == 123456789012345678 and scan(b"-0") == 0
     for other in (b"01", b"1.", b".5", b"-", b"1e", b"+1", b"1e+", b"0x10", b"1234567890123456789", b"NaN"):
         assert scan(other) is None, other
+
+
+def test_the_compiled_correlation_is_the_python_one_to_the_last_digit(monkeypatch):
+    from otel_rl.report import longtail
+
+    rng = random.Random(5)
+    answers = []
+    for trial in range(200):
+        n = rng.randint(3, 2000)
+        xs = [rng.choice((rng.random() * 1e3, float(rng.randint(0, 900)), rng.lognormvariate(0, 3))) for _ in range(n)]
+        ys = [1.0] * n if trial % 7 == 0 else [x * rng.random() + rng.gauss(0, 1e-3 if trial % 3 else 1e6) for x in xs]
+        compiled = session_facts._native.pearson(xs, ys)
+        monkeypatch.setattr(longtail, "facts_native", None)
+        assert compiled == longtail._pearson(xs, ys)
+        monkeypatch.undo()
+        answers.append(compiled)
+    assert None in answers and len({type(a) for a in answers}) == 2  # constant durations: no correlation

@@ -857,6 +857,121 @@ static PyObject *extent(PyObject *self, PyObject *args) {
     return PyTuple_Pack(2, lo, hi);
 }
 
+/* Exactly rounded sums (Shewchuk's partials, as math.fsum): the sum of the values added,
+ * correctly rounded, whatever their order. finite is cleared by a value or partial that is not. */
+typedef struct {
+    double *p;
+    Py_ssize_t n, cap;
+    int finite;
+} ExactSum;
+
+static int exact_add(ExactSum *s, double x) {
+    if (!isfinite(x)) {
+        s->finite = 0;
+        return 0;
+    }
+    Py_ssize_t i = 0;
+    for (Py_ssize_t j = 0; j < s->n; j++) {
+        double y = s->p[j];
+        if (fabs(x) < fabs(y)) {
+            double t = x;
+            x = y;
+            y = t;
+        }
+        double hi = x + y, lo = y - (hi - x);
+        if (lo != 0.0) s->p[i++] = lo;
+        x = hi;
+    }
+    s->n = i;
+    if (x != 0.0) {
+        if (!isfinite(x)) {
+            s->finite = 0;
+            return 0;
+        }
+        if (s->n == s->cap) {
+            Py_ssize_t cap = s->cap ? s->cap * 2 : 32;
+            double *p = PyMem_Realloc(s->p, (size_t)cap * sizeof(double));
+            if (p == NULL) {
+                PyErr_NoMemory();
+                return -1;
+            }
+            s->p = p;
+            s->cap = cap;
+        }
+        s->p[s->n++] = x;
+    }
+    return 0;
+}
+
+static double exact_total(ExactSum *s) {
+    Py_ssize_t n = s->n;
+    double hi = 0.0, lo = 0.0, x, y;
+    if (n > 0) {
+        hi = s->p[--n];
+        while (n > 0) {
+            x = hi;
+            y = s->p[--n];
+            hi = x + y;
+            lo = y - (hi - x);
+            if (lo != 0.0) break;
+        }
+        if (n > 0 && ((lo < 0.0 && s->p[n - 1] < 0.0) || (lo > 0.0 && s->p[n - 1] > 0.0))) {
+            y = lo * 2.0;
+            x = hi + y;
+            if (y == x - hi) hi = x;
+        }
+    }
+    return hi;
+}
+
+/* longtail._pearson over two lists of floats of the same length (at least 3): the same
+ * operations, sums exactly rounded as math.fsum rounds them. None when the Python function
+ * answers None, NotImplemented where a value is not finite (the caller then runs it). */
+static PyObject *pearson(PyObject *self, PyObject *args) {
+    PyObject *xs_obj, *ys_obj, *out = NULL;
+    if (!PyArg_ParseTuple(args, "O!O!", &PyList_Type, &xs_obj, &PyList_Type, &ys_obj)) return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(xs_obj);
+    if (PyList_GET_SIZE(ys_obj) != n || n < 3) Py_RETURN_NOTIMPLEMENTED;
+    double *xs = PyMem_Malloc((size_t)n * 2 * sizeof(double)), *ys = xs ? xs + n : NULL;
+    ExactSum a = {NULL, 0, 0, 1}, b = {NULL, 0, 0, 1}, c = {NULL, 0, 0, 1};
+    if (xs == NULL) return PyErr_NoMemory();
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *x = PyList_GET_ITEM(xs_obj, i), *y = PyList_GET_ITEM(ys_obj, i);
+        if (!PyFloat_CheckExact(x) || !PyFloat_CheckExact(y)) {
+            out = Py_NotImplemented;
+            Py_INCREF(out);
+            goto done;
+        }
+        xs[i] = PyFloat_AS_DOUBLE(x);
+        ys[i] = PyFloat_AS_DOUBLE(y);
+        if (exact_add(&a, xs[i]) < 0 || exact_add(&b, ys[i]) < 0) goto done;
+    }
+    double mx = exact_total(&a) / (double)n, my = exact_total(&b) / (double)n;
+    a.n = b.n = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        double dx = xs[i] - mx, dy = ys[i] - my;
+        if (exact_add(&a, dx * dx) < 0 || exact_add(&b, dy * dy) < 0 || exact_add(&c, dx * dy) < 0) goto done;
+    }
+    if (!(a.finite && b.finite && c.finite)) {
+        out = Py_NotImplemented;
+        Py_INCREF(out);
+        goto done;
+    }
+    double sxx = exact_total(&a), syy = exact_total(&b);
+    if (sxx <= 0 || syy <= 0) {
+        out = Py_None;
+        Py_INCREF(out);
+        goto done;
+    }
+    out = PyFloat_FromDouble(exact_total(&c) / sqrt(sxx * syy));
+done:
+    PyMem_Free(xs);
+    PyMem_Free(a.p);
+    PyMem_Free(b.p);
+    PyMem_Free(c.p);
+    return out;
+}
+
 static PyObject *configure(PyObject *self, PyObject *args) {
     PyObject *loads, *reason_text, *unattributed, *powers;
     double limit;
@@ -890,6 +1005,7 @@ static PyMethodDef methods[] = {
      "FactsBuilder.result's lists."},
     {"merge_runs", merge_runs, METH_O, "merge_runs(runs: list[bytes]) -> bytes: sorted runs of doubles merged."},
     {"extent", extent, METH_VARARGS, "extent(a, b) -> (min, max) of the items of both lists that are not None."},
+    {"pearson", pearson, METH_VARARGS, "pearson(xs, ys) -> float | None | NotImplemented: longtail._pearson."},
     {"configure", configure, METH_VARARGS,
      "configure(loads, reason_text, max_s, unattributed, powers_of_five): what add_lines takes from Python."},
     {NULL, NULL, 0, NULL},
