@@ -223,10 +223,12 @@ class SessionTable:
         pick = heapq.nsmallest if which == "first_submit" else heapq.nlargest
         return [ids[j] for j in pick(k, range(len(ids)), key=values.__getitem__)]
 
-    def done_indices(self) -> Iterator[int]:
+    def done_indices(self) -> list[int]:
         """Indices of the finished sessions (a total, a submission and a finalization), in order."""
+        done: list[int] = []
         for b in self.blocks:
-            yield from compress(range(b.start, b.start + b.n), b.done)
+            done += compress(range(b.start, b.start + b.n), b.done)
+        return done
 
     def scatter_point(self, i: int) -> tuple[float, float, str, str, Any]:
         """``(finalized, total, status, worker, session_id)`` of a session, without reading it back whole."""

@@ -9,6 +9,7 @@ from array import array
 from collections import defaultdict
 from typing import Any
 
+from .._internal.read.compiled import facts_native, merged_runs
 from ._columns import SessionTable, session_table
 from ._model import RunData, SessionRow
 from ._stats import clip_high, percentile, step_sort_key
@@ -51,10 +52,8 @@ def _floats(raws: list[bytes]) -> list[float]:
 def _worker_usage(groups: list[list[bytes]], comps: list[bytes]) -> dict[str, Any]:
     """A worker's usage from its sessions' sorted submissions, finalizations and durations
     (``groups``), and the unions of their intervals a block at a time (``comps``)."""
-    starts = _floats(groups[0])
-    ends = _floats(groups[1])
-    starts.sort()  # sorted runs: a merge
-    ends.sort()
+    starts = merged_runs(groups[0])
+    ends = merged_runs(groups[1])
     start = starts[0]
     end = ends[-1]
     # The union of every interval: the blocks' unions merged again (the same components).
@@ -74,16 +73,19 @@ def _worker_usage(groups: list[list[bytes]], comps: list[bytes]) -> dict[str, An
     window = end - start
     # Peak concurrency: merge the sorted submissions and finalizations (an end at the
     # same instant as a start comes first).
-    running = peak = 0
-    j = 0
     n = len(ends)
-    for s in starts:
-        while j < n and ends[j] <= s:
-            running -= 1
-            j += 1
-        running += 1
-        if running > peak:
-            peak = running
+    if facts_native is not None:
+        peak = facts_native.peak_concurrency(starts, ends)
+    else:
+        running = peak = 0
+        j = 0
+        for s in starts:
+            while j < n and ends[j] <= s:
+                running -= 1
+                j += 1
+            running += 1
+            if running > peak:
+                peak = running
     total = math.fsum(_floats(groups[3]))
     gaps = heapq.nlargest(GAPS_LISTED, gaps, key=lambda g: g[1])
     return {
@@ -194,12 +196,20 @@ def lifecycle(data: RunData, gantt_limit: int = DEFAULT_GANTT_LIMIT, bins: int =
     # Scatter: the slowest fifth of the budget, then an even sample of the rest.
     if n_done > scatter_limit:
         top = table.largest(scatter_limit // 5)
-        picked = set(top)
-        rest = [i for i in table.done_indices() if i not in picked]
-        stride = len(rest) / (scatter_limit - len(top))
-        chosen = top + [rest[int(i * stride)] for i in range(scatter_limit - len(top))]
+        done = table.done_indices()
+        # The rest (the finished sessions not in top) sampled without being listed: its p-th
+        # element is done's (p + k)-th, k the number of top's positions in done up to there.
+        skipped = sorted({bisect.bisect_left(done, i) for i in top})
+        stride = (len(done) - len(skipped)) / (scatter_limit - len(top))
+        chosen = list(top)
+        k = 0
+        for i in range(scatter_limit - len(top)):
+            p = int(i * stride)
+            while k < len(skipped) and skipped[k] <= p + k:
+                k += 1
+            chosen.append(done[p + k])
     else:
-        chosen = list(table.done_indices())
+        chosen = table.done_indices()
     points = sorted(map(table.scatter_point, chosen), key=lambda p: p[0])
     return {
         "t0": t0,

@@ -117,3 +117,20 @@ def test_the_compiled_correlation_is_the_python_one_to_the_last_digit(monkeypatc
         monkeypatch.undo()
         answers.append(compiled)
     assert None in answers and len({type(a) for a in answers}) == 2  # constant durations: no correlation
+
+
+def test_the_compiled_peak_concurrency_counts_a_finalization_at_a_submission_instant_first():
+    from array import array
+
+    rng = random.Random(9)
+    for _ in range(200):
+        spans = [(s := rng.choice((rng.random() * 100, float(rng.randint(0, 20)))), s + rng.choice((0.0, rng.random() * 10)))
+                 for _ in range(rng.randint(1, 300))]
+        starts, ends = sorted(s for s, _ in spans), sorted(e for _, e in spans)
+        running = peak = j = 0
+        for s in starts:
+            while j < len(ends) and ends[j] <= s:
+                running, j = running - 1, j + 1
+            running += 1
+            peak = max(peak, running)
+        assert session_facts._native.peak_concurrency(array("d", starts), array("d", ends)) == peak

@@ -372,3 +372,19 @@ def test_files_read_by_workers_in_byte_ranges_give_the_report_and_diagnostics_re
     assert by_workers.diagnostics.to_dict() == here.diagnostics.to_dict()
     assert len(cut) == 3 and all(len(blocks) > 20 for blocks, _rest in cut)
     assert here.diagnostics.malformed  # damaged lines, named by their line in the file
+
+
+def test_the_scatter_holds_the_slowest_then_an_even_sample_of_the_other_finished_sessions(run):
+    from otel_rl.report.lifecycle import lifecycle
+
+    data = _load.load_run(run, every_row=False)
+    table = data.sessions.table
+    limit = 500
+    top = table.largest(limit // 5)
+    rest = [i for i in table.done_indices() if i not in set(top)]
+    stride = len(rest) / (limit - len(top))
+    chosen = top + [rest[int(i * stride)] for i in range(limit - len(top))]
+    expected = sorted(map(table.scatter_point, chosen), key=lambda p: p[0])
+    scatter = lifecycle(data, scatter_limit=limit)["scatter"]
+    assert scatter["shown"] == limit and len(rest) > 10 * limit
+    assert list(zip(scatter["worker"], scatter["session_id"])) == [(p[3], p[4]) for p in expected]

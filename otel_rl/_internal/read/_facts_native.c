@@ -972,6 +972,26 @@ done:
     return out;
 }
 
+/* The most sessions running at once, from their sorted submissions and finalizations (both
+ * arrays of doubles; a finalization at the instant of a submission comes first). */
+static PyObject *peak_concurrency(PyObject *self, PyObject *args) {
+    Py_buffer starts, ends;
+    if (!PyArg_ParseTuple(args, "y*y*", &starts, &ends)) return NULL;
+    const double *s = starts.buf, *e = ends.buf;
+    Py_ssize_t ns = starts.len / (Py_ssize_t)sizeof(double), ne = ends.len / (Py_ssize_t)sizeof(double);
+    Py_ssize_t running = 0, peak = 0, j = 0;
+    for (Py_ssize_t i = 0; i < ns; i++) {
+        while (j < ne && e[j] <= s[i]) {
+            running--;
+            j++;
+        }
+        if (++running > peak) peak = running;
+    }
+    PyBuffer_Release(&starts);
+    PyBuffer_Release(&ends);
+    return PyLong_FromSsize_t(peak);
+}
+
 static PyObject *configure(PyObject *self, PyObject *args) {
     PyObject *loads, *reason_text, *unattributed, *powers;
     double limit;
@@ -1006,6 +1026,8 @@ static PyMethodDef methods[] = {
     {"merge_runs", merge_runs, METH_O, "merge_runs(runs: list[bytes]) -> bytes: sorted runs of doubles merged."},
     {"extent", extent, METH_VARARGS, "extent(a, b) -> (min, max) of the items of both lists that are not None."},
     {"pearson", pearson, METH_VARARGS, "pearson(xs, ys) -> float | None | NotImplemented: longtail._pearson."},
+    {"peak_concurrency", peak_concurrency, METH_VARARGS,
+     "peak_concurrency(starts, ends) -> int: the most sessions running at once (sorted doubles)."},
     {"configure", configure, METH_VARARGS,
      "configure(loads, reason_text, max_s, unattributed, powers_of_five): what add_lines takes from Python."},
     {NULL, NULL, 0, NULL},
