@@ -8,17 +8,13 @@ from setuptools import Extension, setup
 
 setup(
     ext_modules=[
+        # Floats combined exactly as Python combines them (no fused multiply-add), in both.
         Extension(
             "otel_rl._internal.encode.perfetto._native",
             sources=["otel_rl/_internal/encode/perfetto/_native.c"],
+            extra_compile_args=["-ffp-contract=off"],
             optional=True,
         ),
-        Extension(
-            "otel_rl._internal.encode._chrome_native",
-            sources=["otel_rl/_internal/encode/_chrome_native.c"],
-            optional=True,
-        ),
-        # Floats combined exactly as Python combines them: no fused multiply-add.
         Extension(
             "otel_rl._internal.read._facts_native",
             sources=["otel_rl/_internal/read/_facts_native.c"],
