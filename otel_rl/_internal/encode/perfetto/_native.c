@@ -26,6 +26,12 @@
 #include <math.h>
 
 /* ===== growable bytes ======================================================================= */
+#if defined(__GNUC__)
+#define CTZ64(x) __builtin_ctzll(x)
+#else
+static int CTZ64(uint64_t x) { int n = 0; while (!(x & 1)) { x >>= 1; n++; } return n; }
+#endif
+
 typedef struct { char *p; Py_ssize_t n, cap; } Buf;
 
 static int buf_grow(Buf *b, Py_ssize_t extra) {
@@ -94,8 +100,14 @@ static uint64_t hash_bytes(const char *p, size_t n) {
         uint64_t w; memcpy(&w, p, 8);
         h ^= w; h *= 0xBF58476D1CE4E5B9ULL; h ^= h >> 31; p += 8; n -= 8;
     }
-    uint64_t w = 0;
-    memcpy(&w, p, n);
+    uint64_t w = 0;  /* the last bytes, read without a call to memcpy of a variable length */
+    if (n >= 4) {
+        uint32_t lo, hi;
+        memcpy(&lo, p, 4); memcpy(&hi, p + n - 4, 4);
+        w = ((uint64_t)hi << 32) | lo;
+    } else if (n) {
+        w = ((uint64_t)(unsigned char)p[0] << 16) | ((uint64_t)(unsigned char)p[n >> 1] << 8) | (unsigned char)p[n - 1];
+    }
     h ^= w; h *= 0x94D049BB133111EBULL; h ^= h >> 29; h *= 0xBF58476D1CE4E5B9ULL; h ^= h >> 32;
     return h;
 }
@@ -330,16 +342,19 @@ static int parse_string(Parser *ps, Val *out) {
     const unsigned char *p = start;
     int ascii = 1, escaped = 0;
     for (;;) {
-        while (end - p >= 8) {  /* eight plain ASCII bytes at a time (no quote, backslash or control) */
+        /* Eight bytes at a time: the lowest byte flagged is the first quote, backslash, control or
+         * non-ASCII byte (a flag's borrow only reaches bytes above it), so the scan jumps to it. */
+        if (end - p >= 8) {
             uint64_t w;
             memcpy(&w, p, 8);
             uint64_t quote = w ^ 0x2222222222222222ULL, slash = w ^ 0x5C5C5C5C5C5C5C5CULL;
-            uint64_t special = ((quote - 0x0101010101010101ULL) & ~quote) | ((slash - 0x0101010101010101ULL) & ~slash) |
-                               (w - 0x2020202020202020ULL) | w;
-            if (special & 0x8080808080808080ULL) break;
-            p += 8;
+            uint64_t special = (((quote - 0x0101010101010101ULL) & ~quote) | ((slash - 0x0101010101010101ULL) & ~slash) |
+                                (w - 0x2020202020202020ULL) | w) & 0x8080808080808080ULL;
+            if (!special) { p += 8; continue; }
+            p += CTZ64(special) >> 3;
+        } else if (p >= end) {
+            return P_ERR;
         }
-        if (p >= end) return P_ERR;
         unsigned c = *p;
         if (c == '"') break;
         if (c < 0x20) return P_ERR;
