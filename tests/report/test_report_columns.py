@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import marshal
 import random
+import sys
 
 import orjson
 import pytest
+from support import run_python
 
 from otel_rl import report
 from otel_rl._internal.read import session_facts
@@ -318,20 +320,31 @@ def test_the_compiled_loop_gathers_what_the_python_loop_gathers(odd, monkeypatch
     assert answers == {True} if odd == 0.0 else False in answers
 
 
-def test_the_long_tail_view_computed_in_a_forked_process_is_the_one_computed_here(run, monkeypatch):
-    from otel_rl.report import _build
+# A child is forked only from a single-threaded process, which a pytest process with receivers
+# and exporters behind it may not be: the check runs in a fresh interpreter.
+_BUILD_FORKED = """
+import sys
+from otel_rl.report import _build, _load
 
-    data = _load.load_run(run, every_row=False)
-    here = _build.build(data)
-    getters = []
-    monkeypatch.setattr(_build, "PARALLEL_SESSIONS", 0)
-    real = _build._forked
-    monkeypatch.setattr(_build, "_forked", lambda make: getters.append((make, real(make))) or getters[-1][1])
-    beside = _build.build(data)
-    assert len(getters) == 1 and getters[0][1] is not getters[0][0]  # a child was forked
-    for doc in (here, beside):
-        doc.pop("generated_at")
-    assert beside == here
+data = _load.load_run(sys.argv[1], every_row=False)
+here = _build.build(data)
+getters = []
+real = _build._forked
+_build._forked = lambda make: getters.append((make, real(make))) or getters[-1][1]
+_build.PARALLEL_SESSIONS = 0
+beside = _build.build(data)
+for doc in (here, beside):
+    doc.pop("generated_at")
+print(len(getters) == 1 and getters[0][1] is not getters[0][0], beside == here)
+"""
+
+
+def test_the_long_tail_view_computed_in_a_forked_process_is_the_one_computed_here(run):
+    if not sys.platform.startswith("linux"):
+        pytest.skip("the view is computed in a forked process only on Linux")
+    done = run_python(_BUILD_FORKED, None, run, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["True", "True"]  # a child was forked, and its view is the one computed here
 
 
 @pytest.mark.parametrize("compiled", [True, False])
@@ -353,25 +366,37 @@ def test_blocks_parsed_past_the_candidate_floors_give_the_report_of_every_row(ru
     assert kept == full
 
 
-def test_files_read_by_workers_in_byte_ranges_give_the_report_and_diagnostics_read_here(run, monkeypatch):
-    from otel_rl._internal.read import ranges
+_LOAD_BY_RANGES = """
+import json, sys
+from otel_rl._internal.read import ranges, sessions
+from otel_rl.report import _build, _load
 
-    here = _load.load_run(run)
-    monkeypatch.setattr(ranges, "CHUNK", 50_000)  # every file in tens of ranges, a damaged one among them
-    monkeypatch.setattr(ranges, "WINDOW", 20_000)
-    monkeypatch.setattr(_load, "session_pool", lambda total: session_reader.session_pool(1 << 40))
-    cut = []  # the ranges the workers read themselves
-    real = ranges.line_ranges
-    monkeypatch.setattr(session_reader, "line_ranges", lambda path: cut.append(real(path)) or cut[-1])
-    pool = session_reader.session_pool(1 << 40)
-    if pool is None:
-        pytest.skip("worker processes are forked only from a single-threaded process on Linux")
-    pool.shutdown()
-    by_workers = _load.load_run(run)
-    assert _doc(by_workers) == _doc(here)
-    assert by_workers.diagnostics.to_dict() == here.diagnostics.to_dict()
-    assert len(cut) == 3 and all(len(blocks) > 20 for blocks, _rest in cut)
-    assert here.diagnostics.malformed  # damaged lines, named by their line in the file
+def doc(data):
+    out = _build.build(data)
+    out.pop("generated_at")
+    return json.loads(json.dumps(out, default=str))
+
+here = _load.load_run(sys.argv[1])
+ranges.CHUNK, ranges.WINDOW = 50_000, 20_000  # every file in tens of ranges, a damaged one among them
+cut = []
+sessions.line_ranges = lambda path: cut.append(ranges.line_ranges(path)) or cut[-1]
+_load.session_pool = lambda total: sessions.session_pool(1 << 40)
+by_workers = _load.load_run(sys.argv[1])
+print(json.dumps({"blocks": [len(blocks) for blocks, _rest in cut], "same": doc(by_workers) == doc(here),
+                  "diagnostics": by_workers.diagnostics.to_dict() == here.diagnostics.to_dict(),
+                  "malformed": len(here.diagnostics.malformed)}))
+"""
+
+
+def test_files_read_by_workers_in_byte_ranges_give_the_report_and_diagnostics_read_here(run):
+    # Worker processes are forked only from a single-threaded process: a fresh interpreter.
+    if not sys.platform.startswith("linux"):
+        pytest.skip("worker processes are only forked on Linux")
+    done = run_python(_LOAD_BY_RANGES, None, run, timeout=120)
+    assert done.returncode == 0, done.stderr
+    out = orjson.loads(done.stdout)
+    assert len(out["blocks"]) == 3 and min(out["blocks"]) > 20
+    assert out["same"] and out["diagnostics"] and out["malformed"]  # damaged lines, named by their line
 
 
 def test_the_scatter_holds_the_slowest_then_an_even_sample_of_the_other_finished_sessions(run):
