@@ -31,7 +31,6 @@ from typing import Any
 import orjson
 
 from .checks import ID_TYPES, MAX_S
-
 from .compiled import facts_native as _native
 from .compiled import powers_of_five
 
@@ -549,6 +548,7 @@ class FactsBuilder:
         k = self.candidates
         if _native is not None:
             top_total, top_done, first = _native.candidates(total, self.done, submit, k, self.floors)
+            tmin, tmax = _native.extent(submit, self.col_finals)
         else:
             above_total, above_done, below_submit = self.floors or (-math.inf, -math.inf, math.inf)
             with_total = [i for i in range(n) if total[i] == total[i] and total[i] > above_total]
@@ -559,9 +559,6 @@ class FactsBuilder:
             top_total = sorted(with_total, key=total.__getitem__, reverse=True)[:k]
             top_done = sorted(done, key=total.__getitem__, reverse=True)[:k]
             first = sorted(first, key=submit.__getitem__)[:k]
-        if _native is not None:
-            tmin, tmax = _native.extent(submit, self.col_finals)
-        else:
             times = [t for t in submit if t is not None]
             times += [t for t in self.col_finals if t is not None]
             tmin, tmax = min(times, default=None), max(times, default=None)
