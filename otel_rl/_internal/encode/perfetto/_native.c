@@ -287,8 +287,9 @@ typedef struct {
 enum { P_OK = 0, P_ERR = 1, P_UNSUP = 2, P_MEM = 3 };
 typedef struct { const char *p, *end; Arena *arena; int depth; } Parser;
 
-static void skip_ws(Parser *ps) {
+static inline void skip_ws(Parser *ps) {
     const char *p = ps->p;
+    if (p < ps->end && (unsigned char)*p > ' ') return;  /* most often: no white space at all */
     while (p < ps->end && (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t')) p++;
     ps->p = p;
 }
@@ -613,6 +614,7 @@ static int parse_args(Parser *ps, Event *ev) {
     ps->p++;
     skip_ws(ps);
     if (ps->p < ps->end && *ps->p == '}') { ps->p++; return P_OK; }
+    uint64_t seen = 0;  /* a bit per (length, first, middle and last byte) of the keys so far */
     for (;;) {
         int r;
         skip_ws(ps);
@@ -630,8 +632,14 @@ static int parse_args(Parser *ps, Event *ev) {
         ps->p++;
         skip_ws(ps);
         if ((r = parse_value(ps, &m->val))) return r;
-        for (Py_ssize_t j = 0; j < ev->nargs; j++)
-            if (val_bytes_eq(&ev->args[j].key, &m->key)) return P_UNSUP;
+        const unsigned char *ks = (const unsigned char *)m->key.s;
+        Py_ssize_t kn = m->key.n;
+        uint64_t bit = 1ULL << ((kn ? (size_t)kn * 7 + ks[0] * 3 + ks[kn >> 1] * 5 + ks[kn - 1] : 0) & 63);
+        if (seen & bit) {  /* perhaps a repeated key: only then are the keys compared */
+            for (Py_ssize_t j = 0; j < ev->nargs; j++)
+                if (val_bytes_eq(&ev->args[j].key, &m->key)) return P_UNSUP;
+        }
+        seen |= bit;
         ev->nargs++;
         skip_ws(ps);
         if (ps->p >= ps->end) return P_ERR;
