@@ -28,7 +28,9 @@
 /* ===== growable bytes ======================================================================= */
 #if defined(__GNUC__)
 #define CTZ64(x) __builtin_ctzll(x)
+#define ALWAYS_INLINE inline __attribute__((always_inline))
 #else
+#define ALWAYS_INLINE inline
 static int CTZ64(uint64_t x) { int n = 0; while (!(x & 1)) { x >>= 1; n++; } return n; }
 #endif
 
@@ -45,7 +47,7 @@ static int buf_grow(Buf *b, Py_ssize_t extra) {
     return 0;
 }
 #define BUF_NEED(b, k) do { if ((b)->n + (k) > (b)->cap && buf_grow((b), (k)) < 0) return -1; } while (0)
-static int buf_put(Buf *b, const void *s, Py_ssize_t n) {
+static ALWAYS_INLINE int buf_put(Buf *b, const void *s, Py_ssize_t n) {
     BUF_NEED(b, n);
     if (n) memcpy(b->p + b->n, s, n);
     b->n += n;
