@@ -278,7 +278,8 @@ static void arena_free(Arena *a) { arena_reset(a); PyMem_Free(a->head); a->head 
 /* The keys of an event the encoder reads. */
 enum { K_PH, K_NAME, K_CAT, K_TS, K_DUR, K_PID, K_TID, K_ARGS, K_S, K_ID, K_ID2, K_BIND_ID,
        K_START_NS, K_END_NS, K_COUNT };
-typedef struct { Val key, val; } Member;
+/* raw: the member's JSON text, from its key's opening quote to the end of its value. */
+typedef struct { Val key, val; const char *raw; Py_ssize_t rawn; } Member;
 typedef struct {
     Val f[K_COUNT];
     Member *args; Py_ssize_t nargs, args_cap;  /* args, when it is a dict */
@@ -628,12 +629,14 @@ static int parse_args(Parser *ps, Event *ev) {
             ev->args = m; ev->args_cap = cap;
         }
         Member *m = &ev->args[ev->nargs];
+        m->raw = ps->p;
         if ((r = parse_string(ps, &m->key))) return r;
         skip_ws(ps);
         if (ps->p >= ps->end || *ps->p != ':') return P_ERR;
         ps->p++;
         skip_ws(ps);
         if ((r = parse_value(ps, &m->val))) return r;
+        m->rawn = ps->p - m->raw;
         const unsigned char *ks = (const unsigned char *)m->key.s;
         Py_ssize_t kn = m->key.n;
         uint64_t bit = 1ULL << ((kn ? (size_t)kn * 7 + ks[0] * 3 + ks[kn >> 1] * 5 + ks[kn - 1] : 0) & 63);
@@ -1112,10 +1115,13 @@ static Kept *kept_new(const Val *v) {
     return k;
 }
 
-/* One annotation cache (interning.Annotations) of one process. */
-typedef struct { Map m; int elide; Buf rank, role; } Cache;
+/* One annotation cache (interning.Annotations) of one process; raw, in front of it, holds the
+ * bytes of members whose (name, value) m holds, by their JSON text (no key to build), and is
+ * emptied whenever m is, so a member found there is one m would give the same bytes for. */
+typedef struct { Map m, raw; int elide; Buf rank, role; } Cache;
 static void cache_free_v(void *p) {
     Cache *c = p;
+    map_free(&c->raw);
     map_free(&c->m); buf_free(&c->rank); buf_free(&c->role); PyMem_Free(c);
 }
 typedef struct { Buf rank, role; } Elided;
@@ -1130,6 +1136,7 @@ typedef struct { Track *track; Sample *h; Py_ssize_t n, cap; } Counter;
 struct Enc {
     PyObject_HEAD
     uint64_t sequence_id, salt;
+    int ann_kept;  /* whether the last annotate wrote bytes its cache holds */
     /* PacketWriter */
     int has_base; int64_t base;
     /* TrackRegistry */
@@ -1580,6 +1587,7 @@ static Cache *cache_for(Enc *e, const Val *pid) {
     c = PyMem_Calloc(1, sizeof(Cache));
     if (!c) { PyErr_NoMemory(); return NULL; }
     map_init(&c->m, mem_free_v);
+    map_init(&c->raw, mem_free_v);
     Elided *el = map_get(&e->elided, k);
     if (el) {
         c->elide = 1;
@@ -1593,6 +1601,7 @@ static Cache *cache_for(Enc *e, const Val *pid) {
 }
 /* Annotations.__getitem__ / __missing__ for one (name, value) of an event's args. */
 static int annotate(Enc *e, Buf *b, Cache *c, const Val *name, const Val *value) {
+    e->ann_kept = 0;
     if (value->k == V_ARR || value->k == V_OBJ) {  /* unhashable: encoded each time, never kept */
         Buf part = {0};
         int rc = scalar_part(&part, value);
@@ -1610,18 +1619,18 @@ static int annotate(Enc *e, Buf *b, Cache *c, const Val *name, const Val *value)
     Buf *k = &e->key2; k->n = 0;
     if (key_val(k, name) < 0 || key_val(k, value) < 0) return -1;
     Bytes *hit = map_get(&c->m, k);
-    if (hit) return buf_put(b, hit->s, hit->n);
+    if (hit) { e->ann_kept = 1; return buf_put(b, hit->s, hit->n); }
     if (c->elide && name->n == 4 && memcmp(name->s, "rank", 4) == 0) {
         Buf vk = {0};
         int same = key_val(&vk, value) == 0 && vk.n == c->rank.n && memcmp(vk.p, c->rank.p, vk.n) == 0;
         buf_free(&vk);
-        if (same) return map_set(&c->m, k, bytes_new("", 0));
+        if (same) { e->ann_kept = 1; return map_set(&c->m, k, bytes_new("", 0)); }
     }
     if (c->elide && name->n == 4 && memcmp(name->s, "role", 4) == 0) {
         Buf vk = {0};
         int same = key_val(&vk, value) == 0 && vk.n == c->role.n && memcmp(vk.p, c->role.p, vk.n) == 0;
         buf_free(&vk);
-        if (same) return map_set(&c->m, k, bytes_new("", 0));
+        if (same) { e->ann_kept = 1; return map_set(&c->m, k, bytes_new("", 0)); }
     }
     Py_ssize_t start = b->n;
     int keep;
@@ -1657,11 +1666,12 @@ static int annotate(Enc *e, Buf *b, Cache *c, const Val *name, const Val *value)
         keep = value->k != V_FLOAT;
     }
     if (keep) {
-        if (c->m.n >= 16384) map_clear(&c->m);
+        if (c->m.n >= 16384) { map_clear(&c->m); map_clear(&c->raw); }
         k->n = 0;
         if (key_val(k, name) < 0 || key_val(k, value) < 0) return -1;
         Bytes *kept = bytes_new(b->p + start, b->n - start);
         if (!kept || map_set(&c->m, k, kept) < 0) return -1;
+        e->ann_kept = 1;
     }
     return 0;
 }
@@ -1669,8 +1679,22 @@ static int encode_args(Enc *e, Buf *b, const Val *pid, const Member *args, Py_ss
                        Py_ssize_t nextra) {
     Cache *c = cache_for(e, pid);
     if (!c) return -1;
-    for (Py_ssize_t i = 0; i < n; i++)
-        if (args[i].key.k != V_ABSENT && annotate(e, b, c, &args[i].key, &args[i].val) < 0) return -1;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (args[i].key.k == V_ABSENT) continue;
+        Buf raw = {(char *)args[i].raw, args[i].rawn, args[i].rawn};
+        Bytes *hit = map_get(&c->raw, &raw);
+        if (hit) {
+            if (buf_put(b, hit->s, hit->n) < 0) return -1;
+            continue;
+        }
+        Py_ssize_t start = b->n;
+        if (annotate(e, b, c, &args[i].key, &args[i].val) < 0) return -1;
+        if (e->ann_kept) {
+            if (c->raw.n >= 16384) map_clear(&c->raw);
+            Bytes *kept = bytes_new(b->p + start, b->n - start);
+            if (!kept || map_set(&c->raw, &raw, kept) < 0) return -1;
+        }
+    }
     for (Py_ssize_t i = 0; i < nextra; i++)
         if (annotate(e, b, c, &extra[i].key, &extra[i].val) < 0) return -1;
     return 0;
