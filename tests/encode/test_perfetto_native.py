@@ -117,6 +117,20 @@ def test_values_that_python_compares_equal_share_one_entry():
     assert_same(events)
 
 
+def test_members_spelled_differently_and_caches_emptied_when_full():
+    # The compiled encoder finds an args member by its JSON text before its (name, value): the
+    # same value spelled otherwise (1, 1.0, true, white space, an escaped name) and more than
+    # 16,384 values kept for one process (the cache empties) must still give the same bytes.
+    spellings = [b'"x":1', b'"x": 1', b'"x":1.0', b'"x":true', b'"\\u0078":1', b'"x":"1"', b'"y":[1]']
+    lines = []
+    for i in range(17_000):
+        lines.append(b'{"ph":"X","name":"s","ts":%d.5,"dur":0.25,"pid":1,"tid":1,"args":{%s,"v":%d,"rank":0}}'
+                     % (i, spellings[i % len(spellings)], i))
+    blobs = [b",\n".join(lines[i:i + 4_000]) for i in range(0, len(lines), 4_000)]
+    ours, theirs = both(blobs)
+    assert theirs == ours
+
+
 @pytest.mark.parametrize("line", [
     b'{"ph":"X","name":"big","ts":1.0,"pid":1,"tid":1,"args":{"n":18446744073709551615}}',
     b'{"ph":"X","name":"twice","name":"again","ts":1.0,"pid":1,"tid":1}',
