@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import signal
 import sys
 import threading
 import time
@@ -116,17 +117,21 @@ def build(data: RunData, views: Iterable[str] | None = None, *, threshold: float
     beside = {}
     if "longtail" in wanted and len(wanted) > 1 and len(data.sessions) >= PARALLEL_SESSIONS:
         beside["longtail"] = _forked(makers["longtail"])
-    for name in VIEWS:
-        if name in wanted:
-            out[name] = beside[name]() if name in beside else makers[name]()
+    try:
+        for name in VIEWS:
+            if name in wanted:
+                out[name] = beside[name]() if name in beside else makers[name]()
+    finally:
+        for get in beside.values():
+            getattr(get, "close", lambda: None)()  # a child whose result was not taken: ended
     out["diagnostics"] = data.diagnostics.to_dict()
     return out
 
 
 def _forked(make: Callable[[], Any]) -> Callable[[], Any]:
-    """Starts ``make()`` in a forked process; returns what gives its result, computed here
-    instead when forking is not safe (another thread: it could hold a lock the child needs)
-    or the child failed."""
+    """Starts ``make()`` in a forked process; returns what gives its result (a :class:`_Child`),
+    or ``make`` itself where forking is not safe (another thread: it could hold a lock the
+    child needs)."""
     if not sys.platform.startswith("linux") or threading.active_count() != 1 or (os.cpu_count() or 1) < 2:
         return make
     try:
@@ -144,16 +149,34 @@ def _forked(make: Callable[[], Any]) -> Callable[[], Any]:
         finally:
             os._exit(code)
     os.close(write_end)
+    return _Child(make, pid, read_end)
 
-    def result() -> Any:
-        with os.fdopen(read_end, "rb") as f:
+
+class _Child:
+    """A view being computed in a forked process."""
+
+    def __init__(self, make: Callable[[], Any], pid: int, read_end: int) -> None:
+        self.make = make
+        self.pid: int | None = pid
+        self.read_end = read_end
+
+    def __call__(self) -> Any:
+        """The child's result; computed here instead when the child failed."""
+        with os.fdopen(self.read_end, "rb") as f:
             payload = f.read()
-        _, status = os.waitpid(pid, 0)
+        _, status = os.waitpid(self.pid, 0)  # type: ignore[arg-type]
+        self.pid = None
         if status == 0:
             try:
                 return pickle.loads(payload)
             except Exception:  # noqa: BLE001 - a child cut short: computed here instead
                 pass
-        return make()
+        return self.make()
 
-    return result
+    def close(self) -> None:
+        """Ends the child if its result was never taken (another view raised)."""
+        if self.pid is not None:
+            os.close(self.read_end)
+            os.kill(self.pid, signal.SIGKILL)
+            os.waitpid(self.pid, 0)
+            self.pid = None

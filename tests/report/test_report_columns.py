@@ -336,6 +336,18 @@ beside = _build.build(data)
 for doc in (here, beside):
     doc.pop("generated_at")
 print(len(getters) == 1 and getters[0][1] is not getters[0][0], beside == here)
+# A view that raises before the forked one is taken: the child is ended, not left behind.
+import os
+_build.training = lambda data: 1 / 0
+try:
+    _build.build(data)
+except ZeroDivisionError:
+    pass
+try:
+    os.waitpid(-1, os.WNOHANG)
+    print(False)  # a child left behind
+except ChildProcessError:
+    print(True)
 """
 
 
@@ -344,7 +356,8 @@ def test_the_long_tail_view_computed_in_a_forked_process_is_the_one_computed_her
         pytest.skip("the view is computed in a forked process only on Linux")
     done = run_python(_BUILD_FORKED, None, run, timeout=120)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == ["True", "True"]  # a child was forked, and its view is the one computed here
+    # A child was forked, its view is the one computed here, and no child outlives a failed build.
+    assert done.stdout.split() == ["True", "True", "True"]
 
 
 @pytest.mark.parametrize("compiled", [True, False])
