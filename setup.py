@@ -22,5 +22,11 @@ setup(
             extra_compile_args=["-ffp-contract=off"],
             optional=True,
         ),
+        Extension(
+            "otel_rl._internal.encode._chrome_lines",
+            sources=["otel_rl/_internal/encode/_chrome_lines.c"],
+            extra_compile_args=["-ffp-contract=off"],
+            optional=True,
+        ),
     ],
 )

@@ -32,7 +32,6 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from opentelemetry.trace import SpanKind
-from opentelemetry.trace.status import StatusCode
 
 from .. import diagnostics, guard, keys
 from .chrome_markers import (
@@ -44,6 +43,7 @@ from .chrome_markers import (
     FLOW_NAME,
     FLOW_SOURCE,
 )
+from . import chrome_lines
 from .json_values import chrome_args, json_safe_value
 from .kineto_clock import kineto_shift_us
 from ..recording.record import (END, EVENTS, KIND, LINKS, NAME, PARENT_ID, PARENT_REMOTE, SCOPE, SPAN_ID,
@@ -87,8 +87,8 @@ _KIND_COUNTER = keys.KIND_COUNTER
 _GAUGE_VALUE = keys.GAUGE_VALUE
 _SESSION_ID = keys.SESSION_ID
 _KIND_SESSION = keys.KIND_SESSION
-_KIND_NAMES = {kind.value: kind.name for kind in SpanKind}
-_STATUS_NAMES = {code.value: code.name for code in StatusCode}
+_KIND_NAMES = chrome_lines.KIND_NAMES
+_STATUS_NAMES = chrome_lines.STATUS_NAMES
 _CLIENT = SpanKind.CLIENT.value
 _PRODUCER = SpanKind.PRODUCER.value
 
@@ -156,6 +156,9 @@ class ChromeTraceEncoder:
         self._trace_hex: tuple[int, str] = (-1, "")
         self._record_resource: Any = None
         self._record_proc: ProcessLanes | None = None
+        # The compiled writer of complete events' lines, once records come (set_resource):
+        # the file exporter writes those lines as they are; other users get dicts.
+        self._complete_line: Any = None
 
     # --- public API -------------------------------------------------------------------
     def encode(self, spans: Iterable[Any]) -> list[dict[str, Any] | bytes]:
@@ -173,7 +176,8 @@ class ChromeTraceEncoder:
         Returns:
             Event dicts (metadata, complete, instant and flow events) ready for
             ``orjson.dumps``; complete events of records come as their encoded
-            line already (``bytes``, no newline), which :func:`dumps_event` passes through.
+            line already (``bytes``, no newline) where :mod:`.chrome_lines` has its compiled
+            writer, which the file exporter writes as they are.
         """
         out: list[Any] = []
         for span in spans:
@@ -193,6 +197,8 @@ class ChromeTraceEncoder:
         """The resource of the records :meth:`encode` is given (otel_rl's own process)."""
         self._record_resource = resource
         self._record_proc = None
+        native = chrome_lines.native
+        self._complete_line = native.complete if native is not None and not self._exact else None
 
     def finish(self) -> list[dict[str, Any] | bytes]:
         """Releases every span still waiting for its session span.
@@ -424,43 +430,21 @@ class ChromeTraceEncoder:
         ts = start / 1000
         span_kind = attrs.get(_SPAN_KIND)
         cat = attrs.get(_CATEGORY) or span_kind or "span"
-        args = chrome_args(attrs)
         trace_id = rec[TRACE_ID]
         trace_hex = self._trace_hex
         if trace_hex[0] != trace_id:
             trace_hex = self._trace_hex = (trace_id, f"{trace_id:032x}")
-        args["trace_id"] = trace_hex[1]
-        args["span_id"] = f"{span_id:016x}"
-        if parent_id:
-            args["parent_span_id"] = f"{parent_id:016x}"
-        kind = rec[KIND]
-        if kind:
-            args["span.kind"] = _KIND_NAMES[kind]
-        code = rec[STATUS]
-        if code:
-            args["status"] = _STATUS_NAMES[code]
-            if rec[STATUS_DESC]:
-                args["status.description"] = rec[STATUS_DESC]
-        links = rec[LINKS]
-        if links:
-            args["links"] = [f"{link[0]:032x}:{link[1]:016x}" for link in links]
         rank = proc.rank
         role = proc.role
-        if rank is not None and "rank" not in args:
-            args["rank"] = rank
-        if role is not None and "role" not in args:
-            args["role"] = role
-        if span_kind == _KIND_INSTANT:
-            # instant() outside any span: a point in time, as AReaL writes it.
-            out.append({"ph": "i", "s": "t", "name": rec[NAME], "cat": cat, "ts": ts,
-                        "pid": pid, "tid": tid, "args": args})
+        line = None
+        if self._complete_line is not None and span_kind != _KIND_INSTANT:
+            # The line orjson would write for the dict below, or None where the dict is needed.
+            line = self._complete_line(rec, attrs, cat, ts, (end - start) / 1000, pid, tid, rank, role,
+                                       trace_hex[1])
+        if line is not None:
+            out.append(line)
         else:
-            complete = {"ph": "X", "name": rec[NAME], "cat": cat, "ts": ts,
-                        "dur": (end - start) / 1000, "pid": pid, "tid": tid, "args": args}
-            if self._exact:
-                complete[EXACT_START] = start
-                complete[EXACT_END] = end
-            out.append(complete)
+            self._slice(rec, attrs, span_kind, cat, trace_hex[1], pid, tid, ts, end, rank, role, out)
         if _GAUGE_VALUE in attrs:
             out.append(_counter(rec[NAME], attrs[_GAUGE_VALUE], pid, ts))
         events = rec[EVENTS]
@@ -502,11 +486,50 @@ class ChromeTraceEncoder:
         if children:
             for child in children:
                 self._link(record, child, child[5], out)
+        kind = rec[KIND]
         if kind == _CLIENT or kind == _PRODUCER or attrs.get(_CONTEXT_SENT):
             # A span whose context left the process: where remote children's flows start.
             out.append({"ph": "M", "name": FLOW_SOURCE, "pid": pid, "tid": tid, "ts": ts,
                         "args": {"span_id": f"{span_id:016x}"}})
         return group, chosen.index
+
+    def _slice(self, rec: tuple, attrs: Mapping[str, Any], span_kind: Any, cat: Any, trace_hex: str,
+               pid: int, tid: int, ts: float, end: int, rank: Any, role: Any, out: list[Any]) -> None:
+        """The complete (or instant) event of a placed span, as a dict."""
+        start = rec[START]
+        span_id = rec[SPAN_ID]
+        parent_id = rec[PARENT_ID]
+        args = chrome_args(attrs)
+        args["trace_id"] = trace_hex
+        args["span_id"] = f"{span_id:016x}"
+        if parent_id:
+            args["parent_span_id"] = f"{parent_id:016x}"
+        kind = rec[KIND]
+        if kind:
+            args["span.kind"] = _KIND_NAMES[kind]
+        code = rec[STATUS]
+        if code:
+            args["status"] = _STATUS_NAMES[code]
+            if rec[STATUS_DESC]:
+                args["status.description"] = rec[STATUS_DESC]
+        links = rec[LINKS]
+        if links:
+            args["links"] = [f"{link[0]:032x}:{link[1]:016x}" for link in links]
+        if rank is not None and "rank" not in args:
+            args["rank"] = rank
+        if role is not None and "role" not in args:
+            args["role"] = role
+        if span_kind == _KIND_INSTANT:
+            # instant() outside any span: a point in time, as AReaL writes it.
+            out.append({"ph": "i", "s": "t", "name": rec[NAME], "cat": cat, "ts": ts,
+                        "pid": pid, "tid": tid, "args": args})
+        else:
+            complete = {"ph": "X", "name": rec[NAME], "cat": cat, "ts": ts,
+                        "dur": (end - start) / 1000, "pid": pid, "tid": tid, "args": args}
+            if self._exact:
+                complete[EXACT_START] = start
+                complete[EXACT_END] = end
+            out.append(complete)
 
     @staticmethod
     def _link(parent: tuple, child: tuple, child_id: int, out: list[dict[str, Any]]) -> None:

@@ -92,3 +92,10 @@ def _chrome_name(key: str) -> Any:
     if len(_CHROME_NAMES) < _MAX_CHROME_NAMES:
         _CHROME_NAMES[key] = name
     return name
+
+
+#: What :func:`chrome_args` reads, for its compiled twin (:mod:`.chrome_lines`): the cache of
+#: attribute key -> args key, the marker of a dropped key, and the function filling the cache.
+ARG_NAMES = _CHROME_NAMES
+DROPPED_ARG = _DROP
+arg_name = _chrome_name

@@ -24,6 +24,7 @@ from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from .. import diagnostics, guard
+from ..encode import chrome_lines
 from ..encode.chrome_markers import BATCH_MARKER
 from ..encode.chrome_trace import ChromeTraceEncoder
 from ..encode.json_values import json_safe_value
@@ -58,23 +59,9 @@ def _dumps(event: dict[str, Any]) -> bytes | None:
         return None
 
 
-def _batch(events: list[dict[str, Any]]) -> bytearray:
-    """The lines of ``events`` followed by the batch marker line."""
-    # Appending each line to one buffer frees orjson's output at once, which is
-    # markedly faster than keeping a list of lines alive until a join.
-    body = bytearray()
-    pids = set()
-    lines = 0
-    for event in events:
-        line = _dumps(event)
-        if line is None:
-            continue
-        body += line
-        body += b"\n"
-        lines += 1
-        pid = event.get("pid")
-        if type(pid) is int:
-            pids.add(pid)
+def _batch(events: list[dict[str, Any] | bytes]) -> bytearray:
+    """The lines of ``events`` (dicts, or lines the encoder already wrote) followed by the batch marker line."""
+    body, lines, pids = chrome_lines.join(events, _dumps)
     ordered = sorted(pids)
     marker = orjson.dumps({"ph": "M", "name": BATCH_MARKER, "pid": ordered[0] if ordered else 0,
                            "tid": 0, "args": {"lines": lines, "bytes": len(body),

@@ -1,0 +1,446 @@
+/* The compiled twin of the Chrome trace encoder's line writing (chrome_lines.py).
+ *
+ * complete(): a record's complete ("X") event as its JSON line, the bytes orjson writes for
+ * the event dict the Python encoder builds (ChromeTraceEncoder._place). Anything this file
+ * is not sure to write the same way (a key the args would hold twice, a value orjson would
+ * refuse, text that is not valid UTF-8, links) returns None: the caller then builds the dict.
+ *
+ * join(): the lines of one batch (bytes lines as they are, dicts through the dumps function
+ * given), with the line count and the set of pids, as file_exporter._join gives them.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdio.h>
+#include <string.h>
+
+typedef struct {
+    char *p;
+    Py_ssize_t n, cap;
+    char local[1024];
+} Buf;
+
+static void buf_init(Buf *b) { b->p = b->local; b->n = 0; b->cap = sizeof(b->local); }
+
+static void buf_free(Buf *b) { if (b->p != b->local) PyMem_Free(b->p); }
+
+static int buf_grow(Buf *b, Py_ssize_t more) {
+    if (b->n + more <= b->cap) return 0;
+    Py_ssize_t cap = b->cap * 2;
+    while (cap < b->n + more) cap *= 2;
+    char *p;
+    if (b->p == b->local) {
+        p = PyMem_Malloc(cap);
+        if (p) memcpy(p, b->local, b->n);
+    } else {
+        p = PyMem_Realloc(b->p, cap);
+    }
+    if (!p) { PyErr_NoMemory(); return -1; }
+    b->p = p;
+    b->cap = cap;
+    return 0;
+}
+
+static int put(Buf *b, const char *s, Py_ssize_t len) {
+    if (buf_grow(b, len) < 0) return -1;
+    memcpy(b->p + b->n, s, len);
+    b->n += len;
+    return 0;
+}
+
+#define PUTS(b, s) put((b), (s), (Py_ssize_t)(sizeof(s) - 1))
+
+/* Set by configure(). */
+static PyObject *kind_names, *status_names, *arg_names, *dropped, *arg_name, *safe_value, *dumps;
+static Py_ssize_t i_name, i_trace, i_span, i_parent, i_kind, i_status, i_desc, i_links, i_top;
+static PyObject *fixed_keys;  /* args keys the encoder sets itself (a tuple of str) */
+static PyObject *pid_key;
+
+/* Results of the writers: 0 written, -1 a Python error, 1 not this file's to write. */
+#define SKIP 1
+
+static int put_text(Buf *b, PyObject *s) {
+    Py_ssize_t len;
+    const char *u = PyUnicode_AsUTF8AndSize(s, &len);
+    if (!u) { PyErr_Clear(); return SKIP; }  /* a lone surrogate: orjson refuses it */
+    if (buf_grow(b, len * 6 + 2) < 0) return -1;
+    char *o = b->p + b->n;
+    *o++ = '"';
+    static const char hex[] = "0123456789abcdef";
+    for (Py_ssize_t k = 0; k < len; k++) {
+        unsigned char c = (unsigned char)u[k];
+        if (c >= 0x20 && c != '"' && c != '\\') { *o++ = (char)c; continue; }
+        *o++ = '\\';
+        switch (c) {
+            case '"': *o++ = '"'; break;
+            case '\\': *o++ = '\\'; break;
+            case '\b': *o++ = 'b'; break;
+            case '\t': *o++ = 't'; break;
+            case '\n': *o++ = 'n'; break;
+            case '\f': *o++ = 'f'; break;
+            case '\r': *o++ = 'r'; break;
+            default:
+                *o++ = 'u'; *o++ = '0'; *o++ = '0';
+                *o++ = hex[c >> 4]; *o++ = hex[c & 15];
+        }
+    }
+    *o++ = '"';
+    b->n = o - b->p;
+    return 0;
+}
+
+static int put_dumped(Buf *b, PyObject *v) {
+    PyObject *raw = PyObject_CallOneArg(dumps, v);
+    if (!raw) { PyErr_Clear(); return SKIP; }
+    int r = SKIP;
+    if (PyBytes_CheckExact(raw)) r = put(b, PyBytes_AS_STRING(raw), PyBytes_GET_SIZE(raw));
+    Py_DECREF(raw);
+    return r;
+}
+
+static int put_float(Buf *b, PyObject *v) {
+    double x = PyFloat_AS_DOUBLE(v);
+    if (!Py_IS_FINITE(x)) return put_dumped(b, v);
+    char *s = PyOS_double_to_string(x, 'r', 0, Py_DTSF_ADD_DOT_0, NULL);
+    if (!s) return -1;
+    int r;
+    if (strchr(s, 'e')) r = put_dumped(b, v);  /* orjson writes exponents its own way */
+    else r = put(b, s, (Py_ssize_t)strlen(s));
+    PyMem_Free(s);
+    return r;
+}
+
+/* An int orjson writes as a number, or SKIP. */
+static int put_int(Buf *b, PyObject *v) {
+    char tmp[32];
+    int overflow;
+    long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
+    if (x == -1 && PyErr_Occurred()) return -1;
+    if (!overflow) return put(b, tmp, snprintf(tmp, sizeof(tmp), "%lld", x));
+    if (overflow < 0) return SKIP;
+    unsigned long long u = PyLong_AsUnsignedLongLong(v);
+    if (u == (unsigned long long)-1 && PyErr_Occurred()) { PyErr_Clear(); return SKIP; }
+    return put(b, tmp, snprintf(tmp, sizeof(tmp), "%llu", u));
+}
+
+/* A value put in the event as it is (orjson writes it unchanged). */
+static int put_plain(Buf *b, PyObject *v) {
+    if (PyUnicode_CheckExact(v)) return put_text(b, v);
+    if (v == Py_True) return PUTS(b, "true");
+    if (v == Py_False) return PUTS(b, "false");
+    if (v == Py_None) return PUTS(b, "null");
+    if (PyLong_CheckExact(v)) return put_int(b, v);
+    if (PyFloat_CheckExact(v)) return put_float(b, v);
+    return SKIP;
+}
+
+/* An attribute value as chrome_args keeps it: as it is, or through json_safe_value. */
+static int put_arg(Buf *b, PyObject *v) {
+    int r = put_plain(b, v);
+    if (r != SKIP) return r;
+    PyObject *safe = PyObject_CallOneArg(safe_value, v);
+    if (!safe) { PyErr_Clear(); return SKIP; }
+    r = put_plain(b, safe);
+    if (r == SKIP) r = put_dumped(b, safe);
+    Py_DECREF(safe);
+    return r;
+}
+
+static int same_text(PyObject *a, PyObject *c) {
+    if (a == c) return 1;
+    if (PyObject_Hash(a) != PyObject_Hash(c)) return 0;
+    return PyUnicode_Compare(a, c) == 0;
+}
+
+#define MAX_ARGS 64
+
+/* The args of chrome_args(attrs), comma-separated; SKIP where a key would repeat. */
+static int put_args(Buf *b, PyObject *attrs) {
+    PyObject *seen[MAX_ARGS];
+    int count = 0, r = 0;
+    Py_ssize_t pos = 0;
+    PyObject *key, *value;
+    while (r == 0 && PyDict_Next(attrs, &pos, &key, &value)) {
+        Py_INCREF(key);
+        Py_INCREF(value);
+        PyObject *name = PyDict_GetItemWithError(arg_names, key);
+        if (name) Py_INCREF(name);
+        else if (!PyErr_Occurred()) name = PyObject_CallOneArg(arg_name, key);
+        if (!name) {
+            PyErr_Clear();
+            r = SKIP;
+        } else if (name == dropped) {
+            Py_DECREF(name);
+        } else if (!PyUnicode_CheckExact(name) || count == MAX_ARGS) {
+            Py_DECREF(name);
+            r = SKIP;
+        } else {
+            seen[count++] = name;  /* held until the end: compared with later names */
+            for (int k = 0; k < count - 1 && r == 0; k++)
+                if (same_text(seen[k], name)) r = SKIP;
+            for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(fixed_keys) && r == 0; k++)
+                if (same_text(PyTuple_GET_ITEM(fixed_keys, k), name)) r = SKIP;
+            if (r == 0 && count > 1) r = PUTS(b, ",");
+            if (r == 0) r = put_text(b, name);
+            if (r == 0) r = PUTS(b, ":");
+            if (r == 0) r = put_arg(b, value);
+        }
+        Py_DECREF(key);
+        Py_DECREF(value);
+    }
+    for (int k = 0; k < count; k++) Py_DECREF(seen[k]);
+    return r;
+}
+
+static int put_hex64(Buf *b, PyObject *v) {
+    if (!PyLong_CheckExact(v)) return SKIP;
+    unsigned long long u = PyLong_AsUnsignedLongLong(v);
+    if (u == (unsigned long long)-1 && PyErr_Occurred()) { PyErr_Clear(); return SKIP; }
+    char tmp[24];
+    return put(b, tmp, snprintf(tmp, sizeof(tmp), "\"%016llx\"", u));
+}
+
+/* names[code] for a truthy code, written as a JSON string. */
+static int put_named(Buf *b, const char *key, Py_ssize_t keylen, PyObject *names, PyObject *code) {
+    PyObject *name = PyDict_GetItemWithError(names, code);
+    if (!name) { PyErr_Clear(); return SKIP; }
+    if (!PyUnicode_CheckExact(name)) return SKIP;
+    if (put(b, key, keylen) < 0) return -1;
+    return put_text(b, name);
+}
+
+static int write_complete(Buf *b, PyObject *const *a) {
+    PyObject *rec = a[0], *attrs = a[1];
+    int r;
+    if (!PyTuple_CheckExact(rec) || PyTuple_GET_SIZE(rec) <= i_top) return SKIP;
+    if (attrs != Py_None && !PyDict_CheckExact(attrs)) return SKIP;
+    PyObject *links = PyTuple_GET_ITEM(rec, i_links);
+    if (links != Py_None && (r = PyObject_IsTrue(links)) != 0) return r < 0 ? -1 : SKIP;
+    PyObject *name = PyTuple_GET_ITEM(rec, i_name);
+    if (!PyUnicode_CheckExact(name) || !PyUnicode_CheckExact(a[2])) return SKIP;
+    if (PUTS(b, "{\"ph\":\"X\",\"name\":") < 0) return -1;
+    if ((r = put_text(b, name))) return r;
+    if (PUTS(b, ",\"cat\":") < 0) return -1;
+    if ((r = put_text(b, a[2]))) return r;
+    if (!PyFloat_CheckExact(a[3]) || !PyFloat_CheckExact(a[4])) return SKIP;
+    if (PUTS(b, ",\"ts\":") < 0) return -1;
+    if ((r = put_float(b, a[3]))) return r;
+    if (PUTS(b, ",\"dur\":") < 0) return -1;
+    if ((r = put_float(b, a[4]))) return r;
+    if (!PyLong_CheckExact(a[5]) || !PyLong_CheckExact(a[6])) return SKIP;
+    if (PUTS(b, ",\"pid\":") < 0) return -1;
+    if ((r = put_int(b, a[5]))) return r;
+    if (PUTS(b, ",\"tid\":") < 0) return -1;
+    if ((r = put_int(b, a[6]))) return r;
+    if (PUTS(b, ",\"args\":{") < 0) return -1;
+    int written = 0;
+    if (attrs != Py_None && PyDict_GET_SIZE(attrs)) {
+        if ((r = put_args(b, attrs))) return r;
+        written = b->p[b->n - 1] != '{';
+    }
+    if (!PyUnicode_CheckExact(a[9])) return SKIP;
+    if (written ? PUTS(b, ",\"trace_id\":") : PUTS(b, "\"trace_id\":")) return -1;
+    if ((r = put_text(b, a[9]))) return r;
+    if (PUTS(b, ",\"span_id\":") < 0) return -1;
+    if ((r = put_hex64(b, PyTuple_GET_ITEM(rec, i_span)))) return r;
+    PyObject *parent = PyTuple_GET_ITEM(rec, i_parent);
+    if (!PyLong_CheckExact(parent)) return SKIP;
+    if ((r = PyObject_IsTrue(parent)) < 0) return -1;
+    if (r) {
+        if (PUTS(b, ",\"parent_span_id\":") < 0) return -1;
+        if ((r = put_hex64(b, parent))) return r;
+    }
+    PyObject *kind = PyTuple_GET_ITEM(rec, i_kind);
+    if ((r = PyObject_IsTrue(kind)) < 0) return -1;
+    if (r && (r = put_named(b, ",\"span.kind\":", 13, kind_names, kind))) return r;
+    PyObject *code = PyTuple_GET_ITEM(rec, i_status);
+    if ((r = PyObject_IsTrue(code)) < 0) return -1;
+    if (r) {
+        if ((r = put_named(b, ",\"status\":", 10, status_names, code))) return r;
+        PyObject *desc = PyTuple_GET_ITEM(rec, i_desc);
+        if ((r = PyObject_IsTrue(desc)) < 0) return -1;
+        if (r) {
+            if (!PyUnicode_CheckExact(desc)) return SKIP;
+            if (PUTS(b, ",\"status.description\":") < 0) return -1;
+            if ((r = put_text(b, desc))) return r;
+        }
+    }
+    if (a[7] != Py_None) {
+        if (PUTS(b, ",\"rank\":") < 0) return -1;
+        if ((r = put_plain(b, a[7]))) return r;
+    }
+    if (a[8] != Py_None) {
+        if (PUTS(b, ",\"role\":") < 0) return -1;
+        if ((r = put_plain(b, a[8]))) return r;
+    }
+    return PUTS(b, "}}");
+}
+
+/* complete(rec, attrs, cat, ts, dur, pid, tid, rank, role, trace_hex) -> bytes or None */
+static PyObject *complete(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 10) {
+        PyErr_SetString(PyExc_TypeError, "complete() takes 10 arguments");
+        return NULL;
+    }
+    if (!dumps) {
+        PyErr_SetString(PyExc_RuntimeError, "configure() was not called");
+        return NULL;
+    }
+    Buf b;
+    buf_init(&b);
+    int r = write_complete(&b, args);
+    PyObject *out = NULL;
+    if (r == 0) out = PyBytes_FromStringAndSize(b.p, b.n);
+    else if (r == SKIP) out = Py_NewRef(Py_None);
+    buf_free(&b);
+    return out;
+}
+
+/* The pid of a line complete() wrote: the first ',"pid":' is the key (a quote inside a
+ * string is always escaped, so the name and category cannot hold that sequence). */
+static int line_pid(const char *s, Py_ssize_t n, long long *pid) {
+    static const char key[] = ",\"pid\":";
+    const Py_ssize_t klen = sizeof(key) - 1;
+    for (Py_ssize_t k = 0; k + klen <= n; k++) {
+        if (s[k] == ',' && memcmp(s + k, key, klen) == 0) {
+            k += klen;
+            int neg = k < n && s[k] == '-';
+            if (neg) k++;
+            if (k >= n || s[k] < '0' || s[k] > '9') return 0;
+            long long v = 0;
+            while (k < n && s[k] >= '0' && s[k] <= '9') v = v * 10 + (s[k++] - '0');
+            *pid = neg ? -v : v;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* join(events, dumps_event) -> (bytearray of lines, line count, set of pids) */
+static PyObject *join(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2 || !PyList_CheckExact(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "join() takes a list and a function");
+        return NULL;
+    }
+    PyObject *events = args[0], *dump = args[1];
+    PyObject *pids = PySet_New(NULL);
+    if (!pids) return NULL;
+    Buf b;
+    buf_init(&b);
+    Py_ssize_t lines = 0;
+    for (Py_ssize_t k = 0; k < PyList_GET_SIZE(events); k++) {
+        PyObject *event = PyList_GET_ITEM(events, k);
+        Py_INCREF(event);
+        PyObject *pid = NULL;
+        int ok = 0;
+        if (PyBytes_CheckExact(event)) {
+            long long v;
+            ok = put(&b, PyBytes_AS_STRING(event), PyBytes_GET_SIZE(event)) == 0 && PUTS(&b, "\n") == 0;
+            if (ok && line_pid(PyBytes_AS_STRING(event), PyBytes_GET_SIZE(event), &v)) {
+                pid = PyLong_FromLongLong(v);
+                ok = pid != NULL;
+            }
+        } else {
+            PyObject *line = PyObject_CallOneArg(dump, event);
+            if (line == Py_None) {  /* an event nothing can write (counted by dumps_event) */
+                Py_DECREF(line);
+                Py_DECREF(event);
+                continue;
+            }
+            if (line && !PyBytes_Check(line)) {
+                PyErr_SetString(PyExc_TypeError, "dumps_event must return bytes");
+            } else if (line) {
+                ok = put(&b, PyBytes_AS_STRING(line), PyBytes_GET_SIZE(line)) == 0 && PUTS(&b, "\n") == 0;
+            }
+            Py_XDECREF(line);
+            if (ok) {
+                PyObject *got;
+                if (PyDict_CheckExact(event)) got = Py_XNewRef(PyDict_GetItemWithError(event, pid_key));
+                else got = PyObject_CallMethod(event, "get", "s", "pid");
+                if (!got && PyErr_Occurred()) ok = 0;
+                else if (got && PyLong_CheckExact(got)) pid = got;
+                else Py_XDECREF(got);
+            }
+        }
+        Py_DECREF(event);
+        if (!ok) goto failed;
+        lines++;
+        if (pid) {
+            int r = PySet_Add(pids, pid);
+            Py_DECREF(pid);
+            if (r < 0) goto failed;
+        }
+    }
+    PyObject *body = PyByteArray_FromStringAndSize(b.p, b.n);
+    buf_free(&b);
+    if (!body) { Py_DECREF(pids); return NULL; }
+    return Py_BuildValue("(NnN)", body, lines, pids);
+failed:
+    buf_free(&b);
+    Py_DECREF(pids);
+    return NULL;
+}
+
+static int take(PyObject *config, const char *key, PyObject **slot) {
+    PyObject *v = PyDict_GetItemString(config, key);
+    if (!v) { PyErr_Format(PyExc_KeyError, "%s", key); return -1; }
+    Py_INCREF(v);
+    Py_XSETREF(*slot, v);
+    return 0;
+}
+
+static int take_index(PyObject *config, const char *key, Py_ssize_t *slot) {
+    PyObject *v = PyDict_GetItemString(config, key);
+    if (!v) { PyErr_Format(PyExc_KeyError, "%s", key); return -1; }
+    Py_ssize_t i = PyLong_AsSsize_t(v);
+    if (i < 0) { if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, key); return -1; }
+    *slot = i;
+    return 0;
+}
+
+/* configure(dict): the names, functions and record indices complete() reads. */
+static PyObject *configure(PyObject *self, PyObject *config) {
+    if (!PyDict_Check(config)) {
+        PyErr_SetString(PyExc_TypeError, "configure() takes a dict");
+        return NULL;
+    }
+    if (take(config, "kind_names", &kind_names) || take(config, "status_names", &status_names)
+        || take(config, "arg_names", &arg_names) || take(config, "dropped", &dropped)
+        || take(config, "arg_name", &arg_name) || take(config, "json_safe_value", &safe_value)
+        || take(config, "fixed_keys", &fixed_keys)
+        || take_index(config, "NAME", &i_name) || take_index(config, "TRACE_ID", &i_trace)
+        || take_index(config, "SPAN_ID", &i_span) || take_index(config, "PARENT_ID", &i_parent)
+        || take_index(config, "KIND", &i_kind) || take_index(config, "STATUS", &i_status)
+        || take_index(config, "STATUS_DESC", &i_desc) || take_index(config, "LINKS", &i_links)
+        || take(config, "dumps", &dumps))
+        return NULL;
+    if (!PyDict_CheckExact(kind_names) || !PyDict_CheckExact(status_names) || !PyDict_CheckExact(arg_names)
+        || !PyTuple_CheckExact(fixed_keys)) {
+        Py_CLEAR(dumps);
+        PyErr_SetString(PyExc_TypeError, "configure(): names must be dicts, fixed_keys a tuple");
+        return NULL;
+    }
+    Py_ssize_t top = i_name;
+    Py_ssize_t all[] = {i_trace, i_span, i_parent, i_kind, i_status, i_desc, i_links};
+    for (int k = 0; k < 7; k++) if (all[k] > top) top = all[k];
+    i_top = top;  /* a record shorter than this is left to the Python encoder */
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef methods[] = {
+    {"configure", configure, METH_O, "Sets the names and functions complete() reads."},
+    {"complete", (PyCFunction)(void (*)(void))complete, METH_FASTCALL,
+     "A record's complete event as its JSON line (bytes), or None where the Python encoder must build it."},
+    {"join", (PyCFunction)(void (*)(void))join, METH_FASTCALL,
+     "The lines of a batch of events, the line count and the set of pids."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_chrome_lines", NULL, -1, methods};
+
+PyMODINIT_FUNC PyInit__chrome_lines(void) {
+    PyObject *m = PyModule_Create(&module);
+    if (!m) return NULL;
+    pid_key = PyUnicode_InternFromString("pid");
+    if (!pid_key) { Py_DECREF(m); return NULL; }
+    return m;
+}
