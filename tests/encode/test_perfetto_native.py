@@ -109,6 +109,13 @@ def test_interned_state_cleared_when_full_and_a_small_window():
     assert_same(events, max_interned=16, window=7)
 
 
+def test_span_ids_when_the_interned_state_is_cleared():
+    # The iids of "span_id" and "parent_span_id" are remembered by the compiled encoder until a clear.
+    events = [raw(f"n{i}", float(i), 0.5, span_id=f"{i:016x}", parent_span_id=f"{i // 2:016x}", k=f"v{i}")
+              for i in range(200)]
+    assert_same(events, max_interned=16, window=7)
+
+
 def test_values_that_python_compares_equal_share_one_entry():
     # 1, 1.0 and True are one dict key: the first seen is written for all of them.
     events = [raw("a", 1.0, 1.0, x=True), raw("b", 2.0, 1.0, x=1), raw("c", 3.0, 1.0, x=1.0),

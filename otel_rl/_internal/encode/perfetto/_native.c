@@ -1137,6 +1137,7 @@ struct Enc {
     PyObject_HEAD
     uint64_t sequence_id, salt;
     int ann_kept;  /* whether the last annotate wrote bytes its cache holds */
+    int64_t span_iid[2];  /* the iids of "span_id" and "parent_span_id" once interned, else 0 */
     /* PacketWriter */
     int has_base; int64_t base;
     /* TrackRegistry */
@@ -1492,8 +1493,14 @@ static int64_t intern_val(Enc *e, Map *table, int index, const Val *v) {
     return iid;
 }
 static int64_t intern_key(Enc *e, const char *s, Py_ssize_t n) {
+    /* The two names every slice's span ids are written under: their iids are remembered until
+     * the interned state is cleared (a name once interned keeps its iid until then). */
+    int slot = n == 7 && memcmp(s, "span_id", 7) == 0 ? 0 : n == 14 && memcmp(s, "parent_span_id", 14) == 0 ? 1 : -1;
+    if (slot >= 0 && e->span_iid[slot] > 0) return e->span_iid[slot];
     Val v = {V_STR}; v.s = s; v.n = n;
-    return intern_val(e, &e->keys, TBL_KEYS, &v);
+    int64_t iid = intern_val(e, &e->keys, TBL_KEYS, &v);
+    if (slot >= 0 && iid > 0) e->span_iid[slot] = iid;
+    return iid;
 }
 static int put_iid_field(Buf *b, int key, int64_t iid) {
     if (iid < 0 || buf_byte(b, (unsigned char)key) < 0) return -1;
@@ -2515,6 +2522,7 @@ static void interner_reset(Enc *e) {
     map_clear(&e->names); map_clear(&e->categories); map_clear(&e->keys); map_clear(&e->strings);
     map_clear(&e->caches); map_clear(&e->inline_);
     for (int i = 0; i < 4; i++) e->next[i] = 1;
+    e->span_iid[0] = e->span_iid[1] = 0;
     e->pending.n = 0;
     e->icount = 0;
 }
@@ -2571,6 +2579,7 @@ static int Enc_init(Enc *e, PyObject *args, PyObject *kw) {
     e->size = window > 0 ? window : 0;
     e->max_entries = max_interned > 16 ? max_interned : 16;
     for (int i = 0; i < 4; i++) e->next[i] = 1;
+    e->span_iid[0] = e->span_iid[1] = 0;
     map_init(&e->processes, track_unref_v); map_init(&e->threads, track_unref_v);
     tg_init(&e->timed, 4096, track_unref_v);
     map_init(&e->names, NULL); map_init(&e->categories, NULL); map_init(&e->keys, NULL);
