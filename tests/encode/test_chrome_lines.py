@@ -10,7 +10,9 @@ from __future__ import annotations
 import itertools
 import math
 import random
+import struct
 
+import orjson
 import pytest
 from opentelemetry.sdk.resources import Resource
 
@@ -175,3 +177,29 @@ def test_an_exact_encoder_never_gets_lines():
     encoder.set_resource(_RESOURCE)
     events = encoder.encode(_records(2, 50))
     assert all(type(event) is dict for event in events)
+
+
+@compiled
+@pytest.mark.parametrize("seed", range(3))
+def test_floats_are_written_as_orjson_writes_them(seed):
+    # The compiled writer finds repr's shortest digits itself in [1e-3, 1e16) and asks
+    # Python elsewhere; timestamps (integer nanoseconds / 1000) are the common case.
+    rng = random.Random(seed)
+    values = [1e-3, 1e16, 9.999999999999998e15, 2.0 ** 52, 2.0 ** 52 + 1, 2.0 ** 53 + 2, 0.5, 0.1, 2 / 3,
+              1_732_563_442_123_456.75, 1_732_563_442_123_456.25, -1.5, -0.001, 0.0, -0.0, *_FLOATS]
+    for _ in range(40_000):
+        pick = rng.randrange(6)
+        if pick == 0:
+            values.append(rng.randrange(10**18, 2 * 10**18) / 1000)
+        elif pick == 1:
+            values.append(rng.randrange(0, 10**12) / 1000)
+        elif pick == 2:
+            values.append(struct.unpack("d", struct.pack("Q", rng.getrandbits(64)))[0])
+        elif pick == 3:
+            values.append(rng.randrange(2**40, 2**53) / 2 ** rng.randint(0, 12))
+        elif pick == 4:
+            values.append(rng.randrange(1, 10 ** rng.randint(1, 17)) / 10 ** rng.randint(0, 19))
+        else:
+            values.append(rng.choice([1, -1]) * 2.0 ** rng.randint(-20, 60))
+    wrong = [x for x in values if chrome_lines.native.float_text(x) != orjson.dumps(x)]
+    assert wrong == []

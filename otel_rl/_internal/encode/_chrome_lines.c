@@ -10,8 +10,8 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
-#include <stdio.h>
 #include <string.h>
+#include <math.h>
 
 typedef struct {
     char *p;
@@ -97,9 +97,104 @@ static int put_dumped(Buf *b, PyObject *v) {
     return r;
 }
 
+/* Decimal digits of v into the end of tmp; returns where they start. */
+static char *digits64(char *end, unsigned long long v) {
+    do { *--end = (char)('0' + (int)(v % 10)); v /= 10; } while (v);
+    return end;
+}
+
+static char *digits(char *end, unsigned __int128 v) {
+    const unsigned long long e19 = 10000000000000000000ULL;
+    if (v >> 64 == 0) return digits64(end, (unsigned long long)v);
+    /* 128-bit division is a library call: split into 19-digit blocks once */
+    unsigned long long low = (unsigned long long)(v % e19);
+    char *at = digits64(end, low);
+    while (at > end - 19) *--at = '0';
+    return digits(at, v / e19);
+}
+
+/* The text repr() gives a double in [1e-3, 1e16), found directly: the fewest fraction digits
+ * d whose nearest decimal N / 10^d (the even one of two as near) lies strictly within half an
+ * ulp of x (x = M * 2^e held exactly in 128-bit integers). Where that is not certain (N half
+ * an ulp away, a power of two, whose lower neighbour is nearer) it returns 0 and the caller
+ * asks Python. */
+static int shortest_fixed(double x, char *out, Py_ssize_t *len) {
+    if (!(x >= 1e-3 && x < 1e16)) return 0;
+    int ex;
+    double m = frexp(x, &ex);
+    unsigned long long mant = (unsigned long long)ldexp(m, 53);
+    int e = ex - 53;
+    char tmp[64];
+    char *end = tmp + sizeof(tmp);
+    if (e >= 0) {  /* an integer below 1e16: nothing shorter lies within half an ulp */
+        char *at = digits(end, (unsigned __int128)mant << e);
+        Py_ssize_t n = end - at;
+        memcpy(out, at, n);
+        memcpy(out + n, ".0", 2);
+        *len = n + 2;
+        return 1;
+    }
+    if (mant == (1ULL << 52)) return 0;
+    int k = -e;
+    if (k > 64) return 0;
+    unsigned __int128 p10 = 1;
+    for (int d = 0; d <= 20; d++, p10 *= 10) {
+        unsigned __int128 big = (unsigned __int128)mant * p10;  /* x * 10^d * 2^k */
+        unsigned __int128 q = big >> k;
+        unsigned __int128 r = big - (q << k);
+        unsigned __int128 half = (unsigned __int128)1 << (k - 1);
+        /* two decimals equally near: repr (and orjson) take the even one */
+        unsigned __int128 n = r > half || (r == half && (q & 1)) ? q + 1 : q;
+        unsigned __int128 scaled = n << k;
+        unsigned __int128 dist = scaled > big ? scaled - big : big - scaled;
+        if (2 * dist == p10) return 0;
+        if (2 * dist > p10) continue;
+        char *at = digits(end, n);
+        Py_ssize_t nd = end - at;
+        Py_ssize_t o = 0;
+        if (d == 0) {
+            memcpy(out, at, nd);
+            o = nd;
+            out[o++] = '.';
+            out[o++] = '0';
+        } else if (nd > d) {
+            memcpy(out, at, nd - d);
+            o = nd - d;
+            out[o++] = '.';
+            memcpy(out + o, at + nd - d, d);
+            o += d;
+        } else {
+            out[o++] = '0';
+            out[o++] = '.';
+            for (Py_ssize_t z = nd; z < d; z++) out[o++] = '0';
+            memcpy(out + o, at, nd);
+            o += nd;
+        }
+        *len = o;
+        return 1;
+    }
+    return 0;
+}
+
 static int put_float(Buf *b, PyObject *v) {
     double x = PyFloat_AS_DOUBLE(v);
     if (!Py_IS_FINITE(x)) return put_dumped(b, v);
+    if (buf_grow(b, 48) < 0) return -1;
+    Py_ssize_t n;
+    if (x == 0.0) {
+        if (signbit(x)) return PUTS(b, "-0.0");
+        return PUTS(b, "0.0");
+    }
+    if (x < 0.0) {
+        if (shortest_fixed(-x, b->p + b->n + 1, &n)) {
+            b->p[b->n] = '-';
+            b->n += n + 1;
+            return 0;
+        }
+    } else if (shortest_fixed(x, b->p + b->n, &n)) {
+        b->n += n;
+        return 0;
+    }
     char *s = PyOS_double_to_string(x, 'r', 0, Py_DTSF_ADD_DOT_0, NULL);
     if (!s) return -1;
     int r;
@@ -109,17 +204,39 @@ static int put_float(Buf *b, PyObject *v) {
     return r;
 }
 
+/* float_text(x): what complete() writes for the float x (for the tests against repr). */
+static PyObject *float_text(PyObject *self, PyObject *v) {
+    if (!PyFloat_CheckExact(v)) {
+        PyErr_SetString(PyExc_TypeError, "float_text() takes a float");
+        return NULL;
+    }
+    Buf b;
+    buf_init(&b);
+    PyObject *out = NULL;
+    int r = put_float(&b, v);
+    if (r == 0) out = PyBytes_FromStringAndSize(b.p, b.n);
+    else if (r == SKIP) out = Py_NewRef(Py_None);
+    buf_free(&b);
+    return out;
+}
+
 /* An int orjson writes as a number, or SKIP. */
 static int put_int(Buf *b, PyObject *v) {
     char tmp[32];
+    char *end = tmp + sizeof(tmp), *at;
     int overflow;
     long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
     if (x == -1 && PyErr_Occurred()) return -1;
-    if (!overflow) return put(b, tmp, snprintf(tmp, sizeof(tmp), "%lld", x));
+    if (!overflow) {
+        at = digits64(end, x < 0 ? 0ULL - (unsigned long long)x : (unsigned long long)x);
+        if (x < 0) *--at = '-';
+        return put(b, at, end - at);
+    }
     if (overflow < 0) return SKIP;
     unsigned long long u = PyLong_AsUnsignedLongLong(v);
     if (u == (unsigned long long)-1 && PyErr_Occurred()) { PyErr_Clear(); return SKIP; }
-    return put(b, tmp, snprintf(tmp, sizeof(tmp), "%llu", u));
+    at = digits64(end, u);
+    return put(b, at, end - at);
 }
 
 /* A value put in the event as it is (orjson writes it unchanged). */
@@ -195,8 +312,11 @@ static int put_hex64(Buf *b, PyObject *v) {
     if (!PyLong_CheckExact(v)) return SKIP;
     unsigned long long u = PyLong_AsUnsignedLongLong(v);
     if (u == (unsigned long long)-1 && PyErr_Occurred()) { PyErr_Clear(); return SKIP; }
-    char tmp[24];
-    return put(b, tmp, snprintf(tmp, sizeof(tmp), "\"%016llx\"", u));
+    static const char hex[] = "0123456789abcdef";
+    char tmp[18];
+    tmp[0] = tmp[17] = '"';
+    for (int k = 16; k >= 1; k--, u >>= 4) tmp[k] = hex[u & 15];
+    return put(b, tmp, 18);
 }
 
 /* names[code] for a truthy code, written as a JSON string. */
@@ -430,6 +550,7 @@ static PyMethodDef methods[] = {
     {"configure", configure, METH_O, "Sets the names and functions complete() reads."},
     {"complete", (PyCFunction)(void (*)(void))complete, METH_FASTCALL,
      "A record's complete event as its JSON line (bytes), or None where the Python encoder must build it."},
+    {"float_text", float_text, METH_O, "The bytes complete() writes for a float."},
     {"join", (PyCFunction)(void (*)(void))join, METH_FASTCALL,
      "The lines of a batch of events, the line count and the set of pids."},
     {NULL, NULL, 0, NULL},
