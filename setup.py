@@ -8,7 +8,7 @@ from setuptools import Extension, setup
 
 setup(
     ext_modules=[
-        # Floats combined exactly as Python combines them (no fused multiply-add), in both.
+        # Floats combined exactly as Python combines them (no fused multiply-add), in every one.
         Extension(
             "otel_rl._internal.encode.perfetto._native",
             sources=["otel_rl/_internal/encode/perfetto/_native.c"],
