@@ -588,14 +588,10 @@ static PyObject *add_lines(PyObject *self, PyObject *args) {
         }
         if (rc == SCAN_OTHER) {
             rec_release(&rec);
-            memset(&rec, 0, offsetof(Rec, phases));
-            rec.nphases = 0;
             spans.n = 0;
             rc = add_parsed(&st, line, &rec, &spans, open_phases, &ids_ok, &seen, &last_sp, &g);
         }
         rec_release(&rec);
-        memset(&rec, 0, offsetof(Rec, phases));
-        rec.nphases = 0;
         if (rc == REC_ERROR) goto done;
         if (rc == REC_FALSE) {
             result = Py_False;

@@ -31,10 +31,14 @@ typedef struct {
     int nowned;
 } Rec;
 
+/* The record emptied for the next line: its values released, its fields and phases cleared
+ * (the phases' buffer kept). */
 static void rec_release(Rec *r) {
     for (int i = 0; i < r->nowned; i++) Py_DECREF(r->owned[i]);
     r->nowned = 0;
     Py_CLEAR(r->tokens);
+    memset(r, 0, offsetof(Rec, phases));
+    r->nphases = 0;
 }
 
 /* obj, kept until the record is released; NULL without an exception when the record holds
