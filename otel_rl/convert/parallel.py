@@ -107,7 +107,7 @@ def convert_in_parallel(planner: Any, files: Sequence[str], out: PerfettoOutput,
             part_stats, part_skipped = job.result()
             _merge_stats(stats, part_stats)
             skipped += part_skipped
-            out.append_native(name, limits)
+            out.append_part(name)
     finally:
         pool.shutdown(cancel_futures=True)
         for name in names:

@@ -15,6 +15,7 @@ again with the Python encoder (:meth:`PerfettoOutput.restart`).
 from __future__ import annotations
 
 import gc
+import shutil
 from typing import IO, Any
 
 import orjson
@@ -121,6 +122,12 @@ class PerfettoOutput(OutputStream):
             ``(packets, problem)`` as :func:`~.native_inputs.copy_packets` says.
         """
         return copy_packets(path, self._file, limits)
+
+    def append_part(self, path: str) -> None:
+        """Appends a part this conversion's own workers wrote: whole packets by construction,
+        so its bytes are copied without walking them (which costs as much as encoding them)."""
+        with open(path, "rb") as part:
+            shutil.copyfileobj(part, self._file, 1 << 20)
 
     def close(self, other: dict[str, Any]) -> None:
         """Writes what the encoder still holds and flushes (``other`` is for the JSON output only)."""
