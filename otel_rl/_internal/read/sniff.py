@@ -8,7 +8,7 @@ import orjson
 
 from .. import keys
 from .limits import DEFAULT_LIMITS, InputLimitError, InputLimits
-from .lines import line_blocks, lines_of
+from .lines import HEAD_READ, line_blocks, lines_of
 from .source import open_input
 
 __all__ = ["RECORD_KINDS", "classify_document", "record_kind", "sniff_file", "why_ignored"]
@@ -40,7 +40,7 @@ def sniff_file(path: str, limits: InputLimits | None = None) -> tuple[str, Any]:
     """
     limits = limits or DEFAULT_LIMITS
     with open_input(path, limits) as f:
-        lines = lines_of(line_blocks(f, limits.max_line_bytes))
+        lines = lines_of(line_blocks(f, limits.max_line_bytes, HEAD_READ))
         first = next((line for line in lines if type(line) is int or line.strip()), None)
         if first is None:
             if f.cut_short:
@@ -70,7 +70,7 @@ def sniff_file(path: str, limits: InputLimits | None = None) -> tuple[str, Any]:
         if head is None:
             # JSON lines whose first line is damaged: the first object among the next ones.
             f.rewind()
-            for n, line in enumerate(lines_of(line_blocks(f, limits.max_line_bytes))):
+            for n, line in enumerate(lines_of(line_blocks(f, limits.max_line_bytes, HEAD_READ))):
                 if n > 1000:
                     break
                 if type(line) is int:
