@@ -14,9 +14,12 @@ steps submit the work from another process (remote parents) and sample a gauge.
 both formats (spans/s), and times merging the native files (concatenation).
 
 Each conversion runs in a child process; printed per format: events read per
-second (the converter's own count and clock), the file size, its ratio to the
-JSON, and the child's peak resident memory. Targets: at least
-500,000 events/s, a native file at least 3x smaller than the JSON.
+second (the converter's own count and clock), the CPU seconds of the
+conversion's processes (workers included), the file size, its ratio to the
+JSON, and the child's peak resident memory (the parent's, with workers). Without
+``--jobs`` the native conversion is also timed with a worker per core
+(``perfetto -j N``). Targets: at least 500,000 events/s, a native file at least
+3x smaller than the JSON.
 """
 
 from __future__ import annotations
@@ -36,8 +39,11 @@ _T0_NS = 1_800_000_000_000_000_000
 _CONVERT = """
 import json, resource, sys
 from otel_rl.convert import convert
+def cpu():
+    return sum(r.ru_utime + r.ru_stime for r in map(resource.getrusage, (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)))
+before = cpu()
 stats = convert([sys.argv[1]], sys.argv[2], fmt=sys.argv[3], workers=int(sys.argv[4]))
-print(json.dumps({"events": stats.events, "seconds": stats.seconds,
+print(json.dumps({"events": stats.events, "seconds": stats.seconds, "cpu_s": cpu() - before,
                   "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 """
 
@@ -200,28 +206,34 @@ def main(argv: list[str] | None = None) -> int:
         print(f"generated {args.sessions:,} sessions on {args.ranks} rollout ranks in {directory} "
               f"({size / 1e6:,.1f} MB of JSON lines, {time.perf_counter() - started:.1f} s)")
     figures = {}
-    conversions = [("chrome", directory, "trace.json"), ("perfetto", directory, "trace.pftrace")]
+    cores = os.cpu_count() or 1
+    conversions = [("chrome", directory, "trace.json", args.jobs), ("perfetto", directory, "trace.pftrace", args.jobs)]
+    if args.jobs == 0 and cores > 1:
+        # The same conversion with a worker per core: each encodes whole rank files.
+        conversions.append((f"perfetto -j {cores}", directory, "trace.pftrace", cores))
     if native_dir:
-        conversions.append(("native files", native_dir, "merged.pftrace"))
-    for fmt, source, name in conversions:
-        runs = [_convert(source, os.path.join(scratch, name), "perfetto" if fmt == "native files" else fmt,
-                         args.jobs) for _ in range(max(1, args.repeats))]
+        conversions.append(("native files", native_dir, "merged.pftrace", args.jobs))
+    for fmt, source, name, jobs in conversions:
+        target = "chrome" if fmt == "chrome" else "perfetto"
+        runs = [_convert(source, os.path.join(scratch, name), target, jobs) for _ in range(max(1, args.repeats))]
         figures[fmt] = min(runs, key=lambda r: r["seconds"])
     json_bytes = figures["chrome"]["bytes"]
-    print(f"{'convert to':<13} {'events':>10} {'seconds':>8} {'events/s':>10} {'MB':>8} {'JSON/this':>9} "
-          f"{'peak MB':>8}")
+    print(f"{'convert to':<14} {'events':>10} {'seconds':>8} {'CPU s':>6} {'events/s':>10} {'MB':>8} "
+          f"{'JSON/this':>9} {'peak MB':>8}")
     for fmt, r in figures.items():
         rate = r["events"] / r["seconds"] if r["seconds"] else 0.0
         r["events_per_s"] = rate
         r["ratio"] = json_bytes / r["bytes"]
-        print(f"{fmt:<13} {r['events']:>10,} {r['seconds']:>8.2f} {rate:>10,.0f} {r['bytes'] / 1e6:>8.2f} "
-              f"{r['ratio']:>9.2f} {r['rss_mb']:>8.0f}")
+        print(f"{fmt:<14} {r['events']:>10,} {r['seconds']:>8.2f} {r['cpu_s']:>6.2f} {rate:>10,.0f} "
+              f"{r['bytes'] / 1e6:>8.2f} {r['ratio']:>9.2f} {r['rss_mb']:>8.0f}")
     if native_dir:
         print("(native files: events are packets, two per slice)")
         for fmt, (seconds, spans) in WRITE_TIMES.items():
             print(f"file exporter, {fmt}: {spans / seconds:,.0f} spans/s of CPU ({seconds / spans * 1e6:.1f} us/span)")
     native = figures["perfetto"]
-    print(f"targets: >= 500,000 events/s: {'met' if native['events_per_s'] >= 500_000 else 'NOT met'}; "
+    best = max((r for fmt, r in figures.items() if fmt.startswith("perfetto")), key=lambda r: r["events_per_s"])
+    print(f"targets: >= 500,000 events/s: one process {'met' if native['events_per_s'] >= 500_000 else 'NOT met'}, "
+          f"this machine {'met' if best['events_per_s'] >= 500_000 else 'NOT met'}; "
           f"native >= 3x smaller: {'met' if native['ratio'] >= 3 else 'NOT met'}")
     if args.out:
         with open(args.out, "w") as fh:
