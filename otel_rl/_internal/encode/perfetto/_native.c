@@ -301,9 +301,18 @@ typedef struct { const char *p, *end; Arena *arena; int depth; } Parser;
 #define UNLIKELY(x) (x)
 #endif
 #define IS_DIGIT(c) ((unsigned)((unsigned char)(c) - '0') <= 9u)
+#if defined(__GNUC__)
+#define COLD __attribute__((noinline, cold))
+#else
+#define COLD
+#endif
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
-/* The lines read rarely have white space between tokens, so the inline test is one compare. */
-static const char *ws_slow(const char *p, const char *end) {
+/* The lines read rarely have white space between tokens, so the inline test is one compare (and
+ * the loop, out of line, costs the hot paths nothing). */
+static COLD const char *ws_slow(const char *p, const char *end) {
     while (p < end && (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t')) p++;
     return p;
 }
@@ -366,6 +375,15 @@ static ALWAYS_INLINE uint64_t str_stops(uint64_t w) {
     return (((w ^ 0x2222222222222222ULL) - ones) | ((w ^ 0x5C5C5C5C5C5C5C5CULL) - ones) |
             (w - 0x2020202020202020ULL) | w) & 0x8080808080808080ULL;
 }
+#if defined(__SSE2__)
+/* The same for sixteen bytes at p, a bit per byte, all exact: a signed compare with 0x20 takes
+ * the control and the non-ASCII bytes at once. */
+static ALWAYS_INLINE unsigned str_stops16(const unsigned char *p) {
+    __m128i v = _mm_loadu_si128((const __m128i *)p);
+    __m128i quote = _mm_cmpeq_epi8(v, _mm_set1_epi8('"')), slash = _mm_cmpeq_epi8(v, _mm_set1_epi8('\\'));
+    return (unsigned)_mm_movemask_epi8(_mm_or_si128(_mm_or_si128(quote, slash), _mm_cmplt_epi8(v, _mm_set1_epi8(0x20))));
+}
+#endif
 /* The rest of a string whose text start..p is plain ASCII so far: escapes, non-ASCII text and the
  * last bytes of the input. out gets its text (in place, or decoded into the arena). */
 static const char *string_rest(Arena *arena, const unsigned char *start, const unsigned char *p,
@@ -452,9 +470,33 @@ bad:
     *err = P_ERR;
     return NULL;
 }
-/* A string at q (its opening quote). Most are short plain ASCII: one or two words scanned. */
-static ALWAYS_INLINE const char *string_at(Arena *arena, const char *q, const char *end, Val *out, int *err) {
+/* A string at q (its opening quote); lo..end is readable (the event's text). Most strings are
+ * short plain ASCII: one block scanned. */
+static ALWAYS_INLINE const char *string_at(Arena *arena, const char *q, const char *lo, const char *end, Val *out,
+                                           int *err) {
     const unsigned char *start = (const unsigned char *)q + 1, *p = start, *e = (const unsigned char *)end;
+#if defined(__SSE2__)
+    for (;;) {
+        unsigned stops;
+        if (LIKELY(e - p >= 16)) {
+            stops = str_stops16(p);
+            if (!stops) { p += 16; continue; }
+        } else if (e - (const unsigned char *)lo >= 16 && p < e) {
+            /* the last bytes: read the sixteen that end at end (all the event's), from p on */
+            stops = str_stops16(e - 16) >> (16 - (e - p));
+            if (!stops) break;
+        } else {
+            break;
+        }
+        p += CTZ64(stops);
+        if (LIKELY(*p == '"')) {
+            if (out) { out->k = V_STR; out->ascii = 1; out->s = (const char *)start; out->n = p - start; }
+            return (const char *)p + 1;
+        }
+        break;
+    }
+#else
+    (void)lo;
     while (LIKELY(e - p >= 8)) {
         uint64_t w;
         memcpy(&w, p, 8);
@@ -467,6 +509,7 @@ static ALWAYS_INLINE const char *string_at(Arena *arena, const char *q, const ch
         }
         break;
     }
+#endif
     return string_rest(arena, start, p, e, out, err);
 }
 /* m * 10**exp10 (m > 0, |exp10| <= 27, m below 10**19), read exactly: m and the power of ten are
@@ -540,6 +583,36 @@ static int float_slow(const char *start, const char *p, Val *out) {
     out->d = d;
     return P_OK;
 }
+/* The digits that begin the eight bytes w (the first in the lowest byte): how many (0 to 8), and
+ * their value in *val. A byte below '0' sets its high bit in w - 0x30.., one above '9' in
+ * w + 0x46.. (or in both); only the lowest flag is exact, as in str_stops, and only it is used. */
+static const uint64_t POW10U[] = {1, 10, 100, 1000, 10000, 100000, 1000000, 10000000, 100000000};
+static ALWAYS_INLINE int digits8(uint64_t w, uint64_t *val) {
+    uint64_t v = w - 0x3030303030303030ULL;
+    uint64_t nd = (v | (w + 0x4646464646464646ULL)) & 0x8080808080808080ULL;
+    int n = nd ? CTZ64(nd) >> 3 : 8;
+    /* the digits to the top bytes, the zeros below them leading zeros (two shifts: 64 for none) */
+    v = (v << (32 - 4 * n)) << (32 - 4 * n);
+    v = (v * 10 + (v >> 8)) & 0x00FF00FF00FF00FFULL;    /* pairs of digits, in 16-bit lanes */
+    v = (v * 100 + (v >> 16)) & 0x0000FFFF0000FFFFULL;  /* fours, in 32-bit lanes */
+    *val = (v * 10000 + (v >> 32)) & 0xFFFFFFFFULL;
+    return n;
+}
+/* The digits at p, accumulated into *acc (which wraps beyond 19 digits); returns the byte after. */
+static ALWAYS_INLINE const char *digits_at(const char *p, const char *end, uint64_t *acc) {
+    uint64_t m = *acc, v;
+    while (end - p >= 8) {
+        uint64_t w;
+        memcpy(&w, p, 8);
+        int n = digits8(w, &v);
+        m = m * POW10U[n] + v;
+        p += n;
+        if (n < 8) { *acc = m; return p; }
+    }
+    while (p < end && IS_DIGIT(*p)) { m = m * 10 + ((unsigned char)*p - '0'); p++; }
+    *acc = m;
+    return p;
+}
 /* A number at p (p < end), checked and read in one pass: the digits are accumulated as they are
  * scanned, and a float without exponent of up to 19 significant digits is made from them
  * (the same m and power of ten fast_float would find). Values are only made when out is given:
@@ -549,12 +622,13 @@ static ALWAYS_INLINE const char *number_at(const char *p, const char *end, Val *
     int neg = *p == '-';
     p += neg;
     if (UNLIKELY(p >= end || !IS_DIGIT(*p))) goto bad;
-    uint64_t m = (unsigned char)*p - '0';
-    const char *digits = p++;
-    if (!m) {
+    uint64_t m = 0;
+    const char *digits = p;
+    if (*p == '0') {
+        p++;
         if (p < end && IS_DIGIT(*p)) goto bad;  /* a leading zero */
     } else {
-        while (p < end && IS_DIGIT(*p)) { m = m * 10 + ((unsigned char)*p - '0'); p++; }
+        p = digits_at(p, end, &m);
     }
     Py_ssize_t sig = p - digits;  /* significant digits so far (m wraps beyond 19) */
     if (LIKELY(p >= end || (*p != '.' && (*p | 0x20) != 'e'))) {
@@ -569,7 +643,7 @@ static ALWAYS_INLINE const char *number_at(const char *p, const char *end, Val *
         }
         return p;
     }
-    if (!m) sig = 0;  /* "0": a leading zero, not significant */
+    if (*digits == '0') sig = 0;  /* "0": a leading zero, not significant */
     Py_ssize_t frac = 0;
     int simple = 1;
     if (*p == '.') {
@@ -578,7 +652,7 @@ static ALWAYS_INLINE const char *number_at(const char *p, const char *end, Val *
         const char *fs = p;
         if (!sig) while (p < end && *p == '0') p++;  /* leading zeros: not significant either */
         const char *sd = p;
-        while (p < end && IS_DIGIT(*p)) { m = m * 10 + ((unsigned char)*p - '0'); p++; }
+        p = digits_at(p, end, &m);
         frac = p - fs;
         sig += p - sd;
     }
@@ -608,13 +682,17 @@ static ALWAYS_INLINE const char *literal_at(const char *p, const char *end, cons
     if (out) out->k = kind;
     return p + n;
 }
-static const char *container_at(Parser *ps, const char *p, const char *end, Val *out, int *err);
-/* Any value at p; out (if given) gets it. */
-static ALWAYS_INLINE const char *value_at(Parser *ps, const char *p, const char *end, Val *out, int *err) {
-    if (UNLIKELY(p >= end)) { *err = P_ERR; return NULL; }
+static const char *container_at(Parser *ps, const char *p, const char *lo, const char *end, Val *out, int *err);
+/* Any value at p (or after white space at p); out (if given) gets it. */
+static ALWAYS_INLINE const char *value_at(Parser *ps, const char *p, const char *lo, const char *end, Val *out,
+                                          int *err) {
+    if (UNLIKELY(p >= end || (unsigned char)*p <= ' ')) {  /* white space before it (rare) */
+        p = ws_slow(p, end);
+        if (p >= end) { *err = P_ERR; return NULL; }
+    }
     switch (*p) {
-    case '"': return string_at(ps->arena, p, end, out, err);
-    case '{': case '[': return container_at(ps, p, end, out, err);
+    case '"': return string_at(ps->arena, p, lo, end, out, err);
+    case '{': case '[': return container_at(ps, p, lo, end, out, err);
     case 't': return literal_at(p, end, "true", 4, V_TRUE, out, err);
     case 'f': return literal_at(p, end, "false", 5, V_FALSE, out, err);
     case 'n': return literal_at(p, end, "null", 4, V_NULL, out, err);
@@ -622,7 +700,7 @@ static ALWAYS_INLINE const char *value_at(Parser *ps, const char *p, const char 
     }
 }
 /* A list or dict whose members are not kept: checked, and its raw text noted. */
-static const char *container_at(Parser *ps, const char *p, const char *end, Val *out, int *err) {
+static const char *container_at(Parser *ps, const char *p, const char *lo, const char *end, Val *out, int *err) {
     const char *start = p;
     char open = *p, close = open == '[' ? ']' : '}';
     if (++ps->depth > 1000) { *err = P_UNSUP; return NULL; }
@@ -634,13 +712,13 @@ static const char *container_at(Parser *ps, const char *p, const char *end, Val 
             if (open == '{') {
                 p = ws(p, end);
                 if (p >= end || *p != '"') goto bad;
-                if (!(p = string_at(ps->arena, p, end, NULL, err))) return NULL;
+                if (!(p = string_at(ps->arena, p, lo, end, NULL, err))) return NULL;
                 p = ws(p, end);
                 if (p >= end || *p != ':') goto bad;
                 p++;
             }
             p = ws(p, end);
-            if (!(p = value_at(ps, p, end, NULL, err))) return NULL;
+            if (!(p = value_at(ps, p, lo, end, NULL, err))) return NULL;
             p = ws(p, end);
             if (p >= end) goto bad;
             if (*p == ',') { p++; continue; }
@@ -692,33 +770,71 @@ static int args_grow(Event *ev) {
     ev->args = m; ev->args_cap = cap;
     return 0;
 }
+/* p at the byte c, or at white space before it: p after c (NULL if neither). The white space
+ * test is left to the slow branch, which the compact lines read never take. */
+static ALWAYS_INLINE const char *expect(const char *p, const char *end, char c) {
+    if (LIKELY(p < end && *p == c)) return p + 1;
+    p = ws_slow(p, end);
+    return p < end && *p == c ? p + 1 : NULL;
+}
+/* The first n bytes of lit as a little-endian integer (a constant once inlined). */
+static ALWAYS_INLINE uint64_t lit_word(const char *lit, int n) {
+    uint64_t w = 0;
+    for (int i = 0; i < n; i++) w |= (uint64_t)(unsigned char)lit[i] << (8 * i);
+    return w;
+}
+#define LIT_IS(w, lit) (((w) & ((~0ULL) >> (64 - 8 * (sizeof(lit) - 1)))) == lit_word(lit, sizeof(lit) - 1))
+/* The usual event keys, seen with their closing quote and colon in the eight bytes w after the
+ * opening quote: the key's index, *len the bytes they take; -1 for any other text (a key spelled
+ * with escapes or followed by white space is read the long way, with the same outcome). */
+static ALWAYS_INLINE int key_peek(uint64_t w, int *len) {
+    switch ((unsigned char)w) {
+    case 'p':
+        if (LIT_IS(w, "pid\":")) { *len = 5; return K_PID; }
+        if (LIT_IS(w, "ph\":")) { *len = 4; return K_PH; }
+        return -1;
+    case 't':
+        if (LIT_IS(w, "tid\":")) { *len = 5; return K_TID; }
+        if (LIT_IS(w, "ts\":")) { *len = 4; return K_TS; }
+        return -1;
+    case 'n': if (LIT_IS(w, "name\":")) { *len = 6; return K_NAME; } return -1;
+    case 'c': if (LIT_IS(w, "cat\":")) { *len = 5; return K_CAT; } return -1;
+    case 'd': if (LIT_IS(w, "dur\":")) { *len = 5; return K_DUR; } return -1;
+    case 'a': if (LIT_IS(w, "args\":")) { *len = 6; return K_ARGS; } return -1;
+    case 'i':
+        if (LIT_IS(w, "id\":")) { *len = 4; return K_ID; }
+        if (LIT_IS(w, "id2\":")) { *len = 5; return K_ID2; }
+        return -1;
+    case 's': if (LIT_IS(w, "s\":")) { *len = 3; return K_S; } return -1;
+    default: return -1;
+    }
+}
 /* The members of the args dict at p, in order (a repeated key is not mirrored: Unsupported). */
-static ALWAYS_INLINE const char *args_at(Parser *ps, const char *p, const char *end, Event *ev, int *err) {
+static ALWAYS_INLINE const char *args_at(Parser *ps, const char *p, const char *lo, const char *end, Event *ev,
+                                         int *err) {
     p = ws(p + 1, end);
     if (p < end && *p == '}') return p + 1;
     uint64_t seen = 0;  /* a bit per (length, first, middle and last byte) of the keys so far */
+    Py_ssize_t nargs = ev->nargs;
     for (;;) {
-        p = ws(p, end);
-        if (p >= end || *p != '"') goto bad;
-        if (UNLIKELY(ev->nargs == ev->args_cap) && args_grow(ev) < 0) { *err = P_MEM; return NULL; }
-        Member *m = &ev->args[ev->nargs];
-        m->raw = p;
-        if (!(p = string_at(ps->arena, p, end, &m->key, err))) return NULL;
-        p = ws(p, end);
-        if (p >= end || *p != ':') goto bad;
-        p = ws(p + 1, end);
-        if (!(p = value_at(ps, p, end, &m->val, err))) return NULL;
+        if (!(p = expect(p, end, '"'))) goto bad;
+        if (UNLIKELY(nargs == ev->args_cap) && args_grow(ev) < 0) { *err = P_MEM; return NULL; }
+        Member *m = &ev->args[nargs];
+        m->raw = p - 1;
+        if (!(p = string_at(ps->arena, p - 1, lo, end, &m->key, err))) return NULL;
+        if (!(p = expect(p, end, ':'))) goto bad;
+        if (!(p = value_at(ps, p, lo, end, &m->val, err))) return NULL;
         m->rawn = p - m->raw;
         const unsigned char *ks = (const unsigned char *)m->key.s;
         Py_ssize_t kn = m->key.n;
         uint64_t bit = 1ULL << ((kn ? (size_t)kn * 7 + ks[0] * 3 + ks[kn >> 1] * 5 + ks[kn - 1] : 0) & 63);
         if (UNLIKELY(seen & bit)) {  /* perhaps a repeated key: only then are the keys compared */
-            for (Py_ssize_t j = 0; j < ev->nargs; j++)
+            for (Py_ssize_t j = 0; j < nargs; j++)
                 if (val_bytes_eq(&ev->args[j].key, &m->key)) { *err = P_UNSUP; return NULL; }
         }
         seen |= bit;
-        ev->nargs++;
-        p = ws(p, end);
+        ev->nargs = ++nargs;
+        if (UNLIKELY(p >= end || (unsigned char)*p <= ' ')) p = ws_slow(p, end);
         if (p >= end) goto bad;
         if (*p == ',') { p++; continue; }
         if (*p == '}') return p + 1;
@@ -730,7 +846,7 @@ bad:
 }
 /* One event (any JSON value) at ps->p; *is_object says whether it is a dict. */
 static int parse_event(Parser *ps, Event *ev, int *is_object) {
-    const char *end = ps->end, *p;
+    const char *end = ps->end, *lo = ps->p, *p;
     int err = P_ERR;
     for (int i = 0; i < K_COUNT; i++) ev->f[i].k = V_ABSENT;
     ev->nargs = 0;
@@ -739,7 +855,7 @@ static int parse_event(Parser *ps, Event *ev, int *is_object) {
     if (p >= end) return P_ERR;
     if (*p != '{') {
         *is_object = 0;
-        if (!(p = value_at(ps, p, end, NULL, &err))) return err;
+        if (!(p = value_at(ps, p, lo, end, NULL, &err))) return err;
         ps->p = p;
         return P_OK;
     }
@@ -748,23 +864,30 @@ static int parse_event(Parser *ps, Event *ev, int *is_object) {
     if (p < end && *p == '}') { ps->p = p + 1; return P_OK; }
     ps->depth = 1;
     for (;;) {
-        Val key;
-        p = ws(p, end);
-        if (p >= end || *p != '"') return P_ERR;
-        if (!(p = string_at(ps->arena, p, end, &key, &err))) return err;
-        p = ws(p, end);
-        if (p >= end || *p != ':') return P_ERR;
-        p = ws(p + 1, end);
-        int which = top_key(key.s, key.n);
+        int which = -1, len;
+        if (!(p = expect(p, end, '"'))) return P_ERR;
+        if (LIKELY(end - p >= 8)) {
+            uint64_t w;
+            memcpy(&w, p, 8);
+            which = key_peek(w, &len);
+        }
+        if (which >= 0) {
+            p += len;
+        } else {
+            Val key;
+            if (!(p = string_at(ps->arena, p - 1, lo, end, &key, &err))) return err;
+            if (!(p = expect(p, end, ':'))) return P_ERR;
+            which = top_key(key.s, key.n);
+        }
         if (which >= 0 && ev->f[which].k != V_ABSENT) return P_UNSUP;
-        if (which == K_ARGS && p < end && *p == '{') {
+        if (which == K_ARGS && (p = ws(p, end)) < end && *p == '{') {
             const char *start = p;
-            if (!(p = args_at(ps, p, end, ev, &err))) return err;
+            if (!(p = args_at(ps, p, lo, end, ev, &err))) return err;
             ev->f[K_ARGS].k = V_OBJ; ev->f[K_ARGS].s = start; ev->f[K_ARGS].n = p - start;
-        } else if (!(p = value_at(ps, p, end, which >= 0 ? &ev->f[which] : NULL, &err))) {
+        } else if (!(p = value_at(ps, p, lo, end, which >= 0 ? &ev->f[which] : NULL, &err))) {
             return err;
         }
-        p = ws(p, end);
+        if (UNLIKELY(p >= end || (unsigned char)*p <= ' ')) p = ws_slow(p, end);
         if (p >= end) return P_ERR;
         if (*p == ',') { p++; continue; }
         if (*p == '}') { ps->p = p + 1; return P_OK; }
