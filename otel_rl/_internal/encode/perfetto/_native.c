@@ -583,33 +583,38 @@ static int float_slow(const char *start, const char *p, Val *out) {
     out->d = d;
     return P_OK;
 }
-/* The digits that begin the eight bytes w (the first in the lowest byte): how many (0 to 8), and
- * their value in *val. A byte below '0' sets its high bit in w - 0x30.., one above '9' in
+/* The digits that begin the eight bytes w (the first in the lowest byte, a digit): how many (1 to
+ * 8), and their value in *val. A byte below '0' sets its high bit in w - 0x30.., one above '9' in
  * w + 0x46.. (or in both); only the lowest flag is exact, as in str_stops, and only it is used. */
 static const uint64_t POW10U[] = {1, 10, 100, 1000, 10000, 100000, 1000000, 10000000, 100000000};
 static ALWAYS_INLINE int digits8(uint64_t w, uint64_t *val) {
     uint64_t v = w - 0x3030303030303030ULL;
     uint64_t nd = (v | (w + 0x4646464646464646ULL)) & 0x8080808080808080ULL;
     int n = nd ? CTZ64(nd) >> 3 : 8;
-    /* the digits to the top bytes, the zeros below them leading zeros (two shifts: 64 for none) */
-    v = (v << (32 - 4 * n)) << (32 - 4 * n);
+    v <<= 64 - 8 * n;  /* the digits to the top bytes, the zeros below them leading zeros */
     v = (v * 10 + (v >> 8)) & 0x00FF00FF00FF00FFULL;    /* pairs of digits, in 16-bit lanes */
     v = (v * 100 + (v >> 16)) & 0x0000FFFF0000FFFFULL;  /* fours, in 32-bit lanes */
     *val = (v * 10000 + (v >> 32)) & 0xFFFFFFFFULL;
     return n;
 }
-/* The digits at p, accumulated into *acc (which wraps beyond 19 digits); returns the byte after. */
+/* The digits at p, accumulated into *acc (which wraps beyond 19 digits); returns the byte after.
+ * Eight at a time, but a lone digit (a small integer, common) is taken by itself, and a word is
+ * only read when a digit begins it. */
 static ALWAYS_INLINE const char *digits_at(const char *p, const char *end, uint64_t *acc) {
     uint64_t m = *acc, v;
-    while (end - p >= 8) {
+    while (p < end && IS_DIGIT(*p)) {
+        if (p + 1 >= end || !IS_DIGIT(p[1])) { m = m * 10 + ((unsigned char)*p - '0'); p++; break; }
+        if (end - p < 8) {
+            while (p < end && IS_DIGIT(*p)) { m = m * 10 + ((unsigned char)*p - '0'); p++; }
+            break;
+        }
         uint64_t w;
         memcpy(&w, p, 8);
         int n = digits8(w, &v);
         m = m * POW10U[n] + v;
         p += n;
-        if (n < 8) { *acc = m; return p; }
+        if (n < 8) break;
     }
-    while (p < end && IS_DIGIT(*p)) { m = m * 10 + ((unsigned char)*p - '0'); p++; }
     *acc = m;
     return p;
 }
@@ -686,17 +691,19 @@ static const char *container_at(Parser *ps, const char *p, const char *lo, const
 /* Any value at p (or after white space at p); out (if given) gets it. */
 static ALWAYS_INLINE const char *value_at(Parser *ps, const char *p, const char *lo, const char *end, Val *out,
                                           int *err) {
-    if (UNLIKELY(p >= end || (unsigned char)*p <= ' ')) {  /* white space before it (rare) */
-        p = ws_slow(p, end);
-        if (p >= end) { *err = P_ERR; return NULL; }
-    }
-    switch (*p) {
-    case '"': return string_at(ps->arena, p, lo, end, out, err);
-    case '{': case '[': return container_at(ps, p, lo, end, out, err);
-    case 't': return literal_at(p, end, "true", 4, V_TRUE, out, err);
-    case 'f': return literal_at(p, end, "false", 5, V_FALSE, out, err);
-    case 'n': return literal_at(p, end, "null", 4, V_NULL, out, err);
-    default: return number_at(p, end, out, err);
+    for (;;) {
+        if (UNLIKELY(p >= end)) { *err = P_ERR; return NULL; }
+        unsigned char c = (unsigned char)*p;
+        if (c == '"') return string_at(ps->arena, p, lo, end, out, err);
+        if (IS_DIGIT(c) || c == '-') return number_at(p, end, out, err);
+        switch (c) {
+        case '{': case '[': return container_at(ps, p, lo, end, out, err);
+        case 't': return literal_at(p, end, "true", 4, V_TRUE, out, err);
+        case 'f': return literal_at(p, end, "false", 5, V_FALSE, out, err);
+        case 'n': return literal_at(p, end, "null", 4, V_NULL, out, err);
+        case ' ': case '\t': case '\n': case '\r': p = ws_slow(p, end); continue;  /* rare */
+        default: *err = P_ERR; return NULL;
+        }
     }
 }
 /* A list or dict whose members are not kept: checked, and its raw text noted. */
@@ -827,14 +834,19 @@ static ALWAYS_INLINE const char *args_at(Parser *ps, const char *p, const char *
         m->rawn = p - m->raw;
         const unsigned char *ks = (const unsigned char *)m->key.s;
         Py_ssize_t kn = m->key.n;
-        uint64_t bit = 1ULL << ((kn ? (size_t)kn * 7 + ks[0] * 3 + ks[kn >> 1] * 5 + ks[kn - 1] : 0) & 63);
+        /* (an empty key reads its quotes: it is never one decoded from escapes) */
+        uint64_t bit = 1ULL << (((size_t)kn * 7 + ks[0] * 3 + ks[kn >> 1] * 5 + ks[kn - 1]) & 63);
         if (UNLIKELY(seen & bit)) {  /* perhaps a repeated key: only then are the keys compared */
             for (Py_ssize_t j = 0; j < nargs; j++)
                 if (val_bytes_eq(&ev->args[j].key, &m->key)) { *err = P_UNSUP; return NULL; }
         }
         seen |= bit;
         ev->nargs = ++nargs;
-        if (UNLIKELY(p >= end || (unsigned char)*p <= ' ')) p = ws_slow(p, end);
+        if (LIKELY(p < end)) {  /* no white space, most often */
+            if (*p == ',') { p++; continue; }
+            if (*p == '}') return p + 1;
+        }
+        p = ws_slow(p, end);
         if (p >= end) goto bad;
         if (*p == ',') { p++; continue; }
         if (*p == '}') return p + 1;
@@ -887,7 +899,11 @@ static int parse_event(Parser *ps, Event *ev, int *is_object) {
         } else if (!(p = value_at(ps, p, lo, end, which >= 0 ? &ev->f[which] : NULL, &err))) {
             return err;
         }
-        if (UNLIKELY(p >= end || (unsigned char)*p <= ' ')) p = ws_slow(p, end);
+        if (LIKELY(p < end)) {  /* no white space, most often */
+            if (*p == ',') { p++; continue; }
+            if (*p == '}') { ps->p = p + 1; return P_OK; }
+        }
+        p = ws_slow(p, end);
         if (p >= end) return P_ERR;
         if (*p == ',') { p++; continue; }
         if (*p == '}') { ps->p = p + 1; return P_OK; }
