@@ -478,7 +478,7 @@ static ALWAYS_INLINE const char *string_at(Arena *arena, const char *q, const ch
 #if defined(__SSE2__)
     for (;;) {
         unsigned stops;
-        if (LIKELY(e - p >= 16)) {
+        if (LIKELY((uintptr_t)p + 16 <= (uintptr_t)e)) {
             stops = str_stops16(p);
             if (!stops) { p += 16; continue; }
         } else if (e - (const unsigned char *)lo >= 16 && p < e) {
@@ -823,8 +823,8 @@ static ALWAYS_INLINE const char *args_at(Parser *ps, const char *p, const char *
     if (p < end && *p == '}') return p + 1;
     uint64_t seen = 0;  /* a bit per (length, first, middle and last byte) of the keys so far */
     Py_ssize_t nargs = ev->nargs;
-    for (;;) {
-        if (!(p = expect(p, end, '"'))) goto bad;
+    if (!(p = expect(p, end, '"'))) goto bad;
+    for (;;) {  /* p after a key's opening quote */
         if (UNLIKELY(nargs == ev->args_cap) && args_grow(ev) < 0) { *err = P_MEM; return NULL; }
         Member *m = &ev->args[nargs];
         m->raw = p - 1;
@@ -842,13 +842,15 @@ static ALWAYS_INLINE const char *args_at(Parser *ps, const char *p, const char *
         }
         seen |= bit;
         ev->nargs = ++nargs;
-        if (LIKELY(p < end)) {  /* no white space, most often */
-            if (*p == ',') { p++; continue; }
-            if (*p == '}') return p + 1;
+        if (LIKELY((uintptr_t)p + 2 <= (uintptr_t)end)) {  /* the next key's quote, most often */
+            uint16_t t;
+            memcpy(&t, p, 2);
+            if (t == (',' | '"' << 8)) { p += 2; continue; }
         }
+        if (p < end && *p == '}') return p + 1;
         p = ws_slow(p, end);
         if (p >= end) goto bad;
-        if (*p == ',') { p++; continue; }
+        if (*p == ',') { if (!(p = expect(p + 1, end, '"'))) goto bad; continue; }
         if (*p == '}') return p + 1;
         goto bad;
     }
@@ -875,9 +877,9 @@ static int parse_event(Parser *ps, Event *ev, int *is_object) {
     p = ws(p + 1, end);
     if (p < end && *p == '}') { ps->p = p + 1; return P_OK; }
     ps->depth = 1;
-    for (;;) {
+    if (!(p = expect(p, end, '"'))) return P_ERR;
+    for (;;) {  /* p after a key's opening quote */
         int which = -1, len;
-        if (!(p = expect(p, end, '"'))) return P_ERR;
         if (LIKELY(end - p >= 8)) {
             uint64_t w;
             memcpy(&w, p, 8);
@@ -899,13 +901,15 @@ static int parse_event(Parser *ps, Event *ev, int *is_object) {
         } else if (!(p = value_at(ps, p, lo, end, which >= 0 ? &ev->f[which] : NULL, &err))) {
             return err;
         }
-        if (LIKELY(p < end)) {  /* no white space, most often */
-            if (*p == ',') { p++; continue; }
-            if (*p == '}') { ps->p = p + 1; return P_OK; }
+        if (LIKELY((uintptr_t)p + 2 <= (uintptr_t)end)) {  /* the next key's quote, most often */
+            uint16_t t;
+            memcpy(&t, p, 2);
+            if (t == (',' | '"' << 8)) { p += 2; continue; }
         }
+        if (p < end && *p == '}') { ps->p = p + 1; return P_OK; }
         p = ws_slow(p, end);
         if (p >= end) return P_ERR;
-        if (*p == ',') { p++; continue; }
+        if (*p == ',') { if (!(p = expect(p + 1, end, '"'))) return P_ERR; continue; }
         if (*p == '}') { ps->p = p + 1; return P_OK; }
         return P_ERR;
     }
