@@ -622,11 +622,10 @@ static ALWAYS_INLINE const char *digits_at(const char *p, const char *end, uint6
  * scanned, and a float without exponent of up to 19 significant digits is made from them
  * (the same m and power of ten fast_float would find). Values are only made when out is given:
  * a skipped integer beyond 64 bits is no failure. */
-static ALWAYS_INLINE const char *number_at(const char *p, const char *end, Val *out, int *err) {
+static ALWAYS_INLINE const char *number_at(const char *p, const char *end, int neg, Val *out, int *err) {
     const char *start = p;
-    int neg = *p == '-';
     p += neg;
-    if (UNLIKELY(p >= end || !IS_DIGIT(*p))) goto bad;
+    if (neg && (p >= end || !IS_DIGIT(*p))) goto bad;  /* (without the sign the caller saw a digit) */
     uint64_t m = 0;
     const char *digits = p;
     if (*p == '0') {
@@ -680,6 +679,10 @@ bad:
     *err = P_ERR;
     return NULL;
 }
+/* A negative number: rarer, and out of line. */
+static const char *negative_at(const char *p, const char *end, Val *out, int *err) {
+    return number_at(p, end, 1, out, err);
+}
 /* true, false or null at p: n bytes of lit. */
 static ALWAYS_INLINE const char *literal_at(const char *p, const char *end, const char *lit, int n, int kind,
                                             Val *out, int *err) {
@@ -695,7 +698,8 @@ static ALWAYS_INLINE const char *value_at(Parser *ps, const char *p, const char 
         if (UNLIKELY(p >= end)) { *err = P_ERR; return NULL; }
         unsigned char c = (unsigned char)*p;
         if (c == '"') return string_at(ps->arena, p, lo, end, out, err);
-        if (IS_DIGIT(c) || c == '-') return number_at(p, end, out, err);
+        if (IS_DIGIT(c)) return number_at(p, end, 0, out, err);
+        if (c == '-') return negative_at(p, end, out, err);
         switch (c) {
         case '{': case '[': return container_at(ps, p, lo, end, out, err);
         case 't': return literal_at(p, end, "true", 4, V_TRUE, out, err);
@@ -821,7 +825,7 @@ static ALWAYS_INLINE const char *args_at(Parser *ps, const char *p, const char *
                                          int *err) {
     p = ws(p + 1, end);
     if (p < end && *p == '}') return p + 1;
-    uint64_t seen = 0;  /* a bit per (length, first, middle and last byte) of the keys so far */
+    uint64_t seen = 0;  /* a bit per (length, last four bytes) of the keys so far */
     Py_ssize_t nargs = ev->nargs;
     if (!(p = expect(p, end, '"'))) goto bad;
     for (;;) {  /* p after a key's opening quote */
@@ -834,8 +838,11 @@ static ALWAYS_INLINE const char *args_at(Parser *ps, const char *p, const char *
         m->rawn = p - m->raw;
         const unsigned char *ks = (const unsigned char *)m->key.s;
         Py_ssize_t kn = m->key.n;
-        /* (an empty key reads its quotes: it is never one decoded from escapes) */
-        uint64_t bit = 1ULL << (((size_t)kn * 7 + ks[0] * 3 + ks[kn >> 1] * 5 + ks[kn - 1]) & 63);
+        uint32_t t;  /* the key's last four bytes and its length, mixed by a multiplication */
+        if (LIKELY(kn >= 4)) memcpy(&t, ks + kn - 4, 4);
+        else t = ks[0] | (uint32_t)ks[kn >> 1] << 8 | (uint32_t)ks[kn - 1] << 16;  /* (an empty key: its quotes, as it
+                                                                                 * is never one decoded from escapes) */
+        uint64_t bit = 1ULL << (((t ^ (uint64_t)kn << 32) * 0x9E3779B97F4A7C15ULL) >> 58);
         if (UNLIKELY(seen & bit)) {  /* perhaps a repeated key: only then are the keys compared */
             for (Py_ssize_t j = 0; j < nargs; j++)
                 if (val_bytes_eq(&ev->args[j].key, &m->key)) { *err = P_UNSUP; return NULL; }
