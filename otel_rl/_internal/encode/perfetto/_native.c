@@ -2181,11 +2181,13 @@ static int when(Enc *e, const Val *ts, int64_t *out) {  /* encoder._when */
     if (r == 1 && !e->has_first) { e->has_first = 1; e->first_ns = *out; }
     return r;
 }
-static Val *arg(Event *ev, const char *name) {
+/* Inline, so that the name's length is a constant and its comparison mostly one of the first byte. */
+static ALWAYS_INLINE Val *arg(Event *ev, const char *name) {
     size_t n = strlen(name);
     for (Py_ssize_t i = 0; i < ev->nargs; i++) {
         Val *k = &ev->args[i].key;
-        if (k->k == V_STR && (size_t)k->n == n && memcmp(k->s, name, n) == 0) return &ev->args[i].val;
+        if ((size_t)k->n == n && k->k == V_STR && k->s[0] == name[0] && memcmp(k->s, name, n) == 0)
+            return &ev->args[i].val;
     }
     return NULL;
 }
