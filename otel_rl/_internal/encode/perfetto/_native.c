@@ -290,12 +290,36 @@ typedef struct {
 enum { P_OK = 0, P_ERR = 1, P_UNSUP = 2, P_MEM = 3 };
 typedef struct { const char *p, *end; Arena *arena; int depth; } Parser;
 
-static inline void skip_ws(Parser *ps) {
-    const char *p = ps->p;
-    if (p < ps->end && (unsigned char)*p > ' ') return;  /* most often: no white space at all */
-    while (p < ps->end && (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t')) p++;
-    ps->p = p;
+/* The readers below keep their position in a local pointer and return the one after what they
+ * read (NULL with *err set on failure), so the hot paths stay in registers; the rare cases
+ * (white space, escapes, non-ASCII, exponents, long numbers) live in out-of-line functions. */
+#if defined(__GNUC__)
+#define LIKELY(x) __builtin_expect(!!(x), 1)
+#define UNLIKELY(x) __builtin_expect(!!(x), 0)
+#else
+#define LIKELY(x) (x)
+#define UNLIKELY(x) (x)
+#endif
+#define IS_DIGIT(c) ((unsigned)((unsigned char)(c) - '0') <= 9u)
+#if defined(__GNUC__)
+#define COLD __attribute__((noinline, cold))
+#else
+#define COLD
+#endif
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
+/* The lines read rarely have white space between tokens, so the inline test is one compare (and
+ * the loop, out of line, costs the hot paths nothing). */
+static COLD const char *ws_slow(const char *p, const char *end) {
+    while (p < end && (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t')) p++;
+    return p;
 }
+static ALWAYS_INLINE const char *ws(const char *p, const char *end) {
+    return LIKELY(p < end && (unsigned char)*p > ' ') ? p : ws_slow(p, end);
+}
+static inline void skip_ws(Parser *ps) { ps->p = ws(ps->p, ps->end); }
 static int hexval(char c) {
     if (c >= '0' && c <= '9') return c - '0';
     if (c >= 'a' && c <= 'f') return c - 'a' + 10;
@@ -340,37 +364,53 @@ static int put_utf8(char *o, unsigned cp) {
     o[2] = (char)(0x80 | ((cp >> 6) & 0x3F)); o[3] = (char)(0x80 | (cp & 0x3F));
     return 4;
 }
-/* A string at ps->p (the opening quote); out gets its text (in place, or decoded into the arena). */
-static int parse_string(Parser *ps, Val *out) {
-    const unsigned char *start = (const unsigned char *)ps->p + 1, *end = (const unsigned char *)ps->end;
-    const unsigned char *p = start;
+/* The bytes of w where a string's scan stops: a quote, a backslash, a control byte (< 0x20) or a
+ * non-ASCII one (>= 0x80), flagged by their high bit. Only the lowest flagged byte is exact, and
+ * only it is used: a byte's borrow reaches only the bytes above it, and a byte that borrows is
+ * flagged itself. For the quote and the backslash a subtraction alone suffices: (x - 1) has its
+ * high bit set when x's byte is 0 (a match) or above 0x80, which only a non-ASCII byte of w gives,
+ * and those are flagged anyway. */
+static ALWAYS_INLINE uint64_t str_stops(uint64_t w) {
+    const uint64_t ones = 0x0101010101010101ULL;
+    return (((w ^ 0x2222222222222222ULL) - ones) | ((w ^ 0x5C5C5C5C5C5C5C5CULL) - ones) |
+            (w - 0x2020202020202020ULL) | w) & 0x8080808080808080ULL;
+}
+#if defined(__SSE2__)
+/* The same for sixteen bytes at p, a bit per byte, all exact: a signed compare with 0x20 takes
+ * the control and the non-ASCII bytes at once. */
+static ALWAYS_INLINE unsigned str_stops16(const unsigned char *p) {
+    __m128i v = _mm_loadu_si128((const __m128i *)p);
+    __m128i quote = _mm_cmpeq_epi8(v, _mm_set1_epi8('"')), slash = _mm_cmpeq_epi8(v, _mm_set1_epi8('\\'));
+    return (unsigned)_mm_movemask_epi8(_mm_or_si128(_mm_or_si128(quote, slash), _mm_cmplt_epi8(v, _mm_set1_epi8(0x20))));
+}
+#endif
+/* The rest of a string whose text start..p is plain ASCII so far: escapes, non-ASCII text and the
+ * last bytes of the input. out gets its text (in place, or decoded into the arena). */
+static const char *string_rest(Arena *arena, const unsigned char *start, const unsigned char *p,
+                               const unsigned char *end, Val *out, int *err) {
     int ascii = 1, escaped = 0;
     for (;;) {
-        /* Eight bytes at a time: the lowest byte flagged is the first quote, backslash, control or
-         * non-ASCII byte (a flag's borrow only reaches bytes above it), so the scan jumps to it. */
-        if (end - p >= 8) {
+        if (end - p >= 8) {  /* eight bytes at a time, jumping to the first that stops the scan */
             uint64_t w;
             memcpy(&w, p, 8);
-            uint64_t quote = w ^ 0x2222222222222222ULL, slash = w ^ 0x5C5C5C5C5C5C5C5CULL;
-            uint64_t special = (((quote - 0x0101010101010101ULL) & ~quote) | ((slash - 0x0101010101010101ULL) & ~slash) |
-                                (w - 0x2020202020202020ULL) | w) & 0x8080808080808080ULL;
-            if (!special) { p += 8; continue; }
-            p += CTZ64(special) >> 3;
+            uint64_t stops = str_stops(w);
+            if (!stops) { p += 8; continue; }
+            p += CTZ64(stops) >> 3;
         } else if (p >= end) {
-            return P_ERR;
+            goto bad;
         }
         unsigned c = *p;
         if (c == '"') break;
-        if (c < 0x20) return P_ERR;
+        if (c < 0x20) goto bad;
         if (c == '\\') {
             escaped = 1;
-            if (p + 1 >= end) return P_ERR;
+            if (p + 1 >= end) goto bad;
             p += 2;
             continue;
         }
         if (c >= 0x80) {
             int k = utf8_seq(p, end);
-            if (!k) return P_ERR;
+            if (!k) goto bad;
             ascii = 0; p += k;
             continue;
         }
@@ -379,11 +419,10 @@ static int parse_string(Parser *ps, Val *out) {
     if (out) { out->k = V_STR; out->ascii = ascii; }
     if (!escaped) {
         if (out) { out->s = (const char *)start; out->n = p - start; }
-        ps->p = (const char *)p + 1;
-        return P_OK;
+        return (const char *)p + 1;
     }
-    char *o = out ? arena_alloc(ps->arena, p - start) : NULL;
-    if (out && !o) return P_MEM;
+    char *o = out ? arena_alloc(arena, p - start) : NULL;
+    if (out && !o) { *err = P_MEM; return NULL; }
     Py_ssize_t n = 0;
     const unsigned char *q = start;
     while (q < p) {
@@ -402,16 +441,16 @@ static int parse_string(Parser *ps, Val *out) {
         case 't': simple = '\t'; break;
         case 'u': {
             unsigned cp;
-            if (read_u4((const char *)q, (const char *)p, &cp) < 0) return P_ERR;
+            if (read_u4((const char *)q, (const char *)p, &cp) < 0) goto bad;
             q += 4;
             if (cp >= 0xD800 && cp < 0xDC00) {
                 unsigned lo;
                 if (p - q < 6 || q[0] != '\\' || q[1] != 'u' || read_u4((const char *)q + 2, (const char *)p, &lo) < 0
-                    || lo < 0xDC00 || lo >= 0xE000) return P_ERR;
+                    || lo < 0xDC00 || lo >= 0xE000) goto bad;
                 q += 6;
                 cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
             } else if (cp >= 0xDC00 && cp < 0xE000) {
-                return P_ERR;
+                goto bad;
             }
             if (cp >= 0x80 && out) out->ascii = 0;
             char tmp[4];
@@ -420,23 +459,86 @@ static int parse_string(Parser *ps, Val *out) {
             n += k;
             continue;
         }
-        default: return P_ERR;
+        default: goto bad;
         }
         if (o) o[n] = simple;
         n++;
     }
     if (out) { out->s = o; out->n = n; }
-    ps->p = (const char *)p + 1;
-    return P_OK;
+    return (const char *)p + 1;
+bad:
+    *err = P_ERR;
+    return NULL;
 }
-/* A decimal of up to 19 significant digits and a small exponent, read exactly: the digits and
- * the power of ten are both exact in x87 extended precision, so one multiplication or division
- * rounds correctly to 64 bits; rounding that to a double is exact unless it lands on a double's
- * midpoint, which is left to PyOS_string_to_double (as is everything else). 1: *out set. */
+/* A string at q (its opening quote); lo..end is readable (the event's text). Most strings are
+ * short plain ASCII: one block scanned. */
+static ALWAYS_INLINE const char *string_at(Arena *arena, const char *q, const char *lo, const char *end, Val *out,
+                                           int *err) {
+    const unsigned char *start = (const unsigned char *)q + 1, *p = start, *e = (const unsigned char *)end;
+#if defined(__SSE2__)
+    for (;;) {
+        unsigned stops;
+        if (LIKELY((uintptr_t)p + 16 <= (uintptr_t)e)) {
+            stops = str_stops16(p);
+            if (!stops) { p += 16; continue; }
+        } else if (e - (const unsigned char *)lo >= 16 && p < e) {
+            /* the last bytes: read the sixteen that end at end (all the event's), from p on */
+            stops = str_stops16(e - 16) >> (16 - (e - p));
+            if (!stops) break;
+        } else {
+            break;
+        }
+        p += CTZ64(stops);
+        if (LIKELY(*p == '"')) {
+            if (out) { out->k = V_STR; out->ascii = 1; out->s = (const char *)start; out->n = p - start; }
+            return (const char *)p + 1;
+        }
+        break;
+    }
+#else
+    (void)lo;
+    while (LIKELY(e - p >= 8)) {
+        uint64_t w;
+        memcpy(&w, p, 8);
+        uint64_t stops = str_stops(w);
+        if (!stops) { p += 8; continue; }
+        p += CTZ64(stops) >> 3;
+        if (LIKELY(*p == '"')) {
+            if (out) { out->k = V_STR; out->ascii = 1; out->s = (const char *)start; out->n = p - start; }
+            return (const char *)p + 1;
+        }
+        break;
+    }
+#endif
+    return string_rest(arena, start, p, e, out, err);
+}
+/* m * 10**exp10 (m > 0, |exp10| <= 27, m below 10**19), read exactly: m and the power of ten are
+ * both exact in x87 extended precision, so one multiplication or division rounds correctly to 64
+ * bits; rounding that to a double is exact unless it lands on a double's midpoint, which is left
+ * to PyOS_string_to_double (as is everything else). 1: *out set. */
 static const long double POW10[] = {1e0L, 1e1L, 1e2L, 1e3L, 1e4L, 1e5L, 1e6L, 1e7L, 1e8L, 1e9L, 1e10L, 1e11L,
     1e12L, 1e13L, 1e14L, 1e15L, 1e16L, 1e17L, 1e18L, 1e19L, 1e20L, 1e21L, 1e22L, 1e23L, 1e24L, 1e25L, 1e26L, 1e27L};
-static int fast_float(const char *p, const char *end, double *out) {
+static ALWAYS_INLINE int ld_round(uint64_t m, int exp10, int neg, double *out) {
 #if defined(__x86_64__) && defined(__GNUC__)
+    volatile long double r = exp10 < 0 ? (long double)m / POW10[-exp10] : (long double)m * POW10[exp10];
+    uint64_t mant;
+    uint16_t se;
+    memcpy(&mant, (const void *)&r, 8);
+    memcpy(&se, (const char *)&r + 8, 2);
+    int biased = se & 0x7FFF;
+    if (biased < 16383 - 1021 || biased > 16383 + 1023) return 0;  /* subnormal or beyond a double */
+    if ((mant & 0x7FF) == 0x400) return 0;  /* a double's midpoint: let the exact reader decide */
+    double d = (double)r;
+    *out = neg ? -d : d;
+    return 1;
+#else
+    (void)m; (void)exp10; (void)neg; (void)out;
+    return 0;
+#endif
+}
+/* A decimal of up to 19 significant digits and a small exponent (the text start..end of a valid
+ * JSON number), read exactly by ld_round. 1: *out set. */
+static int fast_float(const char *p, const char *end, double *out) {
     int neg = 0, digits = 0, exp10 = 0;
     uint64_t m = 0;
     if (*p == '-') { neg = 1; p++; }
@@ -458,60 +560,11 @@ static int fast_float(const char *p, const char *end, double *out) {
     }
     if (!m) { *out = neg ? -0.0 : 0.0; return 1; }
     if (exp10 < -27 || exp10 > 27) return 0;
-    volatile long double r = exp10 < 0 ? (long double)m / POW10[-exp10] : (long double)m * POW10[exp10];
-    uint64_t mant;
-    uint16_t se;
-    memcpy(&mant, (const void *)&r, 8);
-    memcpy(&se, (const char *)&r + 8, 2);
-    int biased = se & 0x7FFF;
-    if (biased < 16383 - 1021 || biased > 16383 + 1023) return 0;  /* subnormal or beyond a double */
-    if ((mant & 0x7FF) == 0x400) return 0;  /* a double's midpoint: let the exact reader decide */
-    double d = (double)r;
-    *out = neg ? -d : d;
-    return 1;
-#else
-    (void)p; (void)end; (void)out;
-    return 0;
-#endif
+    return ld_round(m, exp10, neg, out);
 }
-static int parse_number(Parser *ps, Val *out) {
-    const char *p = ps->p, *end = ps->end, *start = p;
-    int neg = 0, is_float = 0;
-    if (p < end && *p == '-') { neg = 1; p++; }
-    if (p >= end) return P_ERR;
-    if (*p == '0') {
-        p++;
-        if (p < end && *p >= '0' && *p <= '9') return P_ERR;
-    } else if (*p >= '1' && *p <= '9') {
-        while (p < end && *p >= '0' && *p <= '9') p++;
-    } else {
-        return P_ERR;
-    }
-    if (p < end && *p == '.') {
-        is_float = 1; p++;
-        if (p >= end || *p < '0' || *p > '9') return P_ERR;
-        while (p < end && *p >= '0' && *p <= '9') p++;
-    }
-    if (p < end && (*p == 'e' || *p == 'E')) {
-        is_float = 1; p++;
-        if (p < end && (*p == '+' || *p == '-')) p++;
-        if (p >= end || *p < '0' || *p > '9') return P_ERR;
-        while (p < end && *p >= '0' && *p <= '9') p++;
-    }
-    ps->p = p;
-    if (!out) return P_OK;
-    if (!is_float) {
-        uint64_t v = 0;
-        for (const char *q = start + neg; q < p; q++) {
-            unsigned d = (unsigned)(*q - '0');
-            if (v > (UINT64_MAX - d) / 10) return P_UNSUP;
-            v = v * 10 + d;
-        }
-        if (neg ? v > (uint64_t)INT64_MAX + 1 : v > (uint64_t)INT64_MAX) return P_UNSUP;
-        out->k = V_INT;
-        out->i = neg ? (int64_t)(0 - v) : (int64_t)v;
-        return P_OK;
-    }
+/* A float the inline reader does not take (an exponent, many digits): fast_float, else Python's
+ * exact reader. */
+static int float_slow(const char *start, const char *p, Val *out) {
     double fast;
     if (fast_float(start, p, &fast)) { out->k = V_FLOAT; out->d = fast; return P_OK; }
     char small[64], *text = small;
@@ -530,165 +583,341 @@ static int parse_number(Parser *ps, Val *out) {
     out->d = d;
     return P_OK;
 }
-static int parse_value(Parser *ps, Val *out);
+/* The digits that begin the eight bytes w (the first in the lowest byte, a digit): how many (1 to
+ * 8), and their value in *val. A byte below '0' sets its high bit in w - 0x30.., one above '9' in
+ * w + 0x46.. (or in both); only the lowest flag is exact, as in str_stops, and only it is used. */
+static const uint64_t POW10U[] = {1, 10, 100, 1000, 10000, 100000, 1000000, 10000000, 100000000};
+static ALWAYS_INLINE int digits8(uint64_t w, uint64_t *val) {
+    uint64_t v = w - 0x3030303030303030ULL;
+    uint64_t nd = (v | (w + 0x4646464646464646ULL)) & 0x8080808080808080ULL;
+    int n = nd ? CTZ64(nd) >> 3 : 8;
+    v <<= 64 - 8 * n;  /* the digits to the top bytes, the zeros below them leading zeros */
+    v = (v * 10 + (v >> 8)) & 0x00FF00FF00FF00FFULL;    /* pairs of digits, in 16-bit lanes */
+    v = (v * 100 + (v >> 16)) & 0x0000FFFF0000FFFFULL;  /* fours, in 32-bit lanes */
+    *val = (v * 10000 + (v >> 32)) & 0xFFFFFFFFULL;
+    return n;
+}
+/* The digits at p, accumulated into *acc (which wraps beyond 19 digits); returns the byte after.
+ * Eight at a time, but a lone digit (a small integer, common) is taken by itself, and a word is
+ * only read when a digit begins it. */
+static ALWAYS_INLINE const char *digits_at(const char *p, const char *end, uint64_t *acc) {
+    uint64_t m = *acc, v;
+    while (p < end && IS_DIGIT(*p)) {
+        if (p + 1 >= end || !IS_DIGIT(p[1])) { m = m * 10 + ((unsigned char)*p - '0'); p++; break; }
+        if (end - p < 8) {
+            while (p < end && IS_DIGIT(*p)) { m = m * 10 + ((unsigned char)*p - '0'); p++; }
+            break;
+        }
+        uint64_t w;
+        memcpy(&w, p, 8);
+        int n = digits8(w, &v);
+        m = m * POW10U[n] + v;
+        p += n;
+        if (n < 8) break;
+    }
+    *acc = m;
+    return p;
+}
+/* A number at p (p < end), checked and read in one pass: the digits are accumulated as they are
+ * scanned, and a float without exponent of up to 19 significant digits is made from them
+ * (the same m and power of ten fast_float would find). Values are only made when out is given:
+ * a skipped integer beyond 64 bits is no failure. */
+static ALWAYS_INLINE const char *number_at(const char *p, const char *end, int neg, Val *out, int *err) {
+    const char *start = p;
+    p += neg;
+    if (neg && (p >= end || !IS_DIGIT(*p))) goto bad;  /* (without the sign the caller saw a digit) */
+    uint64_t m = 0;
+    const char *digits = p;
+    if (*p == '0') {
+        p++;
+        if (p < end && IS_DIGIT(*p)) goto bad;  /* a leading zero */
+    } else {
+        p = digits_at(p, end, &m);
+    }
+    Py_ssize_t sig = p - digits;  /* significant digits so far (m wraps beyond 19) */
+    if (LIKELY(p >= end || (*p != '.' && (*p | 0x20) != 'e'))) {
+        if (out) {
+            /* 19 digits always fit in 64 bits, and more never fit in an int64 */
+            if (UNLIKELY(sig > 19) || (neg ? m > (uint64_t)INT64_MAX + 1 : m > (uint64_t)INT64_MAX)) {
+                *err = P_UNSUP;
+                return NULL;
+            }
+            out->k = V_INT;
+            out->i = neg ? (int64_t)(0 - m) : (int64_t)m;
+        }
+        return p;
+    }
+    if (*digits == '0') sig = 0;  /* "0": a leading zero, not significant */
+    Py_ssize_t frac = 0;
+    int simple = 1;
+    if (*p == '.') {
+        p++;
+        if (p >= end || !IS_DIGIT(*p)) goto bad;
+        const char *fs = p;
+        if (!sig) while (p < end && *p == '0') p++;  /* leading zeros: not significant either */
+        const char *sd = p;
+        p = digits_at(p, end, &m);
+        frac = p - fs;
+        sig += p - sd;
+    }
+    if (p < end && (*p | 0x20) == 'e') {
+        p++;
+        if (p < end && (*p == '+' || *p == '-')) p++;
+        if (p >= end || !IS_DIGIT(*p)) goto bad;
+        while (p < end && IS_DIGIT(*p)) p++;
+        simple = 0;
+    }
+    if (!out) return p;
+    if (LIKELY(simple && sig <= 19)) {
+        if (!m) { out->k = V_FLOAT; out->d = neg ? -0.0 : 0.0; return p; }
+        if (frac <= 27 && ld_round(m, -(int)frac, neg, &out->d)) { out->k = V_FLOAT; return p; }
+    }
+    int r = float_slow(start, p, out);
+    if (r) { *err = r; return NULL; }
+    return p;
+bad:
+    *err = P_ERR;
+    return NULL;
+}
+/* A negative number: rarer, and out of line. */
+static const char *negative_at(const char *p, const char *end, Val *out, int *err) {
+    return number_at(p, end, 1, out, err);
+}
+/* true, false or null at p: n bytes of lit. */
+static ALWAYS_INLINE const char *literal_at(const char *p, const char *end, const char *lit, int n, int kind,
+                                            Val *out, int *err) {
+    if (UNLIKELY(end - p < n || memcmp(p, lit, n) != 0)) { *err = P_ERR; return NULL; }
+    if (out) out->k = kind;
+    return p + n;
+}
+static const char *container_at(Parser *ps, const char *p, const char *lo, const char *end, Val *out, int *err);
+/* Any value at p (or after white space at p); out (if given) gets it. */
+static ALWAYS_INLINE const char *value_at(Parser *ps, const char *p, const char *lo, const char *end, Val *out,
+                                          int *err) {
+    for (;;) {
+        if (UNLIKELY(p >= end)) { *err = P_ERR; return NULL; }
+        unsigned char c = (unsigned char)*p;
+        if (c == '"') return string_at(ps->arena, p, lo, end, out, err);
+        if (IS_DIGIT(c)) return number_at(p, end, 0, out, err);
+        if (c == '-') return negative_at(p, end, out, err);
+        switch (c) {
+        case '{': case '[': return container_at(ps, p, lo, end, out, err);
+        case 't': return literal_at(p, end, "true", 4, V_TRUE, out, err);
+        case 'f': return literal_at(p, end, "false", 5, V_FALSE, out, err);
+        case 'n': return literal_at(p, end, "null", 4, V_NULL, out, err);
+        case ' ': case '\t': case '\n': case '\r': p = ws_slow(p, end); continue;  /* rare */
+        default: *err = P_ERR; return NULL;
+        }
+    }
+}
 /* A list or dict whose members are not kept: checked, and its raw text noted. */
-static int skip_container(Parser *ps, Val *out) {
-    const char *start = ps->p;
-    char open = *ps->p, close = open == '[' ? ']' : '}';
-    if (++ps->depth > 1000) return P_UNSUP;
-    ps->p++;
-    skip_ws(ps);
-    if (ps->p < ps->end && *ps->p == close) {
-        ps->p++;
+static const char *container_at(Parser *ps, const char *p, const char *lo, const char *end, Val *out, int *err) {
+    const char *start = p;
+    char open = *p, close = open == '[' ? ']' : '}';
+    if (++ps->depth > 1000) { *err = P_UNSUP; return NULL; }
+    p = ws(p + 1, end);
+    if (p < end && *p == close) {
+        p++;
     } else {
         for (;;) {
-            int r;
             if (open == '{') {
-                skip_ws(ps);
-                if (ps->p >= ps->end || *ps->p != '"') return P_ERR;
-                if ((r = parse_string(ps, NULL))) return r;
-                skip_ws(ps);
-                if (ps->p >= ps->end || *ps->p != ':') return P_ERR;
-                ps->p++;
+                p = ws(p, end);
+                if (p >= end || *p != '"') goto bad;
+                if (!(p = string_at(ps->arena, p, lo, end, NULL, err))) return NULL;
+                p = ws(p, end);
+                if (p >= end || *p != ':') goto bad;
+                p++;
             }
-            skip_ws(ps);
-            if ((r = parse_value(ps, NULL))) return r;
-            skip_ws(ps);
-            if (ps->p >= ps->end) return P_ERR;
-            if (*ps->p == ',') { ps->p++; continue; }
-            if (*ps->p == close) { ps->p++; break; }
-            return P_ERR;
+            p = ws(p, end);
+            if (!(p = value_at(ps, p, lo, end, NULL, err))) return NULL;
+            p = ws(p, end);
+            if (p >= end) goto bad;
+            if (*p == ',') { p++; continue; }
+            if (*p == close) { p++; break; }
+            goto bad;
         }
     }
     ps->depth--;
-    if (out) { out->k = open == '[' ? V_ARR : V_OBJ; out->s = start; out->n = ps->p - start; out->ascii = 0; }
-    return P_OK;
+    if (out) { out->k = open == '[' ? V_ARR : V_OBJ; out->s = start; out->n = p - start; out->ascii = 0; }
+    return p;
+bad:
+    *err = P_ERR;
+    return NULL;
 }
-static int parse_literal(Parser *ps, const char *lit, int kind, Val *out) {
-    size_t n = strlen(lit);
-    if ((size_t)(ps->end - ps->p) < n || memcmp(ps->p, lit, n) != 0) return P_ERR;
-    ps->p += n;
-    if (out) out->k = kind;
-    return P_OK;
-}
-static int parse_value(Parser *ps, Val *out) {
-    if (ps->p >= ps->end) return P_ERR;
-    switch (*ps->p) {
-    case '"': return parse_string(ps, out);
-    case '{': case '[': return skip_container(ps, out);
-    case 't': return parse_literal(ps, "true", V_TRUE, out);
-    case 'f': return parse_literal(ps, "false", V_FALSE, out);
-    case 'n': return parse_literal(ps, "null", V_NULL, out);
-    default: return parse_number(ps, out);
-    }
-}
-static int top_key(const Val *k) {
-    if (k->n < 1 || k->n > 16) return -1;
-    const char *s = k->s;
-    switch (k->n) {
+/* The event keys the encoder reads, by length, then by their bytes read as one integer. */
+static ALWAYS_INLINE int top_key(const char *s, Py_ssize_t n) {
+    uint16_t w2; uint32_t w4;
+    switch (n) {
     case 1: return s[0] == 's' ? K_S : -1;
     case 2:
-        if (memcmp(s, "ph", 2) == 0) return K_PH;
-        if (memcmp(s, "ts", 2) == 0) return K_TS;
-        if (memcmp(s, "id", 2) == 0) return K_ID;
+        memcpy(&w2, s, 2);
+        if (w2 == ('p' | 'h' << 8)) return K_PH;
+        if (w2 == ('t' | 's' << 8)) return K_TS;
+        if (w2 == ('i' | 'd' << 8)) return K_ID;
         return -1;
     case 3:
-        if (memcmp(s, "cat", 3) == 0) return K_CAT;
-        if (memcmp(s, "dur", 3) == 0) return K_DUR;
-        if (memcmp(s, "pid", 3) == 0) return K_PID;
-        if (memcmp(s, "tid", 3) == 0) return K_TID;
-        if (memcmp(s, "id2", 3) == 0) return K_ID2;
+        memcpy(&w2, s + 1, 2);
+        if (w2 == ('i' | 'd' << 8)) return s[0] == 'p' ? K_PID : s[0] == 't' ? K_TID : -1;
+        if (w2 == ('a' | 't' << 8)) return s[0] == 'c' ? K_CAT : -1;
+        if (w2 == ('u' | 'r' << 8)) return s[0] == 'd' ? K_DUR : -1;
+        if (w2 == ('d' | '2' << 8)) return s[0] == 'i' ? K_ID2 : -1;
         return -1;
     case 4:
-        if (memcmp(s, "name", 4) == 0) return K_NAME;
-        if (memcmp(s, "args", 4) == 0) return K_ARGS;
+        memcpy(&w4, s, 4);
+        if (w4 == ('n' | 'a' << 8 | 'm' << 16 | (uint32_t)'e' << 24)) return K_NAME;
+        if (w4 == ('a' | 'r' << 8 | 'g' << 16 | (uint32_t)'s' << 24)) return K_ARGS;
         return -1;
     case 7: return memcmp(s, "bind_id", 7) == 0 ? K_BIND_ID : -1;
-    case 16:
-        if (memcmp(s, "otel_rl.start_ns", 16) == 0) return K_START_NS;
-        return -1;
     case 14: return memcmp(s, "otel_rl.end_ns", 14) == 0 ? K_END_NS : -1;
+    case 16: return memcmp(s, "otel_rl.start_ns", 16) == 0 ? K_START_NS : -1;
     default: return -1;
     }
 }
 static int val_bytes_eq(const Val *a, const Val *b) { return a->n == b->n && memcmp(a->s, b->s, a->n) == 0; }
-/* The members of the args dict, in order (a repeated key is not mirrored: Unsupported). */
-static int parse_args(Parser *ps, Event *ev) {
-    ps->p++;
-    skip_ws(ps);
-    if (ps->p < ps->end && *ps->p == '}') { ps->p++; return P_OK; }
-    uint64_t seen = 0;  /* a bit per (length, first, middle and last byte) of the keys so far */
-    for (;;) {
-        int r;
-        skip_ws(ps);
-        if (ps->p >= ps->end || *ps->p != '"') return P_ERR;
-        if (ev->nargs == ev->args_cap) {
-            Py_ssize_t cap = ev->args_cap ? ev->args_cap * 2 : 32;
-            Member *m = PyMem_Realloc(ev->args, cap * sizeof(Member));
-            if (!m) return P_MEM;
-            ev->args = m; ev->args_cap = cap;
-        }
-        Member *m = &ev->args[ev->nargs];
-        m->raw = ps->p;
-        if ((r = parse_string(ps, &m->key))) return r;
-        skip_ws(ps);
-        if (ps->p >= ps->end || *ps->p != ':') return P_ERR;
-        ps->p++;
-        skip_ws(ps);
-        if ((r = parse_value(ps, &m->val))) return r;
-        m->rawn = ps->p - m->raw;
+static int args_grow(Event *ev) {
+    Py_ssize_t cap = ev->args_cap ? ev->args_cap * 2 : 32;
+    Member *m = PyMem_Realloc(ev->args, cap * sizeof(Member));
+    if (!m) return -1;
+    ev->args = m; ev->args_cap = cap;
+    return 0;
+}
+/* p at the byte c, or at white space before it: p after c (NULL if neither). The white space
+ * test is left to the slow branch, which the compact lines read never take. */
+static ALWAYS_INLINE const char *expect(const char *p, const char *end, char c) {
+    if (LIKELY(p < end && *p == c)) return p + 1;
+    p = ws_slow(p, end);
+    return p < end && *p == c ? p + 1 : NULL;
+}
+/* The first n bytes of lit as a little-endian integer (a constant once inlined). */
+static ALWAYS_INLINE uint64_t lit_word(const char *lit, int n) {
+    uint64_t w = 0;
+    for (int i = 0; i < n; i++) w |= (uint64_t)(unsigned char)lit[i] << (8 * i);
+    return w;
+}
+#define LIT_IS(w, lit) (((w) & ((~0ULL) >> (64 - 8 * (sizeof(lit) - 1)))) == lit_word(lit, sizeof(lit) - 1))
+/* The usual event keys, seen with their closing quote and colon in the eight bytes w after the
+ * opening quote: the key's index, *len the bytes they take; -1 for any other text (a key spelled
+ * with escapes or followed by white space is read the long way, with the same outcome). */
+static ALWAYS_INLINE int key_peek(uint64_t w, int *len) {
+    switch ((unsigned char)w) {
+    case 'p':
+        if (LIT_IS(w, "pid\":")) { *len = 5; return K_PID; }
+        if (LIT_IS(w, "ph\":")) { *len = 4; return K_PH; }
+        return -1;
+    case 't':
+        if (LIT_IS(w, "tid\":")) { *len = 5; return K_TID; }
+        if (LIT_IS(w, "ts\":")) { *len = 4; return K_TS; }
+        return -1;
+    case 'n': if (LIT_IS(w, "name\":")) { *len = 6; return K_NAME; } return -1;
+    case 'c': if (LIT_IS(w, "cat\":")) { *len = 5; return K_CAT; } return -1;
+    case 'd': if (LIT_IS(w, "dur\":")) { *len = 5; return K_DUR; } return -1;
+    case 'a': if (LIT_IS(w, "args\":")) { *len = 6; return K_ARGS; } return -1;
+    case 'i':
+        if (LIT_IS(w, "id\":")) { *len = 4; return K_ID; }
+        if (LIT_IS(w, "id2\":")) { *len = 5; return K_ID2; }
+        return -1;
+    case 's': if (LIT_IS(w, "s\":")) { *len = 3; return K_S; } return -1;
+    default: return -1;
+    }
+}
+/* The members of the args dict at p, in order (a repeated key is not mirrored: Unsupported). */
+static ALWAYS_INLINE const char *args_at(Parser *ps, const char *p, const char *lo, const char *end, Event *ev,
+                                         int *err) {
+    p = ws(p + 1, end);
+    if (p < end && *p == '}') return p + 1;
+    uint64_t seen = 0;  /* a bit per (length, last four bytes) of the keys so far */
+    Py_ssize_t nargs = ev->nargs;
+    if (!(p = expect(p, end, '"'))) goto bad;
+    for (;;) {  /* p after a key's opening quote */
+        if (UNLIKELY(nargs == ev->args_cap) && args_grow(ev) < 0) { *err = P_MEM; return NULL; }
+        Member *m = &ev->args[nargs];
+        m->raw = p - 1;
+        if (!(p = string_at(ps->arena, p - 1, lo, end, &m->key, err))) return NULL;
+        if (!(p = expect(p, end, ':'))) goto bad;
+        if (!(p = value_at(ps, p, lo, end, &m->val, err))) return NULL;
+        m->rawn = p - m->raw;
         const unsigned char *ks = (const unsigned char *)m->key.s;
         Py_ssize_t kn = m->key.n;
-        uint64_t bit = 1ULL << ((kn ? (size_t)kn * 7 + ks[0] * 3 + ks[kn >> 1] * 5 + ks[kn - 1] : 0) & 63);
-        if (seen & bit) {  /* perhaps a repeated key: only then are the keys compared */
-            for (Py_ssize_t j = 0; j < ev->nargs; j++)
-                if (val_bytes_eq(&ev->args[j].key, &m->key)) return P_UNSUP;
+        uint32_t t;  /* the key's last four bytes and its length, mixed by a multiplication */
+        if (LIKELY(kn >= 4)) memcpy(&t, ks + kn - 4, 4);
+        else t = ks[0] | (uint32_t)ks[kn >> 1] << 8 | (uint32_t)ks[kn - 1] << 16;  /* (an empty key: its quotes, as it
+                                                                                 * is never one decoded from escapes) */
+        uint64_t bit = 1ULL << (((t ^ (uint64_t)kn << 32) * 0x9E3779B97F4A7C15ULL) >> 58);
+        if (UNLIKELY(seen & bit)) {  /* perhaps a repeated key: only then are the keys compared */
+            for (Py_ssize_t j = 0; j < nargs; j++)
+                if (val_bytes_eq(&ev->args[j].key, &m->key)) { *err = P_UNSUP; return NULL; }
         }
         seen |= bit;
-        ev->nargs++;
-        skip_ws(ps);
-        if (ps->p >= ps->end) return P_ERR;
-        if (*ps->p == ',') { ps->p++; continue; }
-        if (*ps->p == '}') { ps->p++; return P_OK; }
-        return P_ERR;
+        ev->nargs = ++nargs;
+        if (LIKELY((uintptr_t)p + 2 <= (uintptr_t)end)) {  /* the next key's quote, most often */
+            uint16_t t;
+            memcpy(&t, p, 2);
+            if (t == (',' | '"' << 8)) { p += 2; continue; }
+        }
+        if (p < end && *p == '}') return p + 1;
+        p = ws_slow(p, end);
+        if (p >= end) goto bad;
+        if (*p == ',') { if (!(p = expect(p + 1, end, '"'))) goto bad; continue; }
+        if (*p == '}') return p + 1;
+        goto bad;
     }
+bad:
+    *err = P_ERR;
+    return NULL;
 }
 /* One event (any JSON value) at ps->p; *is_object says whether it is a dict. */
 static int parse_event(Parser *ps, Event *ev, int *is_object) {
+    const char *end = ps->end, *lo = ps->p, *p;
+    int err = P_ERR;
     for (int i = 0; i < K_COUNT; i++) ev->f[i].k = V_ABSENT;
     ev->nargs = 0;
     ps->depth = 0;
-    skip_ws(ps);
-    if (ps->p >= ps->end) return P_ERR;
-    if (*ps->p != '{') { *is_object = 0; return parse_value(ps, NULL); }
+    p = ws(ps->p, end);
+    if (p >= end) return P_ERR;
+    if (*p != '{') {
+        *is_object = 0;
+        if (!(p = value_at(ps, p, lo, end, NULL, &err))) return err;
+        ps->p = p;
+        return P_OK;
+    }
     *is_object = 1;
-    ps->p++;
-    skip_ws(ps);
-    if (ps->p < ps->end && *ps->p == '}') { ps->p++; return P_OK; }
+    p = ws(p + 1, end);
+    if (p < end && *p == '}') { ps->p = p + 1; return P_OK; }
     ps->depth = 1;
-    for (;;) {
-        int r;
-        Val key;
-        skip_ws(ps);
-        if (ps->p >= ps->end || *ps->p != '"') return P_ERR;
-        if ((r = parse_string(ps, &key))) return r;
-        skip_ws(ps);
-        if (ps->p >= ps->end || *ps->p != ':') return P_ERR;
-        ps->p++;
-        skip_ws(ps);
-        int which = top_key(&key);
-        if (which >= 0 && ev->f[which].k != V_ABSENT) return P_UNSUP;
-        if (which == K_ARGS && ps->p < ps->end && *ps->p == '{') {
-            const char *start = ps->p;
-            if ((r = parse_args(ps, ev))) return r;
-            ev->f[K_ARGS].k = V_OBJ; ev->f[K_ARGS].s = start; ev->f[K_ARGS].n = ps->p - start;
-        } else if ((r = parse_value(ps, which >= 0 ? &ev->f[which] : NULL))) {
-            return r;
+    if (!(p = expect(p, end, '"'))) return P_ERR;
+    for (;;) {  /* p after a key's opening quote */
+        int which = -1, len;
+        if (LIKELY(end - p >= 8)) {
+            uint64_t w;
+            memcpy(&w, p, 8);
+            which = key_peek(w, &len);
         }
-        skip_ws(ps);
-        if (ps->p >= ps->end) return P_ERR;
-        if (*ps->p == ',') { ps->p++; continue; }
-        if (*ps->p == '}') { ps->p++; return P_OK; }
+        if (which >= 0) {
+            p += len;
+        } else {
+            Val key;
+            if (!(p = string_at(ps->arena, p - 1, lo, end, &key, &err))) return err;
+            if (!(p = expect(p, end, ':'))) return P_ERR;
+            which = top_key(key.s, key.n);
+        }
+        if (which >= 0 && ev->f[which].k != V_ABSENT) return P_UNSUP;
+        if (which == K_ARGS && (p = ws(p, end)) < end && *p == '{') {
+            const char *start = p;
+            if (!(p = args_at(ps, p, lo, end, ev, &err))) return err;
+            ev->f[K_ARGS].k = V_OBJ; ev->f[K_ARGS].s = start; ev->f[K_ARGS].n = p - start;
+        } else if (!(p = value_at(ps, p, lo, end, which >= 0 ? &ev->f[which] : NULL, &err))) {
+            return err;
+        }
+        if (LIKELY((uintptr_t)p + 2 <= (uintptr_t)end)) {  /* the next key's quote, most often */
+            uint16_t t;
+            memcpy(&t, p, 2);
+            if (t == (',' | '"' << 8)) { p += 2; continue; }
+        }
+        if (p < end && *p == '}') { ps->p = p + 1; return P_OK; }
+        p = ws_slow(p, end);
+        if (p >= end) return P_ERR;
+        if (*p == ',') { if (!(p = expect(p + 1, end, '"'))) return P_ERR; continue; }
+        if (*p == '}') { ps->p = p + 1; return P_OK; }
         return P_ERR;
     }
 }
@@ -1952,11 +2181,13 @@ static int when(Enc *e, const Val *ts, int64_t *out) {  /* encoder._when */
     if (r == 1 && !e->has_first) { e->has_first = 1; e->first_ns = *out; }
     return r;
 }
-static Val *arg(Event *ev, const char *name) {
+/* Inline, so that the name's length is a constant and its comparison mostly one of the first byte. */
+static ALWAYS_INLINE Val *arg(Event *ev, const char *name) {
     size_t n = strlen(name);
     for (Py_ssize_t i = 0; i < ev->nargs; i++) {
         Val *k = &ev->args[i].key;
-        if (k->k == V_STR && (size_t)k->n == n && memcmp(k->s, name, n) == 0) return &ev->args[i].val;
+        if ((size_t)k->n == n && k->k == V_STR && k->s[0] == name[0] && memcmp(k->s, name, n) == 0)
+            return &ev->args[i].val;
     }
     return NULL;
 }
