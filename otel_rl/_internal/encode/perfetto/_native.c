@@ -72,31 +72,8 @@ static int buf_lfield(Buf *b, int field, const void *s, Py_ssize_t n) {  /* leng
     return buf_put(b, s, n);
 }
 
-/* ===== refcounted strings (span ids) ======================================================== */
-typedef struct { Py_ssize_t rc, n; char s[1]; } Str;
-static Str *str_new(const char *s, Py_ssize_t n) {
-    Str *x = PyMem_Malloc(sizeof(Str) + n);
-    if (!x) { PyErr_NoMemory(); return NULL; }
-    x->rc = 1; x->n = n; memcpy(x->s, s, n); x->s[n] = 0;
-    return x;
-}
-static Str *str_ref(Str *x) { if (x) x->rc++; return x; }
-static void str_unref(Str *x) { if (x && --x->rc == 0) PyMem_Free(x); }
-static int str_eq(const Str *a, const Str *b) {
-    if (a == b) return 1;
-    if (!a || !b) return 0;
-    return a->n == b->n && memcmp(a->s, b->s, a->n) == 0;
-}
-
-/* ===== hash maps with byte-string keys (Python dicts, cleared as they are) ================== */
-typedef void (*FreeFn)(void *);
-/* Keys up to INLINE_KEY bytes live in the slot itself (no allocation, no pointer to follow). */
-#define INLINE_KEY 23
-typedef struct { uint64_t h; void *v; uint32_t kn; uint8_t used; union { char in[INLINE_KEY + 1]; char *out; } k; } Slot;
-typedef struct { Slot *s; size_t cap, n; FreeFn fv; } Map;
-#define SLOT_KEY(sl) ((sl)->kn <= INLINE_KEY ? (sl)->k.in : (sl)->k.out)
-
-static uint64_t hash_bytes(const char *p, size_t n) {
+/* ===== hashing and key comparison =========================================================== */
+static ALWAYS_INLINE uint64_t hash_bytes(const char *p, size_t n) {
     uint64_t h = 0x9E3779B97F4A7C15ULL ^ ((uint64_t)n * 0xFF51AFD7ED558CCDULL);
     while (n >= 8) {
         uint64_t w; memcpy(&w, p, 8);
@@ -113,98 +90,183 @@ static uint64_t hash_bytes(const char *p, size_t n) {
     h ^= w; h *= 0x94D049BB133111EBULL; h ^= h >> 29; h *= 0xBF58476D1CE4E5B9ULL; h ^= h >> 32;
     return h;
 }
-static void map_init(Map *m, FreeFn fv) { m->s = NULL; m->cap = m->n = 0; m->fv = fv; }
-static void slot_release(Map *m, Slot *s) {
-    if (s->kn > INLINE_KEY) PyMem_Free(s->k.out);
-    s->used = 0;
-    if (m->fv && s->v) m->fv(s->v);
-}
-static void map_clear(Map *m) {
-    for (size_t i = 0; i < m->cap && m->n; i++) {
-        Slot *s = &m->s[i];
-        if (s->used) { slot_release(m, s); m->n--; }
+/* Equality of two keys of n bytes: keys are short (tens of bytes), so words compared in place
+ * cost less than a call to memcmp. */
+static ALWAYS_INLINE int bytes_eq(const char *a, const char *b, size_t n) {
+    while (n >= 8) {
+        uint64_t x, y; memcpy(&x, a, 8); memcpy(&y, b, 8);
+        if (x != y) return 0;
+        a += 8; b += 8; n -= 8;
     }
-    m->n = 0;
+    if (n >= 4) {
+        uint32_t x1, y1, x2, y2;
+        memcpy(&x1, a, 4); memcpy(&y1, b, 4); memcpy(&x2, a + n - 4, 4); memcpy(&y2, b + n - 4, 4);
+        return x1 == y1 && x2 == y2;
+    }
+    for (; n; n--) if (*a++ != *b++) return 0;
+    return 1;
 }
-static void map_free(Map *m) { map_clear(m); PyMem_Free(m->s); m->s = NULL; m->cap = 0; }
-static Slot *map_find(Map *m, const char *k, size_t n, uint64_t h) {
-    if (!m->cap) return NULL;
+
+/* ===== refcounted strings (span ids) ======================================================== */
+/* A span id carries its own map key (key_val's encoding of the string: 's', the length, the text)
+ * and that key's hash, made once: the window and the ancestry look span ids up many times. */
+typedef struct { Py_ssize_t rc, n; uint64_t h; size_t kn; char *s; char key[]; } Str;
+#define STR_KEY_HEAD 5
+static Str *str_new(const char *s, Py_ssize_t n) {
+    Str *x = PyMem_Malloc(sizeof(Str) + STR_KEY_HEAD + n + 1);
+    if (!x) { PyErr_NoMemory(); return NULL; }
+    uint32_t n32 = (uint32_t)n;
+    x->rc = 1; x->n = n; x->kn = STR_KEY_HEAD + (size_t)n;
+    x->key[0] = 's'; memcpy(x->key + 1, &n32, 4);
+    x->s = x->key + STR_KEY_HEAD;
+    memcpy(x->s, s, n); x->s[n] = 0;
+    x->h = hash_bytes(x->key, x->kn);
+    return x;
+}
+static Str *str_ref(Str *x) { if (x) x->rc++; return x; }
+static void str_unref(Str *x) { if (x && --x->rc == 0) PyMem_Free(x); }
+static int str_eq(const Str *a, const Str *b) {
+    if (a == b) return 1;
+    if (!a || !b) return 0;
+    return a->h == b->h && a->n == b->n && bytes_eq(a->s, b->s, (size_t)a->n);
+}
+/* A Str's key as map arguments (key bytes, length, hash). */
+#define SKEY(x) (x)->key, (x)->kn, (x)->h
+
+/* ===== hash maps with byte-string keys (Python dicts, cleared as they are) ================== */
+typedef void (*FreeFn)(void *);
+/* Entries are kept dense, in insertion order, and found through a small index of slots (the
+ * entry's number + 1, 0 for an empty slot, and 32 bits of the hash to skip most entries without
+ * reading them): growing zeroes and rehashes 8 bytes a slot, not whole entries, and a clear
+ * visits only the entries there are. Keys up to INLINE_KEY bytes live in the entry itself. */
+#define INLINE_KEY 23
+typedef struct { uint64_t h; void *v; uint32_t kn; union { char in[INLINE_KEY + 1]; char *out; } k; } Entry;
+typedef struct { uint64_t *ix; Entry *en; size_t cap, n, ecap; FreeFn fv; } Map;
+#define ENTRY_KEY(en) ((en)->kn <= INLINE_KEY ? (en)->k.in : (en)->k.out)
+#define IX_TAG(h) ((h) & 0xFFFFFFFF00000000ULL)
+
+static void map_init(Map *m, FreeFn fv) { m->ix = NULL; m->en = NULL; m->cap = m->n = m->ecap = 0; m->fv = fv; }
+static void map_clear(Map *m) {
+    if (!m->n) return;
+    size_t n = m->n;
+    m->n = 0;  /* first: a value freed below may not find itself here */
+    for (size_t i = 0; i < n; i++) {
+        Entry *en = &m->en[i];
+        if (en->kn > INLINE_KEY) PyMem_Free(en->k.out);
+        if (m->fv && en->v) m->fv(en->v);
+    }
+    memset(m->ix, 0, m->cap * sizeof(uint64_t));
+}
+static void map_free(Map *m) {
+    map_clear(m);
+    PyMem_Free(m->ix); PyMem_Free(m->en);
+    m->ix = NULL; m->en = NULL; m->cap = m->ecap = 0;
+}
+/* The index slot of key k (hash h), NULL if absent. */
+static ALWAYS_INLINE uint64_t *map_slot(const Map *m, const char *k, size_t n, uint64_t h) {
+    if (!m->n) return NULL;
     size_t mask = m->cap - 1, i = h & mask;
+    uint64_t tag = IX_TAG(h);
     for (;;) {
-        Slot *s = &m->s[i];
-        if (!s->used) return NULL;
-        if (s->h == h && s->kn == n && memcmp(SLOT_KEY(s), k, n) == 0) return s;
+        uint64_t x = m->ix[i];
+        if (!x) return NULL;
+        if ((x & 0xFFFFFFFF00000000ULL) == tag) {
+            const Entry *en = &m->en[(uint32_t)x - 1];
+            if (en->h == h && en->kn == n && bytes_eq(ENTRY_KEY(en), k, n)) return &m->ix[i];
+        }
         i = (i + 1) & mask;
     }
 }
-static void *map_get(Map *m, const Buf *key) {
-    Slot *s = map_find(m, key->p, key->n, hash_bytes(key->p, key->n));
-    return s ? s->v : NULL;
+static ALWAYS_INLINE void *map_get_h(const Map *m, const char *k, size_t n, uint64_t h) {
+    uint64_t *s = map_slot(m, k, n, h);
+    return s ? m->en[(uint32_t)*s - 1].v : NULL;
 }
-static int map_has(Map *m, const Buf *key) {
-    return map_find(m, key->p, key->n, hash_bytes(key->p, key->n)) != NULL;
+static ALWAYS_INLINE void *map_get(const Map *m, const Buf *key) {
+    if (!m->n) return NULL;
+    return map_get_h(m, key->p, (size_t)key->n, hash_bytes(key->p, (size_t)key->n));
+}
+static int map_has(const Map *m, const Buf *key) {
+    if (!m->n) return 0;
+    return map_slot(m, key->p, (size_t)key->n, hash_bytes(key->p, (size_t)key->n)) != NULL;
+}
+static void ix_place(Map *m, uint64_t h, size_t entry) {
+    size_t mask = m->cap - 1, i = h & mask;
+    while (m->ix[i]) i = (i + 1) & mask;
+    m->ix[i] = IX_TAG(h) | (uint64_t)(entry + 1);
 }
 static int map_resize(Map *m, size_t cap) {
-    Slot *old = m->s; size_t oc = m->cap;
-    Slot *s = PyMem_Calloc(cap, sizeof(Slot));
-    if (!s) { PyErr_NoMemory(); return -1; }
-    m->s = s; m->cap = cap;
-    for (size_t i = 0; i < oc; i++) {
-        if (old[i].used) {
-            size_t j = old[i].h & (cap - 1);
-            while (s[j].used) j = (j + 1) & (cap - 1);
-            s[j] = old[i];
-        }
-    }
-    PyMem_Free(old);
+    uint64_t *ix = PyMem_Calloc(cap, sizeof(uint64_t));
+    if (!ix) { PyErr_NoMemory(); return -1; }
+    PyMem_Free(m->ix);
+    m->ix = ix; m->cap = cap;
+    for (size_t i = 0; i < m->n; i++) ix_place(m, m->en[i].h, i);
     return 0;
 }
-/* Stores v under key (the old value is freed); takes the reference v holds. */
-static int map_set(Map *m, const Buf *key, void *v) {
-    uint64_t h = hash_bytes(key->p, key->n);
-    Slot *s = map_find(m, key->p, key->n, h);
+/* Stores v under key k (hash h; the old value is freed); takes the reference v holds. */
+static int map_set_h(Map *m, const char *k, size_t n, uint64_t h, void *v) {
+    uint64_t *s = map_slot(m, k, n, h);
     if (s) {
-        if (m->fv && s->v && s->v != v) m->fv(s->v);
-        s->v = v;
+        Entry *en = &m->en[(uint32_t)*s - 1];
+        if (m->fv && en->v && en->v != v) m->fv(en->v);
+        en->v = v;
         return 0;
     }
-    if ((m->n + 1) * 4 > m->cap * 3 && map_resize(m, m->cap ? m->cap * 2 : 16) < 0) {
-        if (m->fv && v) m->fv(v);
-        return -1;
+    if ((m->n + 1) * 4 > m->cap * 3 && map_resize(m, m->cap ? m->cap * 2 : 16) < 0) goto fail;
+    if (m->n == m->ecap) {
+        size_t ecap = m->ecap ? m->ecap * 2 : 8;
+        Entry *en = PyMem_Realloc(m->en, ecap * sizeof(Entry));
+        if (!en) { PyErr_NoMemory(); goto fail; }
+        m->en = en; m->ecap = ecap;
     }
-    size_t i = h & (m->cap - 1);
-    while (m->s[i].used) i = (i + 1) & (m->cap - 1);
-    s = &m->s[i];
-    if (key->n > INLINE_KEY) {
-        s->k.out = PyMem_Malloc(key->n);
-        if (!s->k.out) { if (m->fv && v) m->fv(v); PyErr_NoMemory(); return -1; }
-        memcpy(s->k.out, key->p, key->n);
-    } else if (key->n) {
-        memcpy(s->k.in, key->p, key->n);
+    Entry *en = &m->en[m->n];
+    if (n > INLINE_KEY) {
+        en->k.out = PyMem_Malloc(n);
+        if (!en->k.out) { PyErr_NoMemory(); goto fail; }
+        memcpy(en->k.out, k, n);
+    } else if (n) {
+        memcpy(en->k.in, k, n);
     }
-    s->h = h; s->kn = (uint32_t)key->n; s->v = v; s->used = 1;
+    en->h = h; en->kn = (uint32_t)n; en->v = v;
+    ix_place(m, h, m->n);
     m->n++;
     return 0;
+fail:
+    if (m->fv && v) m->fv(v);
+    return -1;
 }
-/* Removes key; returns its value (the caller's reference now), NULL if absent. */
-static void *map_pop(Map *m, const Buf *key) {
-    uint64_t h = hash_bytes(key->p, key->n);
-    Slot *s = map_find(m, key->p, key->n, h);
+static int map_set(Map *m, const Buf *key, void *v) {
+    return map_set_h(m, key->p, (size_t)key->n, hash_bytes(key->p, (size_t)key->n), v);
+}
+/* Removes key k; returns its value (the caller's reference now), NULL if absent. */
+static void *map_pop_h(Map *m, const char *k, size_t n, uint64_t h) {
+    uint64_t *s = map_slot(m, k, n, h);
     if (!s) return NULL;
-    void *v = s->v;
-    if (s->kn > INLINE_KEY) PyMem_Free(s->k.out);
-    s->used = 0;
-    m->n--;
-    size_t mask = m->cap - 1, i = (size_t)(s - m->s), j = i;
+    size_t gone = (uint32_t)*s - 1, mask = m->cap - 1, i = (size_t)(s - m->ix), j = i;
+    Entry *en = &m->en[gone];
+    void *v = en->v;
+    if (en->kn > INLINE_KEY) PyMem_Free(en->k.out);
+    m->ix[i] = 0;
     for (;;) {  /* backward-shift deletion */
         j = (j + 1) & mask;
-        if (!m->s[j].used) break;
-        size_t home = m->s[j].h & mask;
+        uint64_t x = m->ix[j];
+        if (!x) break;
+        size_t home = m->en[(uint32_t)x - 1].h & mask;
         if ((j > i && (home <= i || home > j)) || (j < i && (home <= i && home > j))) {
-            m->s[i] = m->s[j]; m->s[j].used = 0; i = j;
+            m->ix[i] = x; m->ix[j] = 0; i = j;
         }
     }
+    size_t last = m->n - 1;
+    if (gone != last) {  /* the last entry fills the hole; its slot is renumbered */
+        m->en[gone] = m->en[last];
+        size_t p = m->en[gone].h & mask;
+        while ((uint32_t)m->ix[p] != last + 1) p = (p + 1) & mask;
+        m->ix[p] = (m->ix[p] & 0xFFFFFFFF00000000ULL) | (uint64_t)(gone + 1);
+    }
+    m->n--;
     return v;
+}
+static void *map_pop(Map *m, const Buf *key) {
+    return map_pop_h(m, key->p, (size_t)key->n, hash_bytes(key->p, (size_t)key->n));
 }
 
 /* lanes.TwoGenerationMap: when the young generation fills it becomes the old one. */
@@ -214,12 +276,13 @@ static void tg_init(TwoGen *t, size_t cap, FreeFn fv) {
 }
 static void tg_free(TwoGen *t) { map_free(&t->a); map_free(&t->b); }
 static void tg_clear(TwoGen *t) { map_clear(&t->a); map_clear(&t->b); }
-static void *tg_get(TwoGen *t, const Buf *k) {
-    void *v = map_get(t->young, k);
-    return v ? v : map_get(t->old, k);
+static void *tg_get_h(TwoGen *t, const char *k, size_t n, uint64_t h) {
+    void *v = map_get_h(t->young, k, n, h);
+    return v ? v : map_get_h(t->old, k, n, h);
 }
-static int tg_set(TwoGen *t, const Buf *k, void *v) {
-    if (map_set(t->young, k, v) < 0) return -1;
+static void *tg_get(TwoGen *t, const Buf *k) { return tg_get_h(t, k->p, (size_t)k->n, hash_bytes(k->p, (size_t)k->n)); }
+static int tg_set_h(TwoGen *t, const char *k, size_t n, uint64_t h, void *v) {
+    if (map_set_h(t->young, k, n, h, v) < 0) return -1;
     if (t->young->n >= t->cap) {
         Map *gone = t->old;
         map_clear(gone);
@@ -227,9 +290,10 @@ static int tg_set(TwoGen *t, const Buf *k, void *v) {
     }
     return 0;
 }
+static int tg_set(TwoGen *t, const Buf *k, void *v) { return tg_set_h(t, k->p, (size_t)k->n, hash_bytes(k->p, (size_t)k->n), v); }
 /* TwoGenerationMap.pop: the young value if any, else the old; both are removed. */
-static void *tg_pop(TwoGen *t, const Buf *k) {
-    void *y = map_pop(t->young, k), *o = map_pop(t->old, k);
+static void *tg_pop_h(TwoGen *t, const char *k, size_t n, uint64_t h) {
+    void *y = map_pop_h(t->young, k, n, h), *o = map_pop_h(t->old, k, n, h);
     if (y) { if (o && t->old->fv) t->old->fv(o); return y; }
     return o;
 }
@@ -696,28 +760,32 @@ static int parse_event(Parser *ps, Event *ev, int *is_object) {
 /* ===== keys that compare as Python values do ================================================ */
 /* A value's part of a dict key: 1, 1.0 and True are one key, as in Python; lists and dicts are
  * unhashable (the callers never get here with one). */
-static int key_val(Buf *k, const Val *v) {
-    BUF_NEED(k, 16);
+static ALWAYS_INLINE int key_val(Buf *k, const Val *v) {
     int64_t i;
+    if (v->k == V_STR) {  /* the common part, first: its room and its bytes in one step */
+        uint32_t n = (uint32_t)v->n;
+        BUF_NEED(k, 5 + v->n);
+        char *p = k->p + k->n;
+        p[0] = 's'; memcpy(p + 1, &n, 4);
+        memcpy(p + 5, v->s, v->n);
+        k->n += 5 + v->n;
+        return 0;
+    }
+    BUF_NEED(k, 16);
     switch (v->k) {
     case V_ABSENT: case V_NULL: k->p[k->n++] = 'N'; return 0;
     case V_FALSE: i = 0; break;
     case V_TRUE: i = 1; break;
     case V_INT: i = v->i; break;
     case V_FLOAT:
-        if (v->d == floor(v->d) && v->d >= -9223372036854775808.0 && v->d < 9223372036854775808.0) {
+        /* integral and within int64: the int's key (the range test first makes the cast exact) */
+        if (v->d >= -9223372036854775808.0 && v->d < 9223372036854775808.0 && (double)(int64_t)v->d == v->d) {
             i = (int64_t)v->d;
             break;
         }
         k->p[k->n++] = 'f';
         memcpy(k->p + k->n, &v->d, 8); k->n += 8;
         return 0;
-    case V_STR: {
-        uint32_t n = (uint32_t)v->n;
-        k->p[k->n++] = 's';
-        memcpy(k->p + k->n, &n, 4); k->n += 4;
-        return buf_put(k, v->s, v->n);
-    }
     default: k->p[k->n++] = '?'; return buf_put(k, v->s, v->n);
     }
     k->p[k->n++] = 'i';
@@ -728,7 +796,6 @@ static int key_int(Buf *k, int64_t i) { Val v = {V_INT}; v.i = i; return key_val
 static int key_text(Buf *k, const char *s, Py_ssize_t n) {
     Val v = {V_STR}; v.s = s; v.n = n; return key_val(k, &v);
 }
-static int key_str(Buf *k, const Str *s) { return s ? key_text(k, s->s, s->n) : key_val(k, &(Val){V_NULL}); }
 
 /* ===== Python helpers for rare values ======================================================= */
 static PyObject *Unsupported;  /* the exception */
@@ -1178,9 +1245,7 @@ static int is_ancestor(Enc *e, Str *ancestor, Str *span) {
     for (int i = 0; i < 64; i++) {
         if (str_eq(span, ancestor)) return 1;
         if (!span) return 0;
-        e->key2.n = 0;
-        if (key_str(&e->key2, span) < 0) { PyErr_Clear(); return 0; }
-        span = tg_get(&e->parents, &e->key2);
+        span = tg_get_h(&e->parents, SKEY(span));
         if (!span || !span->n) return 0;
     }
     return 0;
@@ -1481,15 +1546,16 @@ static int64_t intern_entry(Enc *e, int table, const char *text, Py_ssize_t n) {
 static int64_t intern_val(Enc *e, Map *table, int index, const Val *v) {
     Buf *k = &e->key; k->n = 0;
     if (key_val(k, v) < 0) return -1;
-    void *found = map_get(table, k);
+    uint64_t h = hash_bytes(k->p, (size_t)k->n);
+    void *found = map_get_h(table, k->p, (size_t)k->n, h);
     if (found) return (int64_t)(intptr_t)found;
     e->text.n = 0;
     if (v->k == V_STR) { if (buf_put(&e->text, v->s, v->n) < 0) return -1; }
     else if (v->k != V_NULL && v->k != V_ABSENT && pystr(&e->text, v) < 0) return -1;
     int64_t iid = intern_entry(e, index, e->text.p ? e->text.p : "", e->text.n);
     if (iid < 0) return -1;
-    k->n = 0;
-    if (key_val(k, v) < 0 || map_set(table, k, (void *)(intptr_t)iid) < 0) return -1;
+    /* k still holds the key: the text and the entry are written elsewhere (e->text, e->pending) */
+    if (map_set_h(table, k->p, (size_t)k->n, h, (void *)(intptr_t)iid) < 0) return -1;
     return iid;
 }
 static int64_t intern_key(Enc *e, const char *s, Py_ssize_t n) {
@@ -1623,21 +1689,23 @@ static int annotate(Enc *e, Buf *b, Cache *c, const Val *name, const Val *value)
         memcpy(part + 1, &value->d, 8);
         return annotation(e, b, name->s, name->n, part, 9);
     }
+    /* k (e->key2) is left as it is until the end: nothing called below builds a key there */
     Buf *k = &e->key2; k->n = 0;
     if (key_val(k, name) < 0 || key_val(k, value) < 0) return -1;
-    Bytes *hit = map_get(&c->m, k);
+    uint64_t kh = hash_bytes(k->p, (size_t)k->n);
+    Bytes *hit = map_get_h(&c->m, k->p, (size_t)k->n, kh);
     if (hit) { e->ann_kept = 1; return buf_put(b, hit->s, hit->n); }
     if (c->elide && name->n == 4 && memcmp(name->s, "rank", 4) == 0) {
         Buf vk = {0};
         int same = key_val(&vk, value) == 0 && vk.n == c->rank.n && memcmp(vk.p, c->rank.p, vk.n) == 0;
         buf_free(&vk);
-        if (same) { e->ann_kept = 1; return map_set(&c->m, k, bytes_new("", 0)); }
+        if (same) { e->ann_kept = 1; return map_set_h(&c->m, k->p, (size_t)k->n, kh, bytes_new("", 0)); }
     }
     if (c->elide && name->n == 4 && memcmp(name->s, "role", 4) == 0) {
         Buf vk = {0};
         int same = key_val(&vk, value) == 0 && vk.n == c->role.n && memcmp(vk.p, c->role.p, vk.n) == 0;
         buf_free(&vk);
-        if (same) { e->ann_kept = 1; return map_set(&c->m, k, bytes_new("", 0)); }
+        if (same) { e->ann_kept = 1; return map_set_h(&c->m, k->p, (size_t)k->n, kh, bytes_new("", 0)); }
     }
     Py_ssize_t start = b->n;
     int keep;
@@ -1674,10 +1742,8 @@ static int annotate(Enc *e, Buf *b, Cache *c, const Val *name, const Val *value)
     }
     if (keep) {
         if (c->m.n >= 16384) { map_clear(&c->m); map_clear(&c->raw); }
-        k->n = 0;
-        if (key_val(k, name) < 0 || key_val(k, value) < 0) return -1;
         Bytes *kept = bytes_new(b->p + start, b->n - start);
-        if (!kept || map_set(&c->m, k, kept) < 0) return -1;
+        if (!kept || map_set_h(&c->m, k->p, (size_t)k->n, kh, kept) < 0) return -1;
         e->ann_kept = 1;
     }
     return 0;
@@ -1688,8 +1754,10 @@ static int encode_args(Enc *e, Buf *b, const Val *pid, const Member *args, Py_ss
     if (!c) return -1;
     for (Py_ssize_t i = 0; i < n; i++) {
         if (args[i].key.k == V_ABSENT) continue;
-        Buf raw = {(char *)args[i].raw, args[i].rawn, args[i].rawn};
-        Bytes *hit = map_get(&c->raw, &raw);
+        const char *raw = args[i].raw;
+        size_t rawn = (size_t)args[i].rawn;
+        uint64_t rh = hash_bytes(raw, rawn);
+        Bytes *hit = map_get_h(&c->raw, raw, rawn, rh);
         if (hit) {
             if (buf_put(b, hit->s, hit->n) < 0) return -1;
             continue;
@@ -1699,7 +1767,7 @@ static int encode_args(Enc *e, Buf *b, const Val *pid, const Member *args, Py_ss
         if (e->ann_kept) {
             if (c->raw.n >= 16384) map_clear(&c->raw);
             Bytes *kept = bytes_new(b->p + start, b->n - start);
-            if (!kept || map_set(&c->raw, &raw, kept) < 0) return -1;
+            if (!kept || map_set_h(&c->raw, raw, rawn, rh, kept) < 0) return -1;
         }
     }
     for (Py_ssize_t i = 0; i < nextra; i++)
@@ -1765,23 +1833,21 @@ static int reclist_add(RecList **slot, Record *r) {
 }
 static void flow_set_str(Flow *f, Str *s) { str_unref(f->s); f->k = 1; f->s = str_ref(s); }
 static int win_join_parent(Enc *e, Record *r, Str *parent) {
-    Buf *k = &e->key; k->n = 0;
-    if (key_str(k, parent) < 0) return -1;
-    Record *waiting = map_get(&e->by_span, k);
+    Record *waiting = map_get_h(&e->by_span, SKEY(parent));
     if (waiting) {
         if (waiting->track != r->track) { flow_set_str(&waiting->flow_out, parent); flow_set_str(&r->flow_in, parent); }
         return 0;
     }
-    void *src = tg_get(&e->sources, k);
+    void *src = tg_get_h(&e->sources, SKEY(parent));
     if (src) {
         if ((uint64_t)(uintptr_t)src - 1 != r->track->uuid) flow_set_str(&r->flow_in, parent);
         return 0;
     }
-    RecList *children = tg_get(&e->awaiting, k);
+    RecList *children = tg_get_h(&e->awaiting, SKEY(parent));
     if (!children) {
         RecList *l = NULL;
         if (reclist_add(&l, r) < 0) return -1;
-        return tg_set(&e->awaiting, k, l);
+        return tg_set_h(&e->awaiting, SKEY(parent), l);
     }
     if (children->n < 4096 && reclist_add(&children, r) < 0) return -1;
     return 0;
@@ -1806,9 +1872,7 @@ static int win_add_slice(Enc *e, Record *r) {
     if (fifo_push(e, rec_ref(r)) < 0) return -1;
     if (r->parent && win_join_parent(e, r, r->parent) < 0) return -1;
     if (r->span) {
-        k->n = 0;
-        if (key_str(k, r->span) < 0) return -1;
-        RecList *children = tg_pop(&e->awaiting, k);
+        RecList *children = tg_pop_h(&e->awaiting, SKEY(r->span));
         if (children) {
             for (Py_ssize_t i = 0; i < children->n; i++) {
                 Record *child = children->r[i];
@@ -1819,8 +1883,7 @@ static int win_add_slice(Enc *e, Record *r) {
             }
             reclist_free_v(children);
         }
-        k->n = 0;
-        if (key_str(k, r->span) < 0 || map_set(&e->by_span, k, rec_ref(r)) < 0) return -1;
+        if (map_set_h(&e->by_span, SKEY(r->span), rec_ref(r)) < 0) return -1;
     }
     if (e->has_by_start) {
         /* As slices.add_slice indexes it: under (track uuid, start) + (start,). */
@@ -1869,31 +1932,27 @@ static int win_bind(Enc *e, const Val *pid, const Val *tid, int64_t start, int o
 /* SliceWindow._taken */
 static int win_taken(Enc *e, Record *r) {
     r->written = 1;
-    Buf *k = &e->key;
     if (r->parent && r->parent_part_n) {
         if (r->flow_in.k == 1 && str_eq(r->flow_in.s, r->parent)) {
             PyMem_Free(r->parent_part); r->parent_part = NULL; r->parent_part_n = 0;
         } else {
-            k->n = 0;
-            if (key_str(k, r->parent) < 0) return -1;
-            Record *above = map_get(&e->by_span, k);
+            Record *above = map_get_h(&e->by_span, SKEY(r->parent));
             Placed here, *placed = NULL;
             if (above) { here.uuid = above->track->uuid; here.start = above->start; here.end = above->end; placed = &here; }
-            else placed = tg_get(&e->written, k);
+            else placed = tg_get_h(&e->written, SKEY(r->parent));
             if (placed && placed->uuid == r->track->uuid && placed->start <= r->start && r->end <= placed->end) {
                 PyMem_Free(r->parent_part); r->parent_part = NULL; r->parent_part_n = 0;
             }
         }
     }
     if (r->span) {
-        k->n = 0;
-        if (key_str(k, r->span) < 0) return -1;
-        if (map_get(&e->by_span, k) == r) rec_unref(map_pop(&e->by_span, k));
-        if (r->flow_out.k && tg_set(&e->sources, k, (void *)(uintptr_t)(r->track->uuid + 1)) < 0) return -1;
+        uint64_t *slot = map_slot(&e->by_span, SKEY(r->span));
+        if (slot && e->by_span.en[(uint32_t)*slot - 1].v == r) rec_unref(map_pop_h(&e->by_span, SKEY(r->span)));
+        if (r->flow_out.k && tg_set_h(&e->sources, SKEY(r->span), (void *)(uintptr_t)(r->track->uuid + 1)) < 0) return -1;
         Placed *p = PyMem_Malloc(sizeof(Placed));
         if (!p) { PyErr_NoMemory(); return -1; }
         p->uuid = r->track->uuid; p->start = r->start; p->end = r->end;
-        if (tg_set(&e->written, k, p) < 0) return -1;
+        if (tg_set_h(&e->written, SKEY(r->span), p) < 0) return -1;
     }
     return 0;
 }
@@ -2077,8 +2136,7 @@ static int h_slice(Enc *e, Event *ev) {
             if (pv && pv->k == V_STR) {
                 Str *p = str_of(pv);
                 if (!p) goto done;
-                e->key.n = 0;
-                if (key_str(&e->key, span) < 0 || tg_set(&e->parents, &e->key, p) < 0) goto done;
+                if (tg_set_h(&e->parents, SKEY(span), p) < 0) goto done;
             }
         } else if (sv && sv->k != V_NULL) {
             extra[nextra].key = (Val){V_STR, 1, 0, 0, "span_id", 7}; extra[nextra++].val = *sv;
