@@ -46,6 +46,28 @@ static int buf_grow(Buf *b, Py_ssize_t extra) {
     b->p = p; b->cap = cap;
     return 0;
 }
+/* memcpy of a few bytes, in place: most keys copied are tens of bytes, for which a call to memcpy
+ * costs more than the copy (the loads all come before the stores). Used on heap text only: on a
+ * small array gcc cannot tell the length is within bounds. */
+static ALWAYS_INLINE void copy_bytes(char *d, const char *s, size_t n) {
+    if (n > 32) { memcpy(d, s, n); return; }
+    if (n >= 16) {
+        uint64_t a, b, c, x;
+        memcpy(&a, s, 8); memcpy(&b, s + 8, 8); memcpy(&c, s + n - 16, 8); memcpy(&x, s + n - 8, 8);
+        memcpy(d, &a, 8); memcpy(d + 8, &b, 8); memcpy(d + n - 16, &c, 8); memcpy(d + n - 8, &x, 8);
+    } else if (n >= 8) {
+        uint64_t a, b;
+        memcpy(&a, s, 8); memcpy(&b, s + n - 8, 8);
+        memcpy(d, &a, 8); memcpy(d + n - 8, &b, 8);
+    } else if (n >= 4) {
+        uint32_t a, b;
+        memcpy(&a, s, 4); memcpy(&b, s + n - 4, 4);
+        memcpy(d, &a, 4); memcpy(d + n - 4, &b, 4);
+    } else if (n) {
+        char a = s[0], b = s[n >> 1], c = s[n - 1];
+        d[0] = a; d[n >> 1] = b; d[n - 1] = c;
+    }
+}
 #define BUF_NEED(b, k) do { if ((b)->n + (k) > (b)->cap && buf_grow((b), (k)) < 0) return -1; } while (0)
 static ALWAYS_INLINE int buf_put(Buf *b, const void *s, Py_ssize_t n) {
     BUF_NEED(b, n);
@@ -110,7 +132,7 @@ static ALWAYS_INLINE int bytes_eq(const char *a, const char *b, size_t n) {
 /* ===== refcounted strings (span ids) ======================================================== */
 /* A span id carries its own map key (key_val's encoding of the string: 's', the length, the text)
  * and that key's hash, made once: the window and the ancestry look span ids up many times. */
-typedef struct { Py_ssize_t rc, n; uint64_t h; size_t kn; char *s; char key[]; } Str;
+typedef struct { Py_ssize_t rc, n; uint64_t h; size_t kn; int ascii; char *s; char key[]; } Str;
 #define STR_KEY_HEAD 5
 static Str *str_new(const char *s, Py_ssize_t n) {
     Str *x = PyMem_Malloc(sizeof(Str) + STR_KEY_HEAD + n + 1);
@@ -119,8 +141,13 @@ static Str *str_new(const char *s, Py_ssize_t n) {
     x->rc = 1; x->n = n; x->kn = STR_KEY_HEAD + (size_t)n;
     x->key[0] = 's'; memcpy(x->key + 1, &n32, 4);
     x->s = x->key + STR_KEY_HEAD;
-    memcpy(x->s, s, n); x->s[n] = 0;
+    copy_bytes(x->s, s, (size_t)n); x->s[n] = 0;
     x->h = hash_bytes(x->key, x->kn);
+    uint64_t high = 0;  /* whether every byte is ASCII, eight at a time */
+    Py_ssize_t i = 0;
+    for (; i + 8 <= n; i += 8) { uint64_t w; memcpy(&w, s + i, 8); high |= w; }
+    for (; i < n; i++) high |= (unsigned char)s[i];
+    x->ascii = (high & 0x8080808080808080ULL) == 0;
     return x;
 }
 static Str *str_ref(Str *x) { if (x) x->rc++; return x; }
@@ -223,8 +250,8 @@ static int map_set_h(Map *m, const char *k, size_t n, uint64_t h, void *v) {
         en->k.out = PyMem_Malloc(n);
         if (!en->k.out) { PyErr_NoMemory(); goto fail; }
         memcpy(en->k.out, k, n);
-    } else if (n) {
-        memcpy(en->k.in, k, n);
+    } else {
+        copy_bytes(en->k.in, k, n);
     }
     en->h = h; en->kn = (uint32_t)n; en->v = v;
     ix_place(m, h, m->n);
@@ -275,7 +302,6 @@ static void tg_init(TwoGen *t, size_t cap, FreeFn fv) {
     map_init(&t->a, fv); map_init(&t->b, fv); t->young = &t->a; t->old = &t->b; t->cap = cap ? cap : 1;
 }
 static void tg_free(TwoGen *t) { map_free(&t->a); map_free(&t->b); }
-static void tg_clear(TwoGen *t) { map_clear(&t->a); map_clear(&t->b); }
 static void *tg_get_h(TwoGen *t, const char *k, size_t n, uint64_t h) {
     void *v = map_get_h(t->young, k, n, h);
     return v ? v : map_get_h(t->old, k, n, h);
@@ -767,7 +793,7 @@ static ALWAYS_INLINE int key_val(Buf *k, const Val *v) {
         BUF_NEED(k, 5 + v->n);
         char *p = k->p + k->n;
         p[0] = 's'; memcpy(p + 1, &n, 4);
-        memcpy(p + 5, v->s, v->n);
+        copy_bytes(p + 5, v->s, (size_t)v->n);
         k->n += 5 + v->n;
         return 0;
     }
@@ -793,7 +819,7 @@ static ALWAYS_INLINE int key_val(Buf *k, const Val *v) {
     return 0;
 }
 static int key_int(Buf *k, int64_t i) { Val v = {V_INT}; v.i = i; return key_val(k, &v); }
-static int key_text(Buf *k, const char *s, Py_ssize_t n) {
+static ALWAYS_INLINE int key_text(Buf *k, const char *s, Py_ssize_t n) {
     Val v = {V_STR}; v.s = s; v.n = n; return key_val(k, &v);
 }
 
@@ -815,7 +841,13 @@ static int pystr(Buf *out, const Val *v) {
     case V_ABSENT: case V_NULL: return buf_put(out, "None", 4);
     case V_TRUE: return buf_put(out, "True", 4);
     case V_FALSE: return buf_put(out, "False", 5);
-    case V_INT: return buf_put(out, tmp, snprintf(tmp, sizeof tmp, "%lld", (long long)v->i));
+    case V_INT: {  /* decimal digits written here: snprintf costs ten times as much */
+        uint64_t u = v->i < 0 ? 0 - (uint64_t)v->i : (uint64_t)v->i;
+        char *p = tmp + sizeof tmp;
+        do { *--p = (char)('0' + u % 10); u /= 10; } while (u);
+        if (v->i < 0) *--p = '-';
+        return buf_put(out, p, tmp + sizeof tmp - p);
+    }
     case V_FLOAT: {
         char *r = PyOS_double_to_string(v->d, 'r', 0, Py_DTSF_ADD_DOT_0, NULL);
         if (!r) return -1;
@@ -1167,7 +1199,7 @@ typedef struct { Py_ssize_t n; char s[1]; } Bytes;
 static Bytes *bytes_new(const char *s, Py_ssize_t n) {
     Bytes *b = PyMem_Malloc(sizeof(Bytes) + n);
     if (!b) { PyErr_NoMemory(); return NULL; }
-    b->n = n; memcpy(b->s, s, n);
+    b->n = n; copy_bytes(b->s, s, (size_t)n);
     return b;
 }
 /* A Val copied out of the event it came from. */
@@ -1535,12 +1567,12 @@ static const int interned_field[4] = {1, 2, 3, 29};
 static int64_t intern_entry(Enc *e, int table, const char *text, Py_ssize_t n) {
     int64_t iid = e->next[table]++;
     e->icount++;
-    Buf entry = {0};
-    int rc = buf_vfield(&entry, 1, (uint64_t)iid);
-    if (rc == 0) rc = buf_lfield(&entry, 2, text, n);
-    if (rc == 0) rc = buf_lfield(&e->pending, interned_field[table], entry.p, entry.n);
-    buf_free(&entry);
-    return rc < 0 ? -1 : iid;
+    /* the entry (iid = 1, text = 2) is written in place: its length is known beforehand */
+    Py_ssize_t len = 1 + varint_len((uint64_t)iid) + 1 + varint_len((uint64_t)n) + n;
+    Buf *b = &e->pending;
+    if (buf_varint(b, ((uint64_t)interned_field[table] << 3) | 2) < 0 || buf_varint(b, (uint64_t)len) < 0 ||
+        buf_vfield(b, 1, (uint64_t)iid) < 0 || buf_lfield(b, 2, text, n) < 0) return -1;
+    return iid;
 }
 /* Interner._field: the iid naming the value v in table (interned on first use). */
 static int64_t intern_val(Enc *e, Map *table, int index, const Val *v) {
@@ -1575,10 +1607,6 @@ static int put_iid_field(Buf *b, int key, int64_t iid) {
 static int name_field(Enc *e, Buf *b, const Val *v) { return put_iid_field(b, F_NAME_IID_KEY, intern_val(e, &e->names, TBL_NAMES, v)); }
 static int category_field(Enc *e, Buf *b, const Val *v) {
     return put_iid_field(b, F_CATEGORY_IID_KEY, intern_val(e, &e->categories, TBL_CATEGORIES, v));
-}
-static int annotation_bytes(Buf *b, const char *part, Py_ssize_t n) {
-    if (buf_byte(b, F_ANNOTATION_KEY) < 0 || buf_varint(b, (uint64_t)n) < 0) return -1;
-    return buf_put(b, part, n);
 }
 /* An annotation named name: the name part (interned), then value part vp. */
 static int annotation(Enc *e, Buf *b, const char *name, Py_ssize_t nn, const char *vp, Py_ssize_t vn) {
@@ -1618,8 +1646,7 @@ static int annotation_inline(Enc *e, Buf *b, const char *name, Py_ssize_t nn, co
 }
 /* Interner.span_annotation */
 static int span_annotation(Enc *e, Buf *b, const char *name, const Str *span) {
-    Val v = {V_STR}; v.s = span->s; v.n = span->n; v.ascii = 1;
-    for (Py_ssize_t i = 0; i < span->n; i++) if ((unsigned char)span->s[i] >= 0x80) { v.ascii = 0; break; }
+    Val v = {V_STR}; v.s = span->s; v.n = span->n; v.ascii = span->ascii;
     Py_ssize_t chars = utf8_chars(&v), nn = (Py_ssize_t)strlen(name);
     if (chars < 128 && intern_key(e, name, nn) < 0) return -1;  /* inline_prefix names it first */
     if (chars < 128 && v.ascii) return annotation_inline(e, b, name, nn, span->s, span->n);
