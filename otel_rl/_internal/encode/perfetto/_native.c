@@ -238,7 +238,8 @@ static int map_set_h(Map *m, const char *k, size_t n, uint64_t h, void *v) {
         en->v = v;
         return 0;
     }
-    if ((m->n + 1) * 4 > m->cap * 3 && map_resize(m, m->cap ? m->cap * 2 : 16) < 0) goto fail;
+    /* at most half full: slots are small, and a miss then probes ~2.5 slots, not ~8.5 */
+    if ((m->n + 1) * 2 > m->cap && map_resize(m, m->cap ? m->cap * 2 : 16) < 0) goto fail;
     if (m->n == m->ecap) {
         size_t ecap = m->ecap ? m->ecap * 2 : 8;
         Entry *en = PyMem_Realloc(m->en, ecap * sizeof(Entry));
@@ -2160,16 +2161,15 @@ static int h_slice(Enc *e, Event *ev) {
         }
         if (sv && sv->k == V_STR) {
             if (!(span = str_of(sv)) || span_annotation(e, &ids, "span_id", span) < 0) goto done;
-            if (pv && pv->k == V_STR) {
-                Str *p = str_of(pv);
-                if (!p) goto done;
-                if (tg_set_h(&e->parents, SKEY(span), p) < 0) goto done;
+            if (pv && pv->k == V_STR) {  /* one Str: the parents map's and the record's */
+                if (!(parent = str_of(pv))) goto done;
+                if (tg_set_h(&e->parents, SKEY(span), str_ref(parent)) < 0) goto done;
             }
         } else if (sv && sv->k != V_NULL) {
             extra[nextra].key = (Val){V_STR, 1, 0, 0, "span_id", 7}; extra[nextra++].val = *sv;
         }
         if (pv && pv->k == V_STR) {
-            if (!(parent = str_of(pv))) goto done;
+            if (!parent && !(parent = str_of(pv))) goto done;
         } else if (pv && pv->k != V_NULL) {
             extra[nextra].key = (Val){V_STR, 1, 0, 0, "parent_span_id", 14}; extra[nextra++].val = *pv;
         }
