@@ -266,9 +266,7 @@ static int map_set(Map *m, const Buf *key, void *v) {
     return map_set_h(m, key->p, (size_t)key->n, hash_bytes(key->p, (size_t)key->n), v);
 }
 /* Removes key k; returns its value (the caller's reference now), NULL if absent. */
-static void *map_pop_h(Map *m, const char *k, size_t n, uint64_t h) {
-    uint64_t *s = map_slot(m, k, n, h);
-    if (!s) return NULL;
+static void *map_pop_at(Map *m, uint64_t *s) {  /* s: a slot map_slot found */
     size_t gone = (uint32_t)*s - 1, mask = m->cap - 1, i = (size_t)(s - m->ix), j = i;
     Entry *en = &m->en[gone];
     void *v = en->v;
@@ -292,6 +290,10 @@ static void *map_pop_h(Map *m, const char *k, size_t n, uint64_t h) {
     }
     m->n--;
     return v;
+}
+static void *map_pop_h(Map *m, const char *k, size_t n, uint64_t h) {
+    uint64_t *s = map_slot(m, k, n, h);
+    return s ? map_pop_at(m, s) : NULL;
 }
 static void *map_pop(Map *m, const Buf *key) {
     return map_pop_h(m, key->p, (size_t)key->n, hash_bytes(key->p, (size_t)key->n));
@@ -1647,6 +1649,23 @@ static int annotation_inline(Enc *e, Buf *b, const char *name, Py_ssize_t nn, co
 }
 /* Interner.span_annotation */
 static int span_annotation(Enc *e, Buf *b, const char *name, const Str *span) {
+    if (span->ascii && span->n < 128) {
+        /* annotation_inline's bytes, written in one step: its name is interned first as there */
+        Py_ssize_t nn = (Py_ssize_t)strlen(name);
+        int64_t iid = intern_key(e, name, nn);
+        if (iid < 0) return -1;
+        Py_ssize_t len = 1 + varint_len((uint64_t)iid) + 2 + span->n;
+        BUF_NEED(b, 3 + len);
+        char *p = b->p + b->n;
+        *p++ = F_ANNOTATION_KEY;
+        p += put_varint_raw(p, (uint64_t)len);
+        *p++ = A_NAME_IID << 3;
+        p += put_varint_raw(p, (uint64_t)iid);
+        *p++ = (A_STRING << 3) | 2; *p++ = (char)span->n;
+        copy_bytes(p, span->s, (size_t)span->n);
+        b->n = p + span->n - b->p;
+        return 0;
+    }
     Val v = {V_STR}; v.s = span->s; v.n = span->n; v.ascii = span->ascii;
     Py_ssize_t chars = utf8_chars(&v), nn = (Py_ssize_t)strlen(name);
     if (chars < 128 && intern_key(e, name, nn) < 0) return -1;  /* inline_prefix names it first */
@@ -1975,7 +1994,7 @@ static int win_taken(Enc *e, Record *r) {
     }
     if (r->span) {
         uint64_t *slot = map_slot(&e->by_span, SKEY(r->span));
-        if (slot && e->by_span.en[(uint32_t)*slot - 1].v == r) rec_unref(map_pop_h(&e->by_span, SKEY(r->span)));
+        if (slot && e->by_span.en[(uint32_t)*slot - 1].v == r) rec_unref(map_pop_at(&e->by_span, slot));
         if (r->flow_out.k && tg_set_h(&e->sources, SKEY(r->span), (void *)(uintptr_t)(r->track->uuid + 1)) < 0) return -1;
         Placed *p = PyMem_Malloc(sizeof(Placed));
         if (!p) { PyErr_NoMemory(); return -1; }
