@@ -1198,7 +1198,7 @@ static void mem_free_v(void *p) { PyMem_Free(p); }
 static void str_unref_v(void *p) { str_unref((Str *)p); }
 
 /* A value kept in a map: bytes, an int, or a Python-comparable value (a tid). */
-typedef struct { Py_ssize_t n; char s[1]; } Bytes;
+typedef struct { Py_ssize_t n; char s[]; } Bytes;
 static Bytes *bytes_new(const char *s, Py_ssize_t n) {
     Bytes *b = PyMem_Malloc(sizeof(Bytes) + n);
     if (!b) { PyErr_NoMemory(); return NULL; }
@@ -1262,7 +1262,7 @@ struct Enc {
     int has_first; int64_t first_ns; int started;
     long long events, skipped;
     /* scratch */
-    Arena arena; Event ev; Buf key, key2, body, text;
+    Arena arena; Event ev; Buf key, key2, body, text, ids;
     PyObject *mapping;  /* lines mode: pid -> pid written */
 };
 
@@ -1496,29 +1496,25 @@ static int reg_describe(Enc *e, Track *t, Buf *out) {
     return 0;
 }
 static int w_event(Enc *e, Buf *out, int64_t ns, const char *ev, Py_ssize_t evn) {
-    char stamp[24];
-    int sn = 0;
-    stamp[sn++] = F_TIMESTAMP_KEY;
+    /* sizes first, then the bytes straight into out: no staging copies */
     int64_t relative = ns - e->base;
-    if (relative >= 0) sn += put_varint_raw(stamp + sn, (uint64_t)relative);
-    else {
-        sn += put_varint_raw(stamp + sn, (uint64_t)ns);
-        stamp[sn++] = (char)0xD0; stamp[sn++] = 0x03; stamp[sn++] = 0x01;
-    }
-    char tail[16];
-    int tn = put_varint_raw(tail, 10 << 3);
-    tn += put_varint_raw(tail + tn, e->sequence_id);
-    tail[tn++] = 13 << 3; tail[tn++] = 2;
+    uint64_t stamp = relative >= 0 ? (uint64_t)relative : (uint64_t)ns;
+    Py_ssize_t sn = 1 + varint_len(stamp) + (relative >= 0 ? 0 : 3);
+    Py_ssize_t tn = 1 + varint_len(e->sequence_id) + 2;
     Py_ssize_t body = sn + 1 + varint_len((uint64_t)evn) + evn + tn;
     BUF_NEED(out, body + 12);
     char *p = out->p + out->n;
     *p++ = F_PACKET_KEY;
     p += put_varint_raw(p, (uint64_t)body);
-    memcpy(p, stamp, sn); p += sn;
+    *p++ = F_TIMESTAMP_KEY;
+    p += put_varint_raw(p, stamp);
+    if (relative < 0) { *p++ = (char)0xD0; *p++ = 0x03; *p++ = 0x01; }
     *p++ = F_TRACK_EVENT_KEY;
     p += put_varint_raw(p, (uint64_t)evn);
     memcpy(p, ev, evn); p += evn;
-    memcpy(p, tail, tn); p += tn;
+    *p++ = 10 << 3;
+    p += put_varint_raw(p, e->sequence_id);
+    *p++ = 13 << 3; *p++ = 2;
     out->n = p - out->p;
     return 0;
 }
@@ -1806,7 +1802,9 @@ static int encode_args(Enc *e, Buf *b, const Val *pid, const Member *args, Py_ss
         uint64_t rh = hash_bytes(raw, rawn);
         Bytes *hit = map_get_h(&c->raw, raw, rawn, rh);
         if (hit) {
-            if (buf_put(b, hit->s, hit->n) < 0) return -1;
+            BUF_NEED(b, hit->n);
+            copy_bytes(b->p + b->n, hit->s, (size_t)hit->n);
+            b->n += hit->n;
             continue;
         }
         Py_ssize_t start = b->n;
@@ -2165,7 +2163,8 @@ static int h_slice(Enc *e, Event *ev) {
     int rc = -1;
     Track *track;
     Str *span = NULL, *parent = NULL;
-    Buf ids = {0}, body = {0}, ppart = {0};
+    Buf *ids = &e->ids, body = {0}, ppart = {0};  /* ids: scratch, emptied here, copied into body */
+    ids->n = 0;
     Member extra[2];
     Py_ssize_t nextra = 0;
     int has_args = f[K_ARGS].k == V_OBJ && ev->nargs > 0;
@@ -2179,7 +2178,7 @@ static int h_slice(Enc *e, Event *ev) {
             else if (k->n == 14 && memcmp(k->s, "parent_span_id", 14) == 0) { pv = &ev->args[i].val; k->k = V_ABSENT; }
         }
         if (sv && sv->k == V_STR) {
-            if (!(span = str_of(sv)) || span_annotation(e, &ids, "span_id", span) < 0) goto done;
+            if (!(span = str_of(sv)) || span_annotation(e, ids, "span_id", span) < 0) goto done;
             if (pv && pv->k == V_STR) {  /* one Str: the parents map's and the record's */
                 if (!(parent = str_of(pv))) goto done;
                 if (tg_set_h(&e->parents, SKEY(span), str_ref(parent)) < 0) goto done;
@@ -2222,7 +2221,7 @@ static int h_slice(Enc *e, Event *ev) {
     }
     if (has_args) {
         if (encode_args(e, &body, pid, ev->args, ev->nargs, extra, nextra) < 0) goto done;
-        if (buf_put(&body, ids.p, ids.n) < 0) goto done;
+        if (buf_put(&body, ids->p, ids->n) < 0) goto done;
     }
     if (parent && span_annotation(e, &ppart, "parent_span_id", parent) < 0) goto done;
     Record *rec = PyMem_Calloc(1, sizeof(Record));
@@ -2239,7 +2238,7 @@ static int h_slice(Enc *e, Event *ev) {
 done:
     PyMem_Free(tid_kept);
     str_unref(span); str_unref(parent);
-    buf_free(&ids); buf_free(&body); buf_free(&ppart);
+    buf_free(&body); buf_free(&ppart);
     return rc;
 }
 static int no_complex_ids(const Val *pid, const Val *tid) {
@@ -2714,7 +2713,7 @@ static void Enc_dealloc(Enc *e) {
     for (Py_ssize_t i = 0; i < e->nrenamed; i++) track_unref(e->renamed[i]);
     PyMem_Free(e->renamed);
     track_unref(e->global);
-    buf_free(&e->pending); buf_free(&e->key); buf_free(&e->key2); buf_free(&e->body); buf_free(&e->text);
+    buf_free(&e->pending); buf_free(&e->key); buf_free(&e->key2); buf_free(&e->body); buf_free(&e->text); buf_free(&e->ids);
     arena_free(&e->arena);
     PyMem_Free(e->ev.args);
     Py_TYPE(e)->tp_free((PyObject *)e);
