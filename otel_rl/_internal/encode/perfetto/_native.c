@@ -95,36 +95,53 @@ static int buf_lfield(Buf *b, int field, const void *s, Py_ssize_t n) {  /* leng
 }
 
 /* ===== hashing and key comparison =========================================================== */
+static ALWAYS_INLINE uint64_t load64(const char *p) { uint64_t w; memcpy(&w, p, 8); return w; }
+static ALWAYS_INLINE uint64_t load32(const char *p) { uint32_t w; memcpy(&w, p, 4); return w; }
+/* The 128-bit product of a and b folded to 64 bits: every input bit reaches most output bits. */
+static ALWAYS_INLINE uint64_t fold_mul(uint64_t a, uint64_t b) {
+#if defined(__SIZEOF_INT128__)
+    __uint128_t r = (__uint128_t)a * b;
+    return (uint64_t)r ^ (uint64_t)(r >> 64);
+#else
+    uint64_t r = a * b;  /* no 128-bit product: a multiply and a shift mix well enough */
+    return r ^ (r >> 32) ^ ((a ^ (a >> 29)) * 0xBF58476D1CE4E5B9ULL);
+#endif
+}
+#define HK0 0x9E3779B97F4A7C15ULL
+#define HK1 0xBF58476D1CE4E5B9ULL
+#define HK2 0x94D049BB133111EBULL
+/* Keys are tens of bytes: 16 bytes a step, the last 16 (or fewer) read as overlapping words, so a
+ * key of up to 32 bytes costs a few multiplies and no loop over its bytes. Only the maps' layout
+ * depends on it (keys are always compared in full). */
 static ALWAYS_INLINE uint64_t hash_bytes(const char *p, size_t n) {
-    uint64_t h = 0x9E3779B97F4A7C15ULL ^ ((uint64_t)n * 0xFF51AFD7ED558CCDULL);
-    while (n >= 8) {
-        uint64_t w; memcpy(&w, p, 8);
-        h ^= w; h *= 0xBF58476D1CE4E5B9ULL; h ^= h >> 31; p += 8; n -= 8;
-    }
-    uint64_t w = 0;  /* the last bytes, read without a call to memcpy of a variable length */
-    if (n >= 4) {
-        uint32_t lo, hi;
-        memcpy(&lo, p, 4); memcpy(&hi, p + n - 4, 4);
-        w = ((uint64_t)hi << 32) | lo;
+    uint64_t seed = HK0 ^ n, a, b;
+    if (n > 16) {
+        const char *last = p + n - 16;
+        while (p < last) { seed = fold_mul(load64(p) ^ HK1, load64(p + 8) ^ seed); p += 16; }
+        a = load64(last); b = load64(last + 8);
+    } else if (n >= 8) {
+        a = load64(p); b = load64(p + n - 8);
+    } else if (n >= 4) {
+        a = load32(p); b = load32(p + n - 4);
     } else if (n) {
-        w = ((uint64_t)(unsigned char)p[0] << 16) | ((uint64_t)(unsigned char)p[n >> 1] << 8) | (unsigned char)p[n - 1];
+        a = ((uint64_t)(unsigned char)p[0] << 16) | ((uint64_t)(unsigned char)p[n >> 1] << 8) | (unsigned char)p[n - 1];
+        b = 0;
+    } else {
+        a = b = 0;
     }
-    h ^= w; h *= 0x94D049BB133111EBULL; h ^= h >> 29; h *= 0xBF58476D1CE4E5B9ULL; h ^= h >> 32;
-    return h;
+    return fold_mul(HK2 ^ n, fold_mul(a ^ HK1, b ^ seed));
 }
 /* Equality of two keys of n bytes: keys are short (tens of bytes), so words compared in place
- * cost less than a call to memcmp. */
+ * (the last ones overlapping) cost less than a call to memcmp. */
 static ALWAYS_INLINE int bytes_eq(const char *a, const char *b, size_t n) {
-    while (n >= 8) {
-        uint64_t x, y; memcpy(&x, a, 8); memcpy(&y, b, 8);
-        if (x != y) return 0;
-        a += 8; b += 8; n -= 8;
+    if (n > 16) {
+        const char *la = a + n - 16, *lb = b + n - 16;
+        for (; a < la; a += 16, b += 16)
+            if ((load64(a) ^ load64(b)) | (load64(a + 8) ^ load64(b + 8))) return 0;
+        return ((load64(la) ^ load64(lb)) | (load64(la + 8) ^ load64(lb + 8))) == 0;
     }
-    if (n >= 4) {
-        uint32_t x1, y1, x2, y2;
-        memcpy(&x1, a, 4); memcpy(&y1, b, 4); memcpy(&x2, a + n - 4, 4); memcpy(&y2, b + n - 4, 4);
-        return x1 == y1 && x2 == y2;
-    }
+    if (n >= 8) return ((load64(a) ^ load64(b)) | (load64(a + n - 8) ^ load64(b + n - 8))) == 0;
+    if (n >= 4) return ((load32(a) ^ load32(b)) | (load32(a + n - 4) ^ load32(b + n - 4))) == 0;
     for (; n; n--) if (*a++ != *b++) return 0;
     return 1;
 }
