@@ -1237,7 +1237,12 @@ static Kept *kept_new(const Val *v) {
 /* One annotation cache (interning.Annotations) of one process; raw, in front of it, holds the
  * bytes of members whose (name, value) m holds, by their JSON text (no key to build), and is
  * emptied whenever m is, so a member found there is one m would give the same bytes for. */
-typedef struct { Map m, raw; int elide; Buf rank, role; } Cache;
+/* memo[j]: the raw entry (its number + 1) last found for a member whose name falls in j (its length
+ * and two of its bytes); most members repeat their last value under the same name, so a comparison
+ * with that entry's key often spares the hash and the probe. It is only a hint: an entry is used
+ * when its key is the member's text, and the map holds one entry a key, the one a lookup finds. */
+#define RAW_MEMO 64
+typedef struct { Map m, raw; int elide; Buf rank, role; uint32_t memo[RAW_MEMO]; } Cache;
 static void cache_free_v(void *p) {
     Cache *c = p;
     map_free(&c->raw);
@@ -1816,8 +1821,26 @@ static int encode_args(Enc *e, Buf *b, const Val *pid, const Member *args, Py_ss
         if (args[i].key.k == V_ABSENT) continue;
         const char *raw = args[i].raw;
         size_t rawn = (size_t)args[i].rawn;
-        uint64_t rh = hash_bytes(raw, rawn);
-        Bytes *hit = map_get_h(&c->raw, raw, rawn, rh);
+        Bytes *hit = NULL;
+        const Val *name = &args[i].key;
+        uint32_t *memo = NULL;
+        if (name->n) {
+            size_t j = (size_t)name->n * 7 + (unsigned char)name->s[name->n - 1] * 3 + (unsigned char)name->s[name->n / 2];
+            memo = &c->memo[j & (RAW_MEMO - 1)];
+        }
+        if (memo && *memo && *memo <= c->raw.n) {
+            const Entry *en = &c->raw.en[*memo - 1];
+            if (en->kn == rawn && bytes_eq(ENTRY_KEY(en), raw, rawn)) hit = en->v;
+        }
+        uint64_t rh = 0;
+        if (!hit) {
+            rh = hash_bytes(raw, rawn);
+            uint64_t *slot = map_slot(&c->raw, raw, rawn, rh);
+            if (slot) {
+                hit = c->raw.en[(uint32_t)*slot - 1].v;
+                if (memo) *memo = (uint32_t)*slot;
+            }
+        }
         if (hit) {
             BUF_NEED(b, hit->n);
             copy_bytes(b->p + b->n, hit->s, (size_t)hit->n);
@@ -1830,6 +1853,7 @@ static int encode_args(Enc *e, Buf *b, const Val *pid, const Member *args, Py_ss
             if (c->raw.n >= 16384) map_clear(&c->raw);
             Bytes *kept = bytes_new(b->p + start, b->n - start);
             if (!kept || map_set_h(&c->raw, raw, rawn, rh, kept) < 0) return -1;
+            if (memo) *memo = (uint32_t)c->raw.n;  /* the entry just added is the last */
         }
     }
     for (Py_ssize_t i = 0; i < nextra; i++)
