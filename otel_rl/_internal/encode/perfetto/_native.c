@@ -1119,9 +1119,10 @@ static Track *track_new(uint64_t uuid, const char *name, Py_ssize_t n, Track *pa
     if (set_text(&t->name, &t->name_n, name, n) < 0) { track_unref(t); return NULL; }
     return t;
 }
-/* Track.take; 1 placed (at *s, *e), 0 not, -1 error. */
+/* Track.take; 1 placed (at *s, *e), 0 not, -1 error. tried: the exact interval was just refused by
+ * this lane, unchanged since (a refused insert changes nothing), so it is not tried again. */
 static int track_take(Enc *e, Track *t, int64_t start, int64_t end, int64_t slack, Str *span,
-                      int64_t *ps, int64_t *pe) {
+                      int64_t *ps, int64_t *pe, int tried) {
     if (!t->lane) {
         t->lane = PyMem_Calloc(1, sizeof(Lane));
         if (!t->lane) { PyErr_NoMemory(); return -1; }
@@ -1129,7 +1130,7 @@ static int track_take(Enc *e, Track *t, int64_t start, int64_t end, int64_t slac
         t->lane->next_prune = MAX_INTERVALS / 5 > 8 ? MAX_INTERVALS / 5 : 8;
     }
     Lane *lane = t->lane;
-    int r = lane_insert(e, lane, start, end, span);
+    int r = tried ? 0 : lane_insert(e, lane, start, end, span);
     if (r < 0) return -1;
     if (r) { *ps = start; *pe = end; }
     else {
@@ -1887,10 +1888,6 @@ static int key_start(Buf *k, uint64_t uuid, int64_t start) {
     if (key_int(k, (int64_t)uuid) < 0) return -1;
     return key_int(k, start);
 }
-static int win_tied(Enc *e, Track *t, int64_t start) {
-    if (key_start(&e->key, t->uuid, start) < 0) return -1;
-    return map_has(&e->starts, &e->key);
-}
 static int win_conflicts(Enc *e, Track *t, int64_t start, int64_t end) {
     if (key_start(&e->key, t->uuid, start) < 0) return -1;
     Record *first = map_get(&e->starts, &e->key);
@@ -2237,17 +2234,19 @@ static int h_slice(Enc *e, Event *ev) {
         if (!track) goto done;
     }
     int64_t ps = start, pe = end;
-    int tied = win_tied(e, track, start);
-    if (tied < 0) goto done;
-    r = tied ? 0 : track_take(e, track, start, end, 0, span, &ps, &pe);
+    /* win_tied, and win_conflicts on this track below: one lookup (taking changes no starts) */
+    if (key_start(&e->key, track->uuid, start) < 0) goto done;
+    Record *first = map_get(&e->starts, &e->key);
+    int tied = first != NULL;
+    r = tied ? 0 : track_take(e, track, start, end, 0, span, &ps, &pe, 0);
     if (r < 0) goto done;
     if (!r) {
         int64_t slack = slack_of(ts);
-        for (;;) {
-            int c = win_conflicts(e, track, start, end);
+        for (int again = 0;; again = 1) {
+            int c = again ? win_conflicts(e, track, start, end) : first && first->written && end > first->end;
             if (c < 0) goto done;
             if (!c) {
-                r = track_take(e, track, start, end, slack, span, &ps, &pe);
+                r = track_take(e, track, start, end, slack, span, &ps, &pe, !again && !tied);
                 if (r < 0) goto done;
                 if (r) break;
             }
