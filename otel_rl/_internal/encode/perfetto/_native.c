@@ -246,6 +246,19 @@ static int map_resize(Map *m, size_t cap) {
     for (size_t i = 0; i < m->n; i++) ix_place(m, m->en[i].h, i);
     return 0;
 }
+/* Room for n entries at once: the window's maps reach thousands of entries within a few thousand
+ * events, and each doubling on the way there rehashes the index and copies every entry. */
+static int map_reserve(Map *m, size_t n) {
+    size_t cap = 16;
+    while (cap < 2 * n) cap *= 2;
+    if (cap > m->cap && map_resize(m, cap) < 0) return -1;
+    if (n > m->ecap) {
+        Entry *en = PyMem_Realloc(m->en, n * sizeof(Entry));
+        if (!en) { PyErr_NoMemory(); return -1; }
+        m->en = en; m->ecap = n;
+    }
+    return 0;
+}
 /* Stores v under key k (hash h; the old value is freed); takes the reference v holds. */
 static int map_set_h(Map *m, const char *k, size_t n, uint64_t h, void *v) {
     uint64_t *s = map_slot(m, k, n, h);
@@ -2735,6 +2748,10 @@ static int Enc_init(Enc *e, PyObject *args, PyObject *kw) {
     map_init(&e->last, rec_unref_v); map_init(&e->async_, track_unref_v); map_init(&e->own, track_unref_v);
     map_init(&e->lanes, mem_free_v); map_init(&e->first_lanes, mem_free_v); map_init(&e->elided, elided_free_v);
     tg_init(&e->parents, 16384, str_unref_v);
+    /* the maps every slice adds to, sized for the first few thousand slices (see map_reserve) */
+    if (map_reserve(&e->by_span, 4096) < 0 || map_reserve(&e->starts, 4096) < 0 || map_reserve(&e->last, 4096) < 0 ||
+        map_reserve(e->parents.young, 4096) < 0 || map_reserve(e->written.young, 4096) < 0 ||
+        map_reserve(e->sources.young, 4096) < 0) return -1;
     return 0;
 }
 static void Enc_dealloc(Enc *e) {
