@@ -1276,6 +1276,7 @@ struct Enc {
     uint64_t sequence_id, salt;
     int ann_kept;  /* whether the last annotate wrote bytes its cache holds */
     int64_t span_iid[2];  /* the iids of "span_id" and "parent_span_id" once interned, else 0 */
+    uint32_t intern_memo[4][16];  /* per table: hints of entries by text (see intern_val) */
     /* PacketWriter */
     int has_base; int64_t base;
     /* TrackRegistry */
@@ -1610,12 +1611,32 @@ static int64_t intern_entry(Enc *e, int table, const char *text, Py_ssize_t n) {
     return iid;
 }
 /* Interner._field: the iid naming the value v in table (interned on first use). */
+/* A string's hint: the table's entry (its number + 1) last found for a text of its shape (length and
+ * two bytes). Names and categories repeat from event to event; the entry's key is compared with
+ * the text in place (its key is 's', the length, the text), sparing the key, the hash and the probe.
+ * Only a hint: a table holds one entry a key, so an entry whose key matches is the one to find. */
+static ALWAYS_INLINE uint32_t *intern_hint(Enc *e, int index, const Val *v) {
+    if (v->k != V_STR || !v->n) return NULL;
+    size_t j = (size_t)v->n * 7 + (unsigned char)v->s[v->n - 1] * 3 + (unsigned char)v->s[v->n / 2];
+    return &e->intern_memo[index][j & 15];
+}
 static int64_t intern_val(Enc *e, Map *table, int index, const Val *v) {
+    uint32_t *hint = intern_hint(e, index, v);
+    if (hint && *hint && *hint <= table->n) {
+        const Entry *en = &table->en[*hint - 1];
+        if (en->kn == STR_KEY_HEAD + (size_t)v->n) {
+            const char *ek = ENTRY_KEY(en);
+            if (ek[0] == 's' && bytes_eq(ek + STR_KEY_HEAD, v->s, (size_t)v->n)) return (int64_t)(intptr_t)en->v;
+        }
+    }
     Buf *k = &e->key; k->n = 0;
     if (key_val(k, v) < 0) return -1;
     uint64_t h = hash_bytes(k->p, (size_t)k->n);
-    void *found = map_get_h(table, k->p, (size_t)k->n, h);
-    if (found) return (int64_t)(intptr_t)found;
+    uint64_t *slot = map_slot(table, k->p, (size_t)k->n, h);
+    if (slot) {
+        if (hint) *hint = (uint32_t)*slot;
+        return (int64_t)(intptr_t)table->en[(uint32_t)*slot - 1].v;
+    }
     e->text.n = 0;
     if (v->k == V_STR) { if (buf_put(&e->text, v->s, v->n) < 0) return -1; }
     else if (v->k != V_NULL && v->k != V_ABSENT && pystr(&e->text, v) < 0) return -1;
@@ -1623,6 +1644,7 @@ static int64_t intern_val(Enc *e, Map *table, int index, const Val *v) {
     if (iid < 0) return -1;
     /* k still holds the key: the text and the entry are written elsewhere (e->text, e->pending) */
     if (map_set_h(table, k->p, (size_t)k->n, h, (void *)(intptr_t)iid) < 0) return -1;
+    if (hint) *hint = (uint32_t)table->n;  /* the entry just added is the last */
     return iid;
 }
 static int64_t intern_key(Enc *e, const char *s, Py_ssize_t n) {
