@@ -1970,10 +1970,11 @@ static int win_join_parent(Enc *e, Record *r, Str *parent) {
     if (children->n < 4096 && reclist_add(&children, r) < 0) return -1;
     return 0;
 }
-static int win_add_slice(Enc *e, Record *r) {
+/* known: the caller looked (track uuid, start) up already, found first, and nothing changed since */
+static int win_add_slice(Enc *e, Record *r, int known, Record *first) {
     Buf *k = &e->key;
     if (key_start(k, r->track->uuid, r->start) < 0) return -1;
-    Record *first = map_get(&e->starts, k);
+    if (!known) first = map_get(&e->starts, k);
     if (!first) {
         if (e->starts.n >= MAX_STARTS) map_clear(&e->starts);
         if (map_set(&e->starts, k, rec_ref(r)) < 0) return -1;
@@ -2272,6 +2273,7 @@ static int h_slice(Enc *e, Event *ev) {
     /* win_tied, and win_conflicts on this track below: one lookup (taking changes no starts) */
     if (key_start(&e->key, track->uuid, start) < 0) goto done;
     Record *first = map_get(&e->starts, &e->key);
+    Track *first_track = track;  /* whose (uuid, start) first was looked up under */
     int tied = first != NULL;
     r = tied ? 0 : track_take(e, track, start, end, 0, span, &ps, &pe, 0);
     if (r < 0) goto done;
@@ -2305,7 +2307,7 @@ static int h_slice(Enc *e, Event *ev) {
     rec->body = body.p; rec->body_n = body.n; body.p = NULL; body.n = body.cap = 0;
     rec->parent_part = ppart.p; rec->parent_part_n = ppart.n; ppart.p = NULL; ppart.n = ppart.cap = 0;
     rec->span = span; rec->parent = parent; span = parent = NULL;
-    if (win_add_slice(e, rec) < 0) { rec_unref(rec); goto done; }
+    if (win_add_slice(e, rec, rec->track == first_track && ps == start, first) < 0) { rec_unref(rec); goto done; }
     e->key.n = 0;
     if (key_val(&e->key, pid) < 0 || key_val(&e->key, source_tid) < 0 || map_set(&e->last, &e->key, rec) < 0) goto done;
     if (e->last.n > 16384) map_clear(&e->last);
