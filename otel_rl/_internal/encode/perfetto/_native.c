@@ -2772,9 +2772,10 @@ static int Enc_init(Enc *e, PyObject *args, PyObject *kw) {
     map_init(&e->last, rec_unref_v); map_init(&e->async_, track_unref_v); map_init(&e->own, track_unref_v);
     map_init(&e->lanes, mem_free_v); map_init(&e->first_lanes, mem_free_v); map_init(&e->elided, elided_free_v);
     tg_init(&e->parents, 16384, str_unref_v);
-    /* the maps every slice adds to, sized for the first few thousand slices (see map_reserve) */
-    if (map_reserve(&e->by_span, 4096) < 0 || map_reserve(&e->starts, 4096) < 0 || map_reserve(&e->last, 4096) < 0 ||
-        map_reserve(e->parents.young, 4096) < 0 || map_reserve(e->written.young, 4096) < 0 ||
+    /* the maps every slice adds to, sized for the first thousands of slices (see map_reserve); large
+     * blocks, so their pages are only touched as entries come */
+    if (map_reserve(&e->by_span, 8192) < 0 || map_reserve(&e->starts, 8192) < 0 || map_reserve(&e->last, 4096) < 0 ||
+        map_reserve(e->parents.young, 8192) < 0 || map_reserve(e->written.young, 8192) < 0 ||
         map_reserve(e->sources.young, 4096) < 0) return -1;
     return 0;
 }
