@@ -182,8 +182,9 @@ typedef void (*FreeFn)(void *);
 /* Entries are kept dense, in insertion order, and found through a small index of slots (the
  * entry's number + 1, 0 for an empty slot, and 32 bits of the hash to skip most entries without
  * reading them): growing zeroes and rehashes 8 bytes a slot, not whole entries, and a clear
- * visits only the entries there are. Keys up to INLINE_KEY bytes live in the entry itself. */
-#define INLINE_KEY 23
+ * visits only the entries there are. Keys up to INLINE_KEY bytes live in the entry itself (an entry
+ * is then 64 bytes; most keys, a member's JSON text among them, fit). */
+#define INLINE_KEY 39
 typedef struct { uint64_t h; void *v; uint32_t kn; union { char in[INLINE_KEY + 1]; char *out; } k; } Entry;
 typedef struct { uint64_t *ix; Entry *en; size_t cap, n, ecap; FreeFn fv; } Map;
 #define ENTRY_KEY(en) ((en)->kn <= INLINE_KEY ? (en)->k.in : (en)->k.out)
