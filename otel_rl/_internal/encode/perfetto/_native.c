@@ -77,7 +77,12 @@ static ALWAYS_INLINE int buf_put(Buf *b, const void *s, Py_ssize_t n) {
 }
 static int buf_byte(Buf *b, unsigned char c) { BUF_NEED(b, 1); b->p[b->n++] = (char)c; return 0; }
 static void buf_free(Buf *b) { PyMem_Free(b->p); b->p = NULL; b->n = b->cap = 0; }
+#if defined(__GNUC__)
+/* 7 bits a byte: the bytes of v's significant bits, without a loop over them */
+static ALWAYS_INLINE int varint_len(uint64_t v) { return v < 0x80 ? 1 : (70 - __builtin_clzll(v)) / 7; }
+#else
 static int varint_len(uint64_t v) { int n = 1; while (v >= 0x80) { v >>= 7; n++; } return n; }
+#endif
 static int put_varint_raw(char *p, uint64_t v) {
     int n = 0;
     while (v >= 0x80) { p[n++] = (char)((v & 0x7F) | 0x80); v >>= 7; }
