@@ -1305,7 +1305,7 @@ struct Enc {
     int has_first; int64_t first_ns; int started;
     long long events, skipped;
     /* scratch */
-    Arena arena; Event ev; Buf key, key2, body, text, ids;
+    Arena arena; Event ev; Buf key, key2, body, text, ids, tidkey;
     PyObject *mapping;  /* lines mode: pid -> pid written */
 };
 
@@ -2236,8 +2236,15 @@ static int h_slice(Enc *e, Event *ev) {
     if (!e->has_first) { e->has_first = 1; e->first_ns = start; }
     const Val *pid = &f[K_PID], *source_tid = &f[K_TID];
     if (pid->k == V_ABSENT || source_tid->k == V_ABSENT || is_complex(pid) || is_complex(source_tid)) return 0;
-    const Val *tid = lane_tid(e, pid, source_tid);
-    if (!tid) return -1;
+    /* (pid, tid) as written: its key and hash serve the lanes lookup here and the last map below */
+    Buf *tk = &e->tidkey; tk->n = 0;
+    if (key_val(tk, pid) < 0 || key_val(tk, source_tid) < 0) return -1;
+    uint64_t th = hash_bytes(tk->p, (size_t)tk->n);
+    const Val *tid = source_tid;  /* lane_tid */
+    if (e->lanes.n) {
+        Kept *lane_first = map_get_h(&e->lanes, tk->p, (size_t)tk->n, th);
+        if (lane_first) tid = &lane_first->v;
+    }
     Kept *tid_kept = NULL;
     if (tid != source_tid) { tid_kept = kept_new(tid); if (!tid_kept) return -1; tid = &tid_kept->v; }
     int rc = -1;
@@ -2314,8 +2321,7 @@ static int h_slice(Enc *e, Event *ev) {
     rec->parent_part = ppart.p; rec->parent_part_n = ppart.n; ppart.p = NULL; ppart.n = ppart.cap = 0;
     rec->span = span; rec->parent = parent; span = parent = NULL;
     if (win_add_slice(e, rec, rec->track == first_track && ps == start, first) < 0) { rec_unref(rec); goto done; }
-    e->key.n = 0;
-    if (key_val(&e->key, pid) < 0 || key_val(&e->key, source_tid) < 0 || map_set(&e->last, &e->key, rec) < 0) goto done;
+    if (map_set_h(&e->last, tk->p, (size_t)tk->n, th, rec) < 0) goto done;
     if (e->last.n > 16384) map_clear(&e->last);
     rc = 1;
 done:
@@ -2801,7 +2807,7 @@ static void Enc_dealloc(Enc *e) {
     for (Py_ssize_t i = 0; i < e->nrenamed; i++) track_unref(e->renamed[i]);
     PyMem_Free(e->renamed);
     track_unref(e->global);
-    buf_free(&e->pending); buf_free(&e->key); buf_free(&e->key2); buf_free(&e->body); buf_free(&e->text); buf_free(&e->ids);
+    buf_free(&e->pending); buf_free(&e->key); buf_free(&e->key2); buf_free(&e->body); buf_free(&e->text); buf_free(&e->ids); buf_free(&e->tidkey);
     arena_free(&e->arena);
     PyMem_Free(e->ev.args);
     Py_TYPE(e)->tp_free((PyObject *)e);
