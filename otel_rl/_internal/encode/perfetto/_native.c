@@ -46,6 +46,28 @@ static int buf_grow(Buf *b, Py_ssize_t extra) {
     b->p = p; b->cap = cap;
     return 0;
 }
+/* memcpy of a few bytes, in place: most keys copied are tens of bytes, for which a call to memcpy
+ * costs more than the copy (the loads all come before the stores). Used on heap text only: on a
+ * small array gcc cannot tell the length is within bounds. */
+static ALWAYS_INLINE void copy_bytes(char *d, const char *s, size_t n) {
+    if (n > 32) { memcpy(d, s, n); return; }
+    if (n >= 16) {
+        uint64_t a, b, c, x;
+        memcpy(&a, s, 8); memcpy(&b, s + 8, 8); memcpy(&c, s + n - 16, 8); memcpy(&x, s + n - 8, 8);
+        memcpy(d, &a, 8); memcpy(d + 8, &b, 8); memcpy(d + n - 16, &c, 8); memcpy(d + n - 8, &x, 8);
+    } else if (n >= 8) {
+        uint64_t a, b;
+        memcpy(&a, s, 8); memcpy(&b, s + n - 8, 8);
+        memcpy(d, &a, 8); memcpy(d + n - 8, &b, 8);
+    } else if (n >= 4) {
+        uint32_t a, b;
+        memcpy(&a, s, 4); memcpy(&b, s + n - 4, 4);
+        memcpy(d, &a, 4); memcpy(d + n - 4, &b, 4);
+    } else if (n) {
+        char a = s[0], b = s[n >> 1], c = s[n - 1];
+        d[0] = a; d[n >> 1] = b; d[n - 1] = c;
+    }
+}
 #define BUF_NEED(b, k) do { if ((b)->n + (k) > (b)->cap && buf_grow((b), (k)) < 0) return -1; } while (0)
 static ALWAYS_INLINE int buf_put(Buf *b, const void *s, Py_ssize_t n) {
     BUF_NEED(b, n);
@@ -55,7 +77,12 @@ static ALWAYS_INLINE int buf_put(Buf *b, const void *s, Py_ssize_t n) {
 }
 static int buf_byte(Buf *b, unsigned char c) { BUF_NEED(b, 1); b->p[b->n++] = (char)c; return 0; }
 static void buf_free(Buf *b) { PyMem_Free(b->p); b->p = NULL; b->n = b->cap = 0; }
+#if defined(__GNUC__)
+/* 7 bits a byte: the bytes of v's significant bits, without a loop over them */
+static ALWAYS_INLINE int varint_len(uint64_t v) { return v < 0x80 ? 1 : (70 - __builtin_clzll(v)) / 7; }
+#else
 static int varint_len(uint64_t v) { int n = 1; while (v >= 0x80) { v >>= 7; n++; } return n; }
+#endif
 static int put_varint_raw(char *p, uint64_t v) {
     int n = 0;
     while (v >= 0x80) { p[n++] = (char)((v & 0x7F) | 0x80); v >>= 7; }
@@ -72,12 +99,77 @@ static int buf_lfield(Buf *b, int field, const void *s, Py_ssize_t n) {  /* leng
     return buf_put(b, s, n);
 }
 
+/* ===== hashing and key comparison =========================================================== */
+static ALWAYS_INLINE uint64_t load64(const char *p) { uint64_t w; memcpy(&w, p, 8); return w; }
+static ALWAYS_INLINE uint64_t load32(const char *p) { uint32_t w; memcpy(&w, p, 4); return w; }
+/* The 128-bit product of a and b folded to 64 bits: every input bit reaches most output bits. */
+static ALWAYS_INLINE uint64_t fold_mul(uint64_t a, uint64_t b) {
+#if defined(__SIZEOF_INT128__)
+    __uint128_t r = (__uint128_t)a * b;
+    return (uint64_t)r ^ (uint64_t)(r >> 64);
+#else
+    uint64_t r = a * b;  /* no 128-bit product: a multiply and a shift mix well enough */
+    return r ^ (r >> 32) ^ ((a ^ (a >> 29)) * 0xBF58476D1CE4E5B9ULL);
+#endif
+}
+#define HK0 0x9E3779B97F4A7C15ULL
+#define HK1 0xBF58476D1CE4E5B9ULL
+#define HK2 0x94D049BB133111EBULL
+/* Keys are tens of bytes: 16 bytes a step, the last 16 (or fewer) read as overlapping words, so a
+ * key of up to 32 bytes costs a few multiplies and no loop over its bytes. Only the maps' layout
+ * depends on it (keys are always compared in full). */
+static ALWAYS_INLINE uint64_t hash_bytes(const char *p, size_t n) {
+    uint64_t seed = HK0 ^ n, a, b;
+    if (n > 16) {
+        const char *last = p + n - 16;
+        while (p < last) { seed = fold_mul(load64(p) ^ HK1, load64(p + 8) ^ seed); p += 16; }
+        a = load64(last); b = load64(last + 8);
+    } else if (n >= 8) {
+        a = load64(p); b = load64(p + n - 8);
+    } else if (n >= 4) {
+        a = load32(p); b = load32(p + n - 4);
+    } else if (n) {
+        a = ((uint64_t)(unsigned char)p[0] << 16) | ((uint64_t)(unsigned char)p[n >> 1] << 8) | (unsigned char)p[n - 1];
+        b = 0;
+    } else {
+        a = b = 0;
+    }
+    return fold_mul(HK2 ^ n, fold_mul(a ^ HK1, b ^ seed));
+}
+/* Equality of two keys of n bytes: keys are short (tens of bytes), so words compared in place
+ * (the last ones overlapping) cost less than a call to memcmp. */
+static ALWAYS_INLINE int bytes_eq(const char *a, const char *b, size_t n) {
+    if (n > 16) {
+        const char *la = a + n - 16, *lb = b + n - 16;
+        for (; a < la; a += 16, b += 16)
+            if ((load64(a) ^ load64(b)) | (load64(a + 8) ^ load64(b + 8))) return 0;
+        return ((load64(la) ^ load64(lb)) | (load64(la + 8) ^ load64(lb + 8))) == 0;
+    }
+    if (n >= 8) return ((load64(a) ^ load64(b)) | (load64(a + n - 8) ^ load64(b + n - 8))) == 0;
+    if (n >= 4) return ((load32(a) ^ load32(b)) | (load32(a + n - 4) ^ load32(b + n - 4))) == 0;
+    for (; n; n--) if (*a++ != *b++) return 0;
+    return 1;
+}
+
 /* ===== refcounted strings (span ids) ======================================================== */
-typedef struct { Py_ssize_t rc, n; char s[1]; } Str;
+/* A span id carries its own map key (key_val's encoding of the string: 's', the length, the text)
+ * and that key's hash, made once: the window and the ancestry look span ids up many times. */
+typedef struct { Py_ssize_t rc, n; uint64_t h; size_t kn; int ascii; char *s; char key[]; } Str;
+#define STR_KEY_HEAD 5
 static Str *str_new(const char *s, Py_ssize_t n) {
-    Str *x = PyMem_Malloc(sizeof(Str) + n);
+    Str *x = PyMem_Malloc(sizeof(Str) + STR_KEY_HEAD + n + 1);
     if (!x) { PyErr_NoMemory(); return NULL; }
-    x->rc = 1; x->n = n; memcpy(x->s, s, n); x->s[n] = 0;
+    uint32_t n32 = (uint32_t)n;
+    x->rc = 1; x->n = n; x->kn = STR_KEY_HEAD + (size_t)n;
+    x->key[0] = 's'; memcpy(x->key + 1, &n32, 4);
+    x->s = x->key + STR_KEY_HEAD;
+    copy_bytes(x->s, s, (size_t)n); x->s[n] = 0;
+    x->h = hash_bytes(x->key, x->kn);
+    uint64_t high = 0;  /* whether every byte is ASCII, eight at a time */
+    Py_ssize_t i = 0;
+    for (; i + 8 <= n; i += 8) { uint64_t w; memcpy(&w, s + i, 8); high |= w; }
+    for (; i < n; i++) high |= (unsigned char)s[i];
+    x->ascii = (high & 0x8080808080808080ULL) == 0;
     return x;
 }
 static Str *str_ref(Str *x) { if (x) x->rc++; return x; }
@@ -85,126 +177,162 @@ static void str_unref(Str *x) { if (x && --x->rc == 0) PyMem_Free(x); }
 static int str_eq(const Str *a, const Str *b) {
     if (a == b) return 1;
     if (!a || !b) return 0;
-    return a->n == b->n && memcmp(a->s, b->s, a->n) == 0;
+    return a->h == b->h && a->n == b->n && bytes_eq(a->s, b->s, (size_t)a->n);
 }
+/* A Str's key as map arguments (key bytes, length, hash). */
+#define SKEY(x) (x)->key, (x)->kn, (x)->h
 
 /* ===== hash maps with byte-string keys (Python dicts, cleared as they are) ================== */
 typedef void (*FreeFn)(void *);
-/* Keys up to INLINE_KEY bytes live in the slot itself (no allocation, no pointer to follow). */
-#define INLINE_KEY 23
-typedef struct { uint64_t h; void *v; uint32_t kn; uint8_t used; union { char in[INLINE_KEY + 1]; char *out; } k; } Slot;
-typedef struct { Slot *s; size_t cap, n; FreeFn fv; } Map;
-#define SLOT_KEY(sl) ((sl)->kn <= INLINE_KEY ? (sl)->k.in : (sl)->k.out)
+/* Entries are kept dense, in insertion order, and found through a small index of slots (the
+ * entry's number + 1, 0 for an empty slot, and 32 bits of the hash to skip most entries without
+ * reading them): growing zeroes and rehashes 8 bytes a slot, not whole entries, and a clear
+ * visits only the entries there are. Keys up to INLINE_KEY bytes live in the entry itself (an entry
+ * is then 64 bytes; most keys, a member's JSON text among them, fit). */
+#define INLINE_KEY 39
+typedef struct { uint64_t h; void *v; uint32_t kn; union { char in[INLINE_KEY + 1]; char *out; } k; } Entry;
+typedef struct { uint64_t *ix; Entry *en; size_t cap, n, ecap; FreeFn fv; } Map;
+#define ENTRY_KEY(en) ((en)->kn <= INLINE_KEY ? (en)->k.in : (en)->k.out)
+#define IX_TAG(h) ((h) & 0xFFFFFFFF00000000ULL)
 
-static uint64_t hash_bytes(const char *p, size_t n) {
-    uint64_t h = 0x9E3779B97F4A7C15ULL ^ ((uint64_t)n * 0xFF51AFD7ED558CCDULL);
-    while (n >= 8) {
-        uint64_t w; memcpy(&w, p, 8);
-        h ^= w; h *= 0xBF58476D1CE4E5B9ULL; h ^= h >> 31; p += 8; n -= 8;
-    }
-    uint64_t w = 0;  /* the last bytes, read without a call to memcpy of a variable length */
-    if (n >= 4) {
-        uint32_t lo, hi;
-        memcpy(&lo, p, 4); memcpy(&hi, p + n - 4, 4);
-        w = ((uint64_t)hi << 32) | lo;
-    } else if (n) {
-        w = ((uint64_t)(unsigned char)p[0] << 16) | ((uint64_t)(unsigned char)p[n >> 1] << 8) | (unsigned char)p[n - 1];
-    }
-    h ^= w; h *= 0x94D049BB133111EBULL; h ^= h >> 29; h *= 0xBF58476D1CE4E5B9ULL; h ^= h >> 32;
-    return h;
-}
-static void map_init(Map *m, FreeFn fv) { m->s = NULL; m->cap = m->n = 0; m->fv = fv; }
-static void slot_release(Map *m, Slot *s) {
-    if (s->kn > INLINE_KEY) PyMem_Free(s->k.out);
-    s->used = 0;
-    if (m->fv && s->v) m->fv(s->v);
-}
+static void map_init(Map *m, FreeFn fv) { m->ix = NULL; m->en = NULL; m->cap = m->n = m->ecap = 0; m->fv = fv; }
 static void map_clear(Map *m) {
-    for (size_t i = 0; i < m->cap && m->n; i++) {
-        Slot *s = &m->s[i];
-        if (s->used) { slot_release(m, s); m->n--; }
+    if (!m->n) return;
+    size_t n = m->n;
+    m->n = 0;  /* first: a value freed below may not find itself here */
+    for (size_t i = 0; i < n; i++) {
+        Entry *en = &m->en[i];
+        if (en->kn > INLINE_KEY) PyMem_Free(en->k.out);
+        if (m->fv && en->v) m->fv(en->v);
     }
-    m->n = 0;
+    memset(m->ix, 0, m->cap * sizeof(uint64_t));
 }
-static void map_free(Map *m) { map_clear(m); PyMem_Free(m->s); m->s = NULL; m->cap = 0; }
-static Slot *map_find(Map *m, const char *k, size_t n, uint64_t h) {
-    if (!m->cap) return NULL;
+static void map_free(Map *m) {
+    map_clear(m);
+    PyMem_Free(m->ix); PyMem_Free(m->en);
+    m->ix = NULL; m->en = NULL; m->cap = m->ecap = 0;
+}
+/* The index slot of key k (hash h), NULL if absent. */
+static ALWAYS_INLINE uint64_t *map_slot(const Map *m, const char *k, size_t n, uint64_t h) {
+    if (!m->n) return NULL;
     size_t mask = m->cap - 1, i = h & mask;
+    uint64_t tag = IX_TAG(h);
     for (;;) {
-        Slot *s = &m->s[i];
-        if (!s->used) return NULL;
-        if (s->h == h && s->kn == n && memcmp(SLOT_KEY(s), k, n) == 0) return s;
+        uint64_t x = m->ix[i];
+        if (!x) return NULL;
+        if ((x & 0xFFFFFFFF00000000ULL) == tag) {
+            const Entry *en = &m->en[(uint32_t)x - 1];
+            if (en->h == h && en->kn == n && bytes_eq(ENTRY_KEY(en), k, n)) return &m->ix[i];
+        }
         i = (i + 1) & mask;
     }
 }
-static void *map_get(Map *m, const Buf *key) {
-    Slot *s = map_find(m, key->p, key->n, hash_bytes(key->p, key->n));
-    return s ? s->v : NULL;
+static ALWAYS_INLINE void *map_get_h(const Map *m, const char *k, size_t n, uint64_t h) {
+    uint64_t *s = map_slot(m, k, n, h);
+    return s ? m->en[(uint32_t)*s - 1].v : NULL;
 }
-static int map_has(Map *m, const Buf *key) {
-    return map_find(m, key->p, key->n, hash_bytes(key->p, key->n)) != NULL;
+static ALWAYS_INLINE void *map_get(const Map *m, const Buf *key) {
+    if (!m->n) return NULL;
+    return map_get_h(m, key->p, (size_t)key->n, hash_bytes(key->p, (size_t)key->n));
+}
+static int map_has(const Map *m, const Buf *key) {
+    if (!m->n) return 0;
+    return map_slot(m, key->p, (size_t)key->n, hash_bytes(key->p, (size_t)key->n)) != NULL;
+}
+static void ix_place(Map *m, uint64_t h, size_t entry) {
+    size_t mask = m->cap - 1, i = h & mask;
+    while (m->ix[i]) i = (i + 1) & mask;
+    m->ix[i] = IX_TAG(h) | (uint64_t)(entry + 1);
 }
 static int map_resize(Map *m, size_t cap) {
-    Slot *old = m->s; size_t oc = m->cap;
-    Slot *s = PyMem_Calloc(cap, sizeof(Slot));
-    if (!s) { PyErr_NoMemory(); return -1; }
-    m->s = s; m->cap = cap;
-    for (size_t i = 0; i < oc; i++) {
-        if (old[i].used) {
-            size_t j = old[i].h & (cap - 1);
-            while (s[j].used) j = (j + 1) & (cap - 1);
-            s[j] = old[i];
-        }
-    }
-    PyMem_Free(old);
+    uint64_t *ix = PyMem_Calloc(cap, sizeof(uint64_t));
+    if (!ix) { PyErr_NoMemory(); return -1; }
+    PyMem_Free(m->ix);
+    m->ix = ix; m->cap = cap;
+    for (size_t i = 0; i < m->n; i++) ix_place(m, m->en[i].h, i);
     return 0;
 }
-/* Stores v under key (the old value is freed); takes the reference v holds. */
-static int map_set(Map *m, const Buf *key, void *v) {
-    uint64_t h = hash_bytes(key->p, key->n);
-    Slot *s = map_find(m, key->p, key->n, h);
+/* Room for n entries at once: the window's maps reach thousands of entries within a few thousand
+ * events, and each doubling on the way there rehashes the index and copies every entry. */
+static int map_reserve(Map *m, size_t n) {
+    size_t cap = 16;
+    while (cap < 2 * n) cap *= 2;
+    if (cap > m->cap && map_resize(m, cap) < 0) return -1;
+    if (n > m->ecap) {
+        Entry *en = PyMem_Realloc(m->en, n * sizeof(Entry));
+        if (!en) { PyErr_NoMemory(); return -1; }
+        m->en = en; m->ecap = n;
+    }
+    return 0;
+}
+/* Stores v under key k (hash h; the old value is freed); takes the reference v holds. */
+static int map_set_h(Map *m, const char *k, size_t n, uint64_t h, void *v) {
+    uint64_t *s = map_slot(m, k, n, h);
     if (s) {
-        if (m->fv && s->v && s->v != v) m->fv(s->v);
-        s->v = v;
+        Entry *en = &m->en[(uint32_t)*s - 1];
+        if (m->fv && en->v && en->v != v) m->fv(en->v);
+        en->v = v;
         return 0;
     }
-    if ((m->n + 1) * 4 > m->cap * 3 && map_resize(m, m->cap ? m->cap * 2 : 16) < 0) {
-        if (m->fv && v) m->fv(v);
-        return -1;
+    /* at most half full: slots are small, and a miss then probes ~2.5 slots, not ~8.5 */
+    if ((m->n + 1) * 2 > m->cap && map_resize(m, m->cap ? m->cap * 2 : 16) < 0) goto fail;
+    if (m->n == m->ecap) {
+        size_t ecap = m->ecap ? m->ecap * 2 : 8;
+        Entry *en = PyMem_Realloc(m->en, ecap * sizeof(Entry));
+        if (!en) { PyErr_NoMemory(); goto fail; }
+        m->en = en; m->ecap = ecap;
     }
-    size_t i = h & (m->cap - 1);
-    while (m->s[i].used) i = (i + 1) & (m->cap - 1);
-    s = &m->s[i];
-    if (key->n > INLINE_KEY) {
-        s->k.out = PyMem_Malloc(key->n);
-        if (!s->k.out) { if (m->fv && v) m->fv(v); PyErr_NoMemory(); return -1; }
-        memcpy(s->k.out, key->p, key->n);
-    } else if (key->n) {
-        memcpy(s->k.in, key->p, key->n);
+    Entry *en = &m->en[m->n];
+    if (n > INLINE_KEY) {
+        en->k.out = PyMem_Malloc(n);
+        if (!en->k.out) { PyErr_NoMemory(); goto fail; }
+        memcpy(en->k.out, k, n);
+    } else {
+        copy_bytes(en->k.in, k, n);
     }
-    s->h = h; s->kn = (uint32_t)key->n; s->v = v; s->used = 1;
+    en->h = h; en->kn = (uint32_t)n; en->v = v;
+    ix_place(m, h, m->n);
     m->n++;
     return 0;
+fail:
+    if (m->fv && v) m->fv(v);
+    return -1;
 }
-/* Removes key; returns its value (the caller's reference now), NULL if absent. */
-static void *map_pop(Map *m, const Buf *key) {
-    uint64_t h = hash_bytes(key->p, key->n);
-    Slot *s = map_find(m, key->p, key->n, h);
-    if (!s) return NULL;
-    void *v = s->v;
-    if (s->kn > INLINE_KEY) PyMem_Free(s->k.out);
-    s->used = 0;
-    m->n--;
-    size_t mask = m->cap - 1, i = (size_t)(s - m->s), j = i;
+static int map_set(Map *m, const Buf *key, void *v) {
+    return map_set_h(m, key->p, (size_t)key->n, hash_bytes(key->p, (size_t)key->n), v);
+}
+/* Removes key k; returns its value (the caller's reference now), NULL if absent. */
+static void *map_pop_at(Map *m, uint64_t *s) {  /* s: a slot map_slot found */
+    size_t gone = (uint32_t)*s - 1, mask = m->cap - 1, i = (size_t)(s - m->ix), j = i;
+    Entry *en = &m->en[gone];
+    void *v = en->v;
+    if (en->kn > INLINE_KEY) PyMem_Free(en->k.out);
+    m->ix[i] = 0;
     for (;;) {  /* backward-shift deletion */
         j = (j + 1) & mask;
-        if (!m->s[j].used) break;
-        size_t home = m->s[j].h & mask;
+        uint64_t x = m->ix[j];
+        if (!x) break;
+        size_t home = m->en[(uint32_t)x - 1].h & mask;
         if ((j > i && (home <= i || home > j)) || (j < i && (home <= i && home > j))) {
-            m->s[i] = m->s[j]; m->s[j].used = 0; i = j;
+            m->ix[i] = x; m->ix[j] = 0; i = j;
         }
     }
+    size_t last = m->n - 1;
+    if (gone != last) {  /* the last entry fills the hole; its slot is renumbered */
+        m->en[gone] = m->en[last];
+        size_t p = m->en[gone].h & mask;
+        while ((uint32_t)m->ix[p] != last + 1) p = (p + 1) & mask;
+        m->ix[p] = (m->ix[p] & 0xFFFFFFFF00000000ULL) | (uint64_t)(gone + 1);
+    }
+    m->n--;
     return v;
+}
+static void *map_pop_h(Map *m, const char *k, size_t n, uint64_t h) {
+    uint64_t *s = map_slot(m, k, n, h);
+    return s ? map_pop_at(m, s) : NULL;
+}
+static void *map_pop(Map *m, const Buf *key) {
+    return map_pop_h(m, key->p, (size_t)key->n, hash_bytes(key->p, (size_t)key->n));
 }
 
 /* lanes.TwoGenerationMap: when the young generation fills it becomes the old one. */
@@ -213,13 +341,13 @@ static void tg_init(TwoGen *t, size_t cap, FreeFn fv) {
     map_init(&t->a, fv); map_init(&t->b, fv); t->young = &t->a; t->old = &t->b; t->cap = cap ? cap : 1;
 }
 static void tg_free(TwoGen *t) { map_free(&t->a); map_free(&t->b); }
-static void tg_clear(TwoGen *t) { map_clear(&t->a); map_clear(&t->b); }
-static void *tg_get(TwoGen *t, const Buf *k) {
-    void *v = map_get(t->young, k);
-    return v ? v : map_get(t->old, k);
+static void *tg_get_h(TwoGen *t, const char *k, size_t n, uint64_t h) {
+    void *v = map_get_h(t->young, k, n, h);
+    return v ? v : map_get_h(t->old, k, n, h);
 }
-static int tg_set(TwoGen *t, const Buf *k, void *v) {
-    if (map_set(t->young, k, v) < 0) return -1;
+static void *tg_get(TwoGen *t, const Buf *k) { return tg_get_h(t, k->p, (size_t)k->n, hash_bytes(k->p, (size_t)k->n)); }
+static int tg_set_h(TwoGen *t, const char *k, size_t n, uint64_t h, void *v) {
+    if (map_set_h(t->young, k, n, h, v) < 0) return -1;
     if (t->young->n >= t->cap) {
         Map *gone = t->old;
         map_clear(gone);
@@ -227,9 +355,10 @@ static int tg_set(TwoGen *t, const Buf *k, void *v) {
     }
     return 0;
 }
+static int tg_set(TwoGen *t, const Buf *k, void *v) { return tg_set_h(t, k->p, (size_t)k->n, hash_bytes(k->p, (size_t)k->n), v); }
 /* TwoGenerationMap.pop: the young value if any, else the old; both are removed. */
-static void *tg_pop(TwoGen *t, const Buf *k) {
-    void *y = map_pop(t->young, k), *o = map_pop(t->old, k);
+static void *tg_pop_h(TwoGen *t, const char *k, size_t n, uint64_t h) {
+    void *y = map_pop_h(t->young, k, n, h), *o = map_pop_h(t->old, k, n, h);
     if (y) { if (o && t->old->fv) t->old->fv(o); return y; }
     return o;
 }
@@ -925,28 +1054,32 @@ static int parse_event(Parser *ps, Event *ev, int *is_object) {
 /* ===== keys that compare as Python values do ================================================ */
 /* A value's part of a dict key: 1, 1.0 and True are one key, as in Python; lists and dicts are
  * unhashable (the callers never get here with one). */
-static int key_val(Buf *k, const Val *v) {
-    BUF_NEED(k, 16);
+static ALWAYS_INLINE int key_val(Buf *k, const Val *v) {
     int64_t i;
+    if (v->k == V_STR) {  /* the common part, first: its room and its bytes in one step */
+        uint32_t n = (uint32_t)v->n;
+        BUF_NEED(k, 5 + v->n);
+        char *p = k->p + k->n;
+        p[0] = 's'; memcpy(p + 1, &n, 4);
+        copy_bytes(p + 5, v->s, (size_t)v->n);
+        k->n += 5 + v->n;
+        return 0;
+    }
+    BUF_NEED(k, 16);
     switch (v->k) {
     case V_ABSENT: case V_NULL: k->p[k->n++] = 'N'; return 0;
     case V_FALSE: i = 0; break;
     case V_TRUE: i = 1; break;
     case V_INT: i = v->i; break;
     case V_FLOAT:
-        if (v->d == floor(v->d) && v->d >= -9223372036854775808.0 && v->d < 9223372036854775808.0) {
+        /* integral and within int64: the int's key (the range test first makes the cast exact) */
+        if (v->d >= -9223372036854775808.0 && v->d < 9223372036854775808.0 && (double)(int64_t)v->d == v->d) {
             i = (int64_t)v->d;
             break;
         }
         k->p[k->n++] = 'f';
         memcpy(k->p + k->n, &v->d, 8); k->n += 8;
         return 0;
-    case V_STR: {
-        uint32_t n = (uint32_t)v->n;
-        k->p[k->n++] = 's';
-        memcpy(k->p + k->n, &n, 4); k->n += 4;
-        return buf_put(k, v->s, v->n);
-    }
     default: k->p[k->n++] = '?'; return buf_put(k, v->s, v->n);
     }
     k->p[k->n++] = 'i';
@@ -954,10 +1087,9 @@ static int key_val(Buf *k, const Val *v) {
     return 0;
 }
 static int key_int(Buf *k, int64_t i) { Val v = {V_INT}; v.i = i; return key_val(k, &v); }
-static int key_text(Buf *k, const char *s, Py_ssize_t n) {
+static ALWAYS_INLINE int key_text(Buf *k, const char *s, Py_ssize_t n) {
     Val v = {V_STR}; v.s = s; v.n = n; return key_val(k, &v);
 }
-static int key_str(Buf *k, const Str *s) { return s ? key_text(k, s->s, s->n) : key_val(k, &(Val){V_NULL}); }
 
 /* ===== Python helpers for rare values ======================================================= */
 static PyObject *Unsupported;  /* the exception */
@@ -977,7 +1109,13 @@ static int pystr(Buf *out, const Val *v) {
     case V_ABSENT: case V_NULL: return buf_put(out, "None", 4);
     case V_TRUE: return buf_put(out, "True", 4);
     case V_FALSE: return buf_put(out, "False", 5);
-    case V_INT: return buf_put(out, tmp, snprintf(tmp, sizeof tmp, "%lld", (long long)v->i));
+    case V_INT: {  /* decimal digits written here: snprintf costs ten times as much */
+        uint64_t u = v->i < 0 ? 0 - (uint64_t)v->i : (uint64_t)v->i;
+        char *p = tmp + sizeof tmp;
+        do { *--p = (char)('0' + u % 10); u /= 10; } while (u);
+        if (v->i < 0) *--p = '-';
+        return buf_put(out, p, tmp + sizeof tmp - p);
+    }
     case V_FLOAT: {
         char *r = PyOS_double_to_string(v->d, 'r', 0, Py_DTSF_ADD_DOT_0, NULL);
         if (!r) return -1;
@@ -1229,9 +1367,10 @@ static Track *track_new(uint64_t uuid, const char *name, Py_ssize_t n, Track *pa
     if (set_text(&t->name, &t->name_n, name, n) < 0) { track_unref(t); return NULL; }
     return t;
 }
-/* Track.take; 1 placed (at *s, *e), 0 not, -1 error. */
+/* Track.take; 1 placed (at *s, *e), 0 not, -1 error. tried: the exact interval was just refused by
+ * this lane, unchanged since (a refused insert changes nothing), so it is not tried again. */
 static int track_take(Enc *e, Track *t, int64_t start, int64_t end, int64_t slack, Str *span,
-                      int64_t *ps, int64_t *pe) {
+                      int64_t *ps, int64_t *pe, int tried) {
     if (!t->lane) {
         t->lane = PyMem_Calloc(1, sizeof(Lane));
         if (!t->lane) { PyErr_NoMemory(); return -1; }
@@ -1239,7 +1378,7 @@ static int track_take(Enc *e, Track *t, int64_t start, int64_t end, int64_t slac
         t->lane->next_prune = MAX_INTERVALS / 5 > 8 ? MAX_INTERVALS / 5 : 8;
     }
     Lane *lane = t->lane;
-    int r = lane_insert(e, lane, start, end, span);
+    int r = tried ? 0 : lane_insert(e, lane, start, end, span);
     if (r < 0) return -1;
     if (r) { *ps = start; *pe = end; }
     else {
@@ -1325,11 +1464,11 @@ static void mem_free_v(void *p) { PyMem_Free(p); }
 static void str_unref_v(void *p) { str_unref((Str *)p); }
 
 /* A value kept in a map: bytes, an int, or a Python-comparable value (a tid). */
-typedef struct { Py_ssize_t n; char s[1]; } Bytes;
+typedef struct { Py_ssize_t n; char s[]; } Bytes;
 static Bytes *bytes_new(const char *s, Py_ssize_t n) {
     Bytes *b = PyMem_Malloc(sizeof(Bytes) + n);
     if (!b) { PyErr_NoMemory(); return NULL; }
-    b->n = n; memcpy(b->s, s, n);
+    b->n = n; copy_bytes(b->s, s, (size_t)n);
     return b;
 }
 /* A Val copied out of the event it came from. */
@@ -1347,7 +1486,12 @@ static Kept *kept_new(const Val *v) {
 /* One annotation cache (interning.Annotations) of one process; raw, in front of it, holds the
  * bytes of members whose (name, value) m holds, by their JSON text (no key to build), and is
  * emptied whenever m is, so a member found there is one m would give the same bytes for. */
-typedef struct { Map m, raw; int elide; Buf rank, role; } Cache;
+/* memo[j]: the raw entry (its number + 1) last found for a member whose name falls in j (its length
+ * and two of its bytes); most members repeat their last value under the same name, so a comparison
+ * with that entry's key often spares the hash and the probe. It is only a hint: an entry is used
+ * when its key is the member's text, and the map holds one entry a key, the one a lookup finds. */
+#define RAW_MEMO 64
+typedef struct { Map m, raw; int elide; Buf rank, role; uint32_t memo[RAW_MEMO]; } Cache;
 static void cache_free_v(void *p) {
     Cache *c = p;
     map_free(&c->raw);
@@ -1367,6 +1511,7 @@ struct Enc {
     uint64_t sequence_id, salt;
     int ann_kept;  /* whether the last annotate wrote bytes its cache holds */
     int64_t span_iid[2];  /* the iids of "span_id" and "parent_span_id" once interned, else 0 */
+    uint32_t intern_memo[4][16];  /* per table: hints of entries by text (see intern_val) */
     /* PacketWriter */
     int has_base; int64_t base;
     /* TrackRegistry */
@@ -1389,7 +1534,7 @@ struct Enc {
     int has_first; int64_t first_ns; int started;
     long long events, skipped;
     /* scratch */
-    Arena arena; Event ev; Buf key, key2, body, text;
+    Arena arena; Event ev; Buf key, key2, body, text, ids, tidkey;
     PyObject *mapping;  /* lines mode: pid -> pid written */
 };
 
@@ -1407,9 +1552,7 @@ static int is_ancestor(Enc *e, Str *ancestor, Str *span) {
     for (int i = 0; i < 64; i++) {
         if (str_eq(span, ancestor)) return 1;
         if (!span) return 0;
-        e->key2.n = 0;
-        if (key_str(&e->key2, span) < 0) { PyErr_Clear(); return 0; }
-        span = tg_get(&e->parents, &e->key2);
+        span = tg_get_h(&e->parents, SKEY(span));
         if (!span || !span->n) return 0;
     }
     return 0;
@@ -1625,29 +1768,25 @@ static int reg_describe(Enc *e, Track *t, Buf *out) {
     return 0;
 }
 static int w_event(Enc *e, Buf *out, int64_t ns, const char *ev, Py_ssize_t evn) {
-    char stamp[24];
-    int sn = 0;
-    stamp[sn++] = F_TIMESTAMP_KEY;
+    /* sizes first, then the bytes straight into out: no staging copies */
     int64_t relative = ns - e->base;
-    if (relative >= 0) sn += put_varint_raw(stamp + sn, (uint64_t)relative);
-    else {
-        sn += put_varint_raw(stamp + sn, (uint64_t)ns);
-        stamp[sn++] = (char)0xD0; stamp[sn++] = 0x03; stamp[sn++] = 0x01;
-    }
-    char tail[16];
-    int tn = put_varint_raw(tail, 10 << 3);
-    tn += put_varint_raw(tail + tn, e->sequence_id);
-    tail[tn++] = 13 << 3; tail[tn++] = 2;
+    uint64_t stamp = relative >= 0 ? (uint64_t)relative : (uint64_t)ns;
+    Py_ssize_t sn = 1 + varint_len(stamp) + (relative >= 0 ? 0 : 3);
+    Py_ssize_t tn = 1 + varint_len(e->sequence_id) + 2;
     Py_ssize_t body = sn + 1 + varint_len((uint64_t)evn) + evn + tn;
     BUF_NEED(out, body + 12);
     char *p = out->p + out->n;
     *p++ = F_PACKET_KEY;
     p += put_varint_raw(p, (uint64_t)body);
-    memcpy(p, stamp, sn); p += sn;
+    *p++ = F_TIMESTAMP_KEY;
+    p += put_varint_raw(p, stamp);
+    if (relative < 0) { *p++ = (char)0xD0; *p++ = 0x03; *p++ = 0x01; }
     *p++ = F_TRACK_EVENT_KEY;
     p += put_varint_raw(p, (uint64_t)evn);
     memcpy(p, ev, evn); p += evn;
-    memcpy(p, tail, tn); p += tn;
+    *p++ = 10 << 3;
+    p += put_varint_raw(p, e->sequence_id);
+    *p++ = 13 << 3; *p++ = 2;
     out->n = p - out->p;
     return 0;
 }
@@ -1699,26 +1838,48 @@ static const int interned_field[4] = {1, 2, 3, 29};
 static int64_t intern_entry(Enc *e, int table, const char *text, Py_ssize_t n) {
     int64_t iid = e->next[table]++;
     e->icount++;
-    Buf entry = {0};
-    int rc = buf_vfield(&entry, 1, (uint64_t)iid);
-    if (rc == 0) rc = buf_lfield(&entry, 2, text, n);
-    if (rc == 0) rc = buf_lfield(&e->pending, interned_field[table], entry.p, entry.n);
-    buf_free(&entry);
-    return rc < 0 ? -1 : iid;
+    /* the entry (iid = 1, text = 2) is written in place: its length is known beforehand */
+    Py_ssize_t len = 1 + varint_len((uint64_t)iid) + 1 + varint_len((uint64_t)n) + n;
+    Buf *b = &e->pending;
+    if (buf_varint(b, ((uint64_t)interned_field[table] << 3) | 2) < 0 || buf_varint(b, (uint64_t)len) < 0 ||
+        buf_vfield(b, 1, (uint64_t)iid) < 0 || buf_lfield(b, 2, text, n) < 0) return -1;
+    return iid;
 }
 /* Interner._field: the iid naming the value v in table (interned on first use). */
+/* A string's hint: the table's entry (its number + 1) last found for a text of its shape (length and
+ * two bytes). Names and categories repeat from event to event; the entry's key is compared with
+ * the text in place (its key is 's', the length, the text), sparing the key, the hash and the probe.
+ * Only a hint: a table holds one entry a key, so an entry whose key matches is the one to find. */
+static ALWAYS_INLINE uint32_t *intern_hint(Enc *e, int index, const Val *v) {
+    if (v->k != V_STR || !v->n) return NULL;
+    size_t j = (size_t)v->n * 7 + (unsigned char)v->s[v->n - 1] * 3 + (unsigned char)v->s[v->n / 2];
+    return &e->intern_memo[index][j & 15];
+}
 static int64_t intern_val(Enc *e, Map *table, int index, const Val *v) {
+    uint32_t *hint = intern_hint(e, index, v);
+    if (hint && *hint && *hint <= table->n) {
+        const Entry *en = &table->en[*hint - 1];
+        if (en->kn == STR_KEY_HEAD + (size_t)v->n) {
+            const char *ek = ENTRY_KEY(en);
+            if (ek[0] == 's' && bytes_eq(ek + STR_KEY_HEAD, v->s, (size_t)v->n)) return (int64_t)(intptr_t)en->v;
+        }
+    }
     Buf *k = &e->key; k->n = 0;
     if (key_val(k, v) < 0) return -1;
-    void *found = map_get(table, k);
-    if (found) return (int64_t)(intptr_t)found;
+    uint64_t h = hash_bytes(k->p, (size_t)k->n);
+    uint64_t *slot = map_slot(table, k->p, (size_t)k->n, h);
+    if (slot) {
+        if (hint) *hint = (uint32_t)*slot;
+        return (int64_t)(intptr_t)table->en[(uint32_t)*slot - 1].v;
+    }
     e->text.n = 0;
     if (v->k == V_STR) { if (buf_put(&e->text, v->s, v->n) < 0) return -1; }
     else if (v->k != V_NULL && v->k != V_ABSENT && pystr(&e->text, v) < 0) return -1;
     int64_t iid = intern_entry(e, index, e->text.p ? e->text.p : "", e->text.n);
     if (iid < 0) return -1;
-    k->n = 0;
-    if (key_val(k, v) < 0 || map_set(table, k, (void *)(intptr_t)iid) < 0) return -1;
+    /* k still holds the key: the text and the entry are written elsewhere (e->text, e->pending) */
+    if (map_set_h(table, k->p, (size_t)k->n, h, (void *)(intptr_t)iid) < 0) return -1;
+    if (hint) *hint = (uint32_t)table->n;  /* the entry just added is the last */
     return iid;
 }
 static int64_t intern_key(Enc *e, const char *s, Py_ssize_t n) {
@@ -1738,10 +1899,6 @@ static int put_iid_field(Buf *b, int key, int64_t iid) {
 static int name_field(Enc *e, Buf *b, const Val *v) { return put_iid_field(b, F_NAME_IID_KEY, intern_val(e, &e->names, TBL_NAMES, v)); }
 static int category_field(Enc *e, Buf *b, const Val *v) {
     return put_iid_field(b, F_CATEGORY_IID_KEY, intern_val(e, &e->categories, TBL_CATEGORIES, v));
-}
-static int annotation_bytes(Buf *b, const char *part, Py_ssize_t n) {
-    if (buf_byte(b, F_ANNOTATION_KEY) < 0 || buf_varint(b, (uint64_t)n) < 0) return -1;
-    return buf_put(b, part, n);
 }
 /* An annotation named name: the name part (interned), then value part vp. */
 static int annotation(Enc *e, Buf *b, const char *name, Py_ssize_t nn, const char *vp, Py_ssize_t vn) {
@@ -1781,8 +1938,24 @@ static int annotation_inline(Enc *e, Buf *b, const char *name, Py_ssize_t nn, co
 }
 /* Interner.span_annotation */
 static int span_annotation(Enc *e, Buf *b, const char *name, const Str *span) {
-    Val v = {V_STR}; v.s = span->s; v.n = span->n; v.ascii = 1;
-    for (Py_ssize_t i = 0; i < span->n; i++) if ((unsigned char)span->s[i] >= 0x80) { v.ascii = 0; break; }
+    if (span->ascii && span->n < 128) {
+        /* annotation_inline's bytes, written in one step: its name is interned first as there */
+        Py_ssize_t nn = (Py_ssize_t)strlen(name);
+        int64_t iid = intern_key(e, name, nn);
+        if (iid < 0) return -1;
+        Py_ssize_t len = 1 + varint_len((uint64_t)iid) + 2 + span->n;
+        BUF_NEED(b, 3 + len);
+        char *p = b->p + b->n;
+        *p++ = F_ANNOTATION_KEY;
+        p += put_varint_raw(p, (uint64_t)len);
+        *p++ = A_NAME_IID << 3;
+        p += put_varint_raw(p, (uint64_t)iid);
+        *p++ = (A_STRING << 3) | 2; *p++ = (char)span->n;
+        copy_bytes(p, span->s, (size_t)span->n);
+        b->n = p + span->n - b->p;
+        return 0;
+    }
+    Val v = {V_STR}; v.s = span->s; v.n = span->n; v.ascii = span->ascii;
     Py_ssize_t chars = utf8_chars(&v), nn = (Py_ssize_t)strlen(name);
     if (chars < 128 && intern_key(e, name, nn) < 0) return -1;  /* inline_prefix names it first */
     if (chars < 128 && v.ascii) return annotation_inline(e, b, name, nn, span->s, span->n);
@@ -1852,21 +2025,23 @@ static int annotate(Enc *e, Buf *b, Cache *c, const Val *name, const Val *value)
         memcpy(part + 1, &value->d, 8);
         return annotation(e, b, name->s, name->n, part, 9);
     }
+    /* k (e->key2) is left as it is until the end: nothing called below builds a key there */
     Buf *k = &e->key2; k->n = 0;
     if (key_val(k, name) < 0 || key_val(k, value) < 0) return -1;
-    Bytes *hit = map_get(&c->m, k);
+    uint64_t kh = hash_bytes(k->p, (size_t)k->n);
+    Bytes *hit = map_get_h(&c->m, k->p, (size_t)k->n, kh);
     if (hit) { e->ann_kept = 1; return buf_put(b, hit->s, hit->n); }
     if (c->elide && name->n == 4 && memcmp(name->s, "rank", 4) == 0) {
         Buf vk = {0};
         int same = key_val(&vk, value) == 0 && vk.n == c->rank.n && memcmp(vk.p, c->rank.p, vk.n) == 0;
         buf_free(&vk);
-        if (same) { e->ann_kept = 1; return map_set(&c->m, k, bytes_new("", 0)); }
+        if (same) { e->ann_kept = 1; return map_set_h(&c->m, k->p, (size_t)k->n, kh, bytes_new("", 0)); }
     }
     if (c->elide && name->n == 4 && memcmp(name->s, "role", 4) == 0) {
         Buf vk = {0};
         int same = key_val(&vk, value) == 0 && vk.n == c->role.n && memcmp(vk.p, c->role.p, vk.n) == 0;
         buf_free(&vk);
-        if (same) { e->ann_kept = 1; return map_set(&c->m, k, bytes_new("", 0)); }
+        if (same) { e->ann_kept = 1; return map_set_h(&c->m, k->p, (size_t)k->n, kh, bytes_new("", 0)); }
     }
     Py_ssize_t start = b->n;
     int keep;
@@ -1903,10 +2078,8 @@ static int annotate(Enc *e, Buf *b, Cache *c, const Val *name, const Val *value)
     }
     if (keep) {
         if (c->m.n >= 16384) { map_clear(&c->m); map_clear(&c->raw); }
-        k->n = 0;
-        if (key_val(k, name) < 0 || key_val(k, value) < 0) return -1;
         Bytes *kept = bytes_new(b->p + start, b->n - start);
-        if (!kept || map_set(&c->m, k, kept) < 0) return -1;
+        if (!kept || map_set_h(&c->m, k->p, (size_t)k->n, kh, kept) < 0) return -1;
         e->ann_kept = 1;
     }
     return 0;
@@ -1917,10 +2090,32 @@ static int encode_args(Enc *e, Buf *b, const Val *pid, const Member *args, Py_ss
     if (!c) return -1;
     for (Py_ssize_t i = 0; i < n; i++) {
         if (args[i].key.k == V_ABSENT) continue;
-        Buf raw = {(char *)args[i].raw, args[i].rawn, args[i].rawn};
-        Bytes *hit = map_get(&c->raw, &raw);
+        const char *raw = args[i].raw;
+        size_t rawn = (size_t)args[i].rawn;
+        Bytes *hit = NULL;
+        const Val *name = &args[i].key;
+        uint32_t *memo = NULL;
+        if (name->n) {
+            size_t j = (size_t)name->n * 7 + (unsigned char)name->s[name->n - 1] * 3 + (unsigned char)name->s[name->n / 2];
+            memo = &c->memo[j & (RAW_MEMO - 1)];
+        }
+        if (memo && *memo && *memo <= c->raw.n) {
+            const Entry *en = &c->raw.en[*memo - 1];
+            if (en->kn == rawn && bytes_eq(ENTRY_KEY(en), raw, rawn)) hit = en->v;
+        }
+        uint64_t rh = 0;
+        if (!hit) {
+            rh = hash_bytes(raw, rawn);
+            uint64_t *slot = map_slot(&c->raw, raw, rawn, rh);
+            if (slot) {
+                hit = c->raw.en[(uint32_t)*slot - 1].v;
+                if (memo) *memo = (uint32_t)*slot;
+            }
+        }
         if (hit) {
-            if (buf_put(b, hit->s, hit->n) < 0) return -1;
+            BUF_NEED(b, hit->n);
+            copy_bytes(b->p + b->n, hit->s, (size_t)hit->n);
+            b->n += hit->n;
             continue;
         }
         Py_ssize_t start = b->n;
@@ -1928,7 +2123,8 @@ static int encode_args(Enc *e, Buf *b, const Val *pid, const Member *args, Py_ss
         if (e->ann_kept) {
             if (c->raw.n >= 16384) map_clear(&c->raw);
             Bytes *kept = bytes_new(b->p + start, b->n - start);
-            if (!kept || map_set(&c->raw, &raw, kept) < 0) return -1;
+            if (!kept || map_set_h(&c->raw, raw, rawn, rh, kept) < 0) return -1;
+            if (memo) *memo = (uint32_t)c->raw.n;  /* the entry just added is the last */
         }
     }
     for (Py_ssize_t i = 0; i < nextra; i++)
@@ -1962,10 +2158,6 @@ static int key_start(Buf *k, uint64_t uuid, int64_t start) {
     if (key_int(k, (int64_t)uuid) < 0) return -1;
     return key_int(k, start);
 }
-static int win_tied(Enc *e, Track *t, int64_t start) {
-    if (key_start(&e->key, t->uuid, start) < 0) return -1;
-    return map_has(&e->starts, &e->key);
-}
 static int win_conflicts(Enc *e, Track *t, int64_t start, int64_t end) {
     if (key_start(&e->key, t->uuid, start) < 0) return -1;
     Record *first = map_get(&e->starts, &e->key);
@@ -1994,31 +2186,30 @@ static int reclist_add(RecList **slot, Record *r) {
 }
 static void flow_set_str(Flow *f, Str *s) { str_unref(f->s); f->k = 1; f->s = str_ref(s); }
 static int win_join_parent(Enc *e, Record *r, Str *parent) {
-    Buf *k = &e->key; k->n = 0;
-    if (key_str(k, parent) < 0) return -1;
-    Record *waiting = map_get(&e->by_span, k);
+    Record *waiting = map_get_h(&e->by_span, SKEY(parent));
     if (waiting) {
         if (waiting->track != r->track) { flow_set_str(&waiting->flow_out, parent); flow_set_str(&r->flow_in, parent); }
         return 0;
     }
-    void *src = tg_get(&e->sources, k);
+    void *src = tg_get_h(&e->sources, SKEY(parent));
     if (src) {
         if ((uint64_t)(uintptr_t)src - 1 != r->track->uuid) flow_set_str(&r->flow_in, parent);
         return 0;
     }
-    RecList *children = tg_get(&e->awaiting, k);
+    RecList *children = tg_get_h(&e->awaiting, SKEY(parent));
     if (!children) {
         RecList *l = NULL;
         if (reclist_add(&l, r) < 0) return -1;
-        return tg_set(&e->awaiting, k, l);
+        return tg_set_h(&e->awaiting, SKEY(parent), l);
     }
     if (children->n < 4096 && reclist_add(&children, r) < 0) return -1;
     return 0;
 }
-static int win_add_slice(Enc *e, Record *r) {
+/* known: the caller looked (track uuid, start) up already, found first, and nothing changed since */
+static int win_add_slice(Enc *e, Record *r, int known, Record *first) {
     Buf *k = &e->key;
     if (key_start(k, r->track->uuid, r->start) < 0) return -1;
-    Record *first = map_get(&e->starts, k);
+    if (!known) first = map_get(&e->starts, k);
     if (!first) {
         if (e->starts.n >= MAX_STARTS) map_clear(&e->starts);
         if (map_set(&e->starts, k, rec_ref(r)) < 0) return -1;
@@ -2035,9 +2226,7 @@ static int win_add_slice(Enc *e, Record *r) {
     if (fifo_push(e, rec_ref(r)) < 0) return -1;
     if (r->parent && win_join_parent(e, r, r->parent) < 0) return -1;
     if (r->span) {
-        k->n = 0;
-        if (key_str(k, r->span) < 0) return -1;
-        RecList *children = tg_pop(&e->awaiting, k);
+        RecList *children = tg_pop_h(&e->awaiting, SKEY(r->span));
         if (children) {
             for (Py_ssize_t i = 0; i < children->n; i++) {
                 Record *child = children->r[i];
@@ -2048,8 +2237,7 @@ static int win_add_slice(Enc *e, Record *r) {
             }
             reclist_free_v(children);
         }
-        k->n = 0;
-        if (key_str(k, r->span) < 0 || map_set(&e->by_span, k, rec_ref(r)) < 0) return -1;
+        if (map_set_h(&e->by_span, SKEY(r->span), rec_ref(r)) < 0) return -1;
     }
     if (e->has_by_start) {
         /* As slices.add_slice indexes it: under (track uuid, start) + (start,). */
@@ -2098,31 +2286,27 @@ static int win_bind(Enc *e, const Val *pid, const Val *tid, int64_t start, int o
 /* SliceWindow._taken */
 static int win_taken(Enc *e, Record *r) {
     r->written = 1;
-    Buf *k = &e->key;
     if (r->parent && r->parent_part_n) {
         if (r->flow_in.k == 1 && str_eq(r->flow_in.s, r->parent)) {
             PyMem_Free(r->parent_part); r->parent_part = NULL; r->parent_part_n = 0;
         } else {
-            k->n = 0;
-            if (key_str(k, r->parent) < 0) return -1;
-            Record *above = map_get(&e->by_span, k);
+            Record *above = map_get_h(&e->by_span, SKEY(r->parent));
             Placed here, *placed = NULL;
             if (above) { here.uuid = above->track->uuid; here.start = above->start; here.end = above->end; placed = &here; }
-            else placed = tg_get(&e->written, k);
+            else placed = tg_get_h(&e->written, SKEY(r->parent));
             if (placed && placed->uuid == r->track->uuid && placed->start <= r->start && r->end <= placed->end) {
                 PyMem_Free(r->parent_part); r->parent_part = NULL; r->parent_part_n = 0;
             }
         }
     }
     if (r->span) {
-        k->n = 0;
-        if (key_str(k, r->span) < 0) return -1;
-        if (map_get(&e->by_span, k) == r) rec_unref(map_pop(&e->by_span, k));
-        if (r->flow_out.k && tg_set(&e->sources, k, (void *)(uintptr_t)(r->track->uuid + 1)) < 0) return -1;
+        uint64_t *slot = map_slot(&e->by_span, SKEY(r->span));
+        if (slot && e->by_span.en[(uint32_t)*slot - 1].v == r) rec_unref(map_pop_at(&e->by_span, slot));
+        if (r->flow_out.k && tg_set_h(&e->sources, SKEY(r->span), (void *)(uintptr_t)(r->track->uuid + 1)) < 0) return -1;
         Placed *p = PyMem_Malloc(sizeof(Placed));
         if (!p) { PyErr_NoMemory(); return -1; }
         p->uuid = r->track->uuid; p->start = r->start; p->end = r->end;
-        if (tg_set(&e->written, k, p) < 0) return -1;
+        if (tg_set_h(&e->written, SKEY(r->span), p) < 0) return -1;
     }
     return 0;
 }
@@ -2283,14 +2467,22 @@ static int h_slice(Enc *e, Event *ev) {
     if (!e->has_first) { e->has_first = 1; e->first_ns = start; }
     const Val *pid = &f[K_PID], *source_tid = &f[K_TID];
     if (pid->k == V_ABSENT || source_tid->k == V_ABSENT || is_complex(pid) || is_complex(source_tid)) return 0;
-    const Val *tid = lane_tid(e, pid, source_tid);
-    if (!tid) return -1;
+    /* (pid, tid) as written: its key and hash serve the lanes lookup here and the last map below */
+    Buf *tk = &e->tidkey; tk->n = 0;
+    if (key_val(tk, pid) < 0 || key_val(tk, source_tid) < 0) return -1;
+    uint64_t th = hash_bytes(tk->p, (size_t)tk->n);
+    const Val *tid = source_tid;  /* lane_tid */
+    if (e->lanes.n) {
+        Kept *lane_first = map_get_h(&e->lanes, tk->p, (size_t)tk->n, th);
+        if (lane_first) tid = &lane_first->v;
+    }
     Kept *tid_kept = NULL;
     if (tid != source_tid) { tid_kept = kept_new(tid); if (!tid_kept) return -1; tid = &tid_kept->v; }
     int rc = -1;
     Track *track;
     Str *span = NULL, *parent = NULL;
-    Buf ids = {0}, body = {0}, ppart = {0};
+    Buf *ids = &e->ids, body = {0}, ppart = {0};  /* ids: scratch, emptied here, copied into body */
+    ids->n = 0;
     Member extra[2];
     Py_ssize_t nextra = 0;
     int has_args = f[K_ARGS].k == V_OBJ && ev->nargs > 0;
@@ -2304,18 +2496,16 @@ static int h_slice(Enc *e, Event *ev) {
             else if (k->n == 14 && memcmp(k->s, "parent_span_id", 14) == 0) { pv = &ev->args[i].val; k->k = V_ABSENT; }
         }
         if (sv && sv->k == V_STR) {
-            if (!(span = str_of(sv)) || span_annotation(e, &ids, "span_id", span) < 0) goto done;
-            if (pv && pv->k == V_STR) {
-                Str *p = str_of(pv);
-                if (!p) goto done;
-                e->key.n = 0;
-                if (key_str(&e->key, span) < 0 || tg_set(&e->parents, &e->key, p) < 0) goto done;
+            if (!(span = str_of(sv)) || span_annotation(e, ids, "span_id", span) < 0) goto done;
+            if (pv && pv->k == V_STR) {  /* one Str: the parents map's and the record's */
+                if (!(parent = str_of(pv))) goto done;
+                if (tg_set_h(&e->parents, SKEY(span), str_ref(parent)) < 0) goto done;
             }
         } else if (sv && sv->k != V_NULL) {
             extra[nextra].key = (Val){V_STR, 1, 0, 0, "span_id", 7}; extra[nextra++].val = *sv;
         }
         if (pv && pv->k == V_STR) {
-            if (!(parent = str_of(pv))) goto done;
+            if (!parent && !(parent = str_of(pv))) goto done;
         } else if (pv && pv->k != V_NULL) {
             extra[nextra].key = (Val){V_STR, 1, 0, 0, "parent_span_id", 14}; extra[nextra++].val = *pv;
         }
@@ -2324,17 +2514,20 @@ static int h_slice(Enc *e, Event *ev) {
         if (!track) goto done;
     }
     int64_t ps = start, pe = end;
-    int tied = win_tied(e, track, start);
-    if (tied < 0) goto done;
-    r = tied ? 0 : track_take(e, track, start, end, 0, span, &ps, &pe);
+    /* win_tied, and win_conflicts on this track below: one lookup (taking changes no starts) */
+    if (key_start(&e->key, track->uuid, start) < 0) goto done;
+    Record *first = map_get(&e->starts, &e->key);
+    Track *first_track = track;  /* whose (uuid, start) first was looked up under */
+    int tied = first != NULL;
+    r = tied ? 0 : track_take(e, track, start, end, 0, span, &ps, &pe, 0);
     if (r < 0) goto done;
     if (!r) {
         int64_t slack = slack_of(ts);
-        for (;;) {
-            int c = win_conflicts(e, track, start, end);
+        for (int again = 0;; again = 1) {
+            int c = again ? win_conflicts(e, track, start, end) : first && first->written && end > first->end;
             if (c < 0) goto done;
             if (!c) {
-                r = track_take(e, track, start, end, slack, span, &ps, &pe);
+                r = track_take(e, track, start, end, slack, span, &ps, &pe, !again && !tied);
                 if (r < 0) goto done;
                 if (r) break;
             }
@@ -2349,7 +2542,7 @@ static int h_slice(Enc *e, Event *ev) {
     }
     if (has_args) {
         if (encode_args(e, &body, pid, ev->args, ev->nargs, extra, nextra) < 0) goto done;
-        if (buf_put(&body, ids.p, ids.n) < 0) goto done;
+        if (buf_put(&body, ids->p, ids->n) < 0) goto done;
     }
     if (parent && span_annotation(e, &ppart, "parent_span_id", parent) < 0) goto done;
     Record *rec = PyMem_Calloc(1, sizeof(Record));
@@ -2358,15 +2551,14 @@ static int h_slice(Enc *e, Event *ev) {
     rec->body = body.p; rec->body_n = body.n; body.p = NULL; body.n = body.cap = 0;
     rec->parent_part = ppart.p; rec->parent_part_n = ppart.n; ppart.p = NULL; ppart.n = ppart.cap = 0;
     rec->span = span; rec->parent = parent; span = parent = NULL;
-    if (win_add_slice(e, rec) < 0) { rec_unref(rec); goto done; }
-    e->key.n = 0;
-    if (key_val(&e->key, pid) < 0 || key_val(&e->key, source_tid) < 0 || map_set(&e->last, &e->key, rec) < 0) goto done;
+    if (win_add_slice(e, rec, rec->track == first_track && ps == start, first) < 0) { rec_unref(rec); goto done; }
+    if (map_set_h(&e->last, tk->p, (size_t)tk->n, th, rec) < 0) goto done;
     if (e->last.n > 16384) map_clear(&e->last);
     rc = 1;
 done:
     PyMem_Free(tid_kept);
     str_unref(span); str_unref(parent);
-    buf_free(&ids); buf_free(&body); buf_free(&ppart);
+    buf_free(&body); buf_free(&ppart);
     return rc;
 }
 static int no_complex_ids(const Val *pid, const Val *tid) {
@@ -2823,6 +3015,11 @@ static int Enc_init(Enc *e, PyObject *args, PyObject *kw) {
     map_init(&e->last, rec_unref_v); map_init(&e->async_, track_unref_v); map_init(&e->own, track_unref_v);
     map_init(&e->lanes, mem_free_v); map_init(&e->first_lanes, mem_free_v); map_init(&e->elided, elided_free_v);
     tg_init(&e->parents, 16384, str_unref_v);
+    /* the maps every slice adds to, sized for the first thousands of slices (see map_reserve); large
+     * blocks, so their pages are only touched as entries come */
+    if (map_reserve(&e->by_span, 8192) < 0 || map_reserve(&e->starts, 8192) < 0 || map_reserve(&e->last, 4096) < 0 ||
+        map_reserve(e->parents.young, 8192) < 0 || map_reserve(e->written.young, 8192) < 0 ||
+        map_reserve(e->sources.young, 4096) < 0) return -1;
     return 0;
 }
 static void Enc_dealloc(Enc *e) {
@@ -2841,7 +3038,7 @@ static void Enc_dealloc(Enc *e) {
     for (Py_ssize_t i = 0; i < e->nrenamed; i++) track_unref(e->renamed[i]);
     PyMem_Free(e->renamed);
     track_unref(e->global);
-    buf_free(&e->pending); buf_free(&e->key); buf_free(&e->key2); buf_free(&e->body); buf_free(&e->text);
+    buf_free(&e->pending); buf_free(&e->key); buf_free(&e->key2); buf_free(&e->body); buf_free(&e->text); buf_free(&e->ids); buf_free(&e->tidkey);
     arena_free(&e->arena);
     PyMem_Free(e->ev.args);
     Py_TYPE(e)->tp_free((PyObject *)e);
