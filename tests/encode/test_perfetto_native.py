@@ -96,6 +96,12 @@ def test_counters_instants_metadata_flows_and_async_events():
     load(assert_same(events))
 
 
+def test_slices_before_the_epoch_are_placed_by_both():
+    # A negative start once refused every lane, so each overflow track made another, forever.
+    load(assert_same([raw("before", -2.5, 1.0), raw("inside", -2.0, 0.2), raw("after", 3.0, 1.0),
+                      raw("far before", -1.8e15, 10.0)]))
+
+
 def test_events_it_cannot_read_are_left_out_and_counted_the_same_way():
     assert_same([{"ph": "X", "name": "no ts", "pid": 1, "tid": 1}, {"ph": "X", "name": "text ts", "ts": "soon"},
                  {"ph": "Q", "name": "unknown phase", "ts": 1.0}, ["not", "a", "dict"], 7, None,
@@ -159,7 +165,7 @@ _arg_names = st.sampled_from([keys.SESSION_ID, keys.TASK_ID, keys.SPAN_KIND, "sp
 _args = st.dictionaries(_arg_names, st.one_of(_values, _ids, st.integers(0, 3)), max_size=6)
 _pid = st.one_of(st.sampled_from([1, 2, 3000]), st.sampled_from(["gpu", 0]), st.none())
 _tid = st.one_of(st.integers(0, 4), st.sampled_from(["stream", 1.0, True]))
-_ts = st.one_of(st.integers(0, 50), st.floats(0, 50), st.floats(1.8e15, 1.8e15 + 100), st.none())
+_ts = st.one_of(st.integers(-50, 50), st.floats(-50, 50), st.floats(1.8e15, 1.8e15 + 100), st.none())
 
 
 @st.composite

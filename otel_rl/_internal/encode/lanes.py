@@ -10,6 +10,8 @@ older than its horizon (:meth:`Lane.prune`).
 
 from __future__ import annotations
 
+import math
+
 from bisect import bisect_left, bisect_right
 from typing import Any, Callable
 
@@ -107,7 +109,10 @@ class Lane:
         self.max_end = 0
         # Intervals ending before this were forgotten; a span starting earlier
         # could cross one of them unseen, so it is not allowed into this lane.
-        self.pruned_before = -1
+        # Nothing is forgotten yet: any start, a negative one included, may come in
+        # (at -1 a slice before the epoch was refused by every lane, and each
+        # overflow track the refusal made refused it again, without end).
+        self.pruned_before: float = -math.inf
         self.next_prune = prune_at
 
     def insert(self, start: int, end: int, span_id: int, is_ancestor: Callable[[int, int], bool]) -> bool:

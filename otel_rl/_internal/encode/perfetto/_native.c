@@ -1374,7 +1374,7 @@ static int track_take(Enc *e, Track *t, int64_t start, int64_t end, int64_t slac
     if (!t->lane) {
         t->lane = PyMem_Calloc(1, sizeof(Lane));
         if (!t->lane) { PyErr_NoMemory(); return -1; }
-        t->lane->pruned_before = -1;
+        t->lane->pruned_before = INT64_MIN;  /* lanes.Lane: nothing forgotten, any start comes in */
         t->lane->next_prune = MAX_INTERVALS / 5 > 8 ? MAX_INTERVALS / 5 : 8;
     }
     Lane *lane = t->lane;
