@@ -71,7 +71,7 @@ static ALWAYS_INLINE void copy_bytes(char *d, const char *s, size_t n) {
 #define BUF_NEED(b, k) do { if ((b)->n + (k) > (b)->cap && buf_grow((b), (k)) < 0) return -1; } while (0)
 static ALWAYS_INLINE int buf_put(Buf *b, const void *s, Py_ssize_t n) {
     BUF_NEED(b, n);
-    if (n) memcpy(b->p + b->n, s, n);
+    if (n > 0) memcpy(b->p + b->n, s, (size_t)n);  /* > 0: gcc then knows the length is no negative size */
     b->n += n;
     return 0;
 }
