@@ -226,9 +226,14 @@ class Merger:
         lines_done = [0]  # lines of this file written so far, for line numbers
         data = b""  # whole lines not submitted yet
         tail = b""
+        # The compiled Perfetto encoder skips batch markers and checks no checksum: each
+        # block of whole lines goes to it as read, not joined to the next up to a marker.
+        direct = self._compiled()
         with open_input(path, self.limits) as f:
             for kind, payload in line_blocks(f, self.limits.max_line_bytes):
-                if kind == BLOCK:
+                if kind == BLOCK and direct:
+                    self._submit(path, payload, lines_done, mapping, len(payload))
+                elif kind == BLOCK:
                     data = data + payload if data else payload
                     cut = chunk_end(data)
                     if cut:
@@ -253,10 +258,14 @@ class Merger:
         if cut_short:
             self.stats.cut_short.append((path, cut_short))
 
+    def _compiled(self) -> bool:
+        """Whether the compiled Perfetto encoder reads the lines (in this process, as they come)."""
+        return self._pool is None and getattr(self.out, "compiled", False) and not self.notes.args
+
     def _submit(self, path: str, data: bytes, lines_done: list[int],
                 mapping: dict[Any, Any], end: int) -> None:
         """Queues ``data[:end]`` (whole lines) to be checked and written in order."""
-        if self._pool is None and getattr(self.out, "compiled", False) and not self.notes.args:
+        if self._compiled():
             # The compiled Perfetto encoder reads the lines itself, when they are written (in order).
             job: Any = _Encoded(self.out, data, end, mapping)
         elif self._pool is None:
