@@ -38,6 +38,17 @@ def summary(stats: ConvertStats) -> str:
     return text + ("; " + ", ".join(extras) if extras else "")
 
 
+def _jobs(text: str) -> int:
+    """``-j``: a count of worker processes, 0 or more."""
+    try:
+        jobs = int(text)
+    except ValueError:
+        jobs = -1
+    if jobs < 0:
+        raise argparse.ArgumentTypeError(f"expected a number of worker processes (0 or more), got {text!r}")
+    return jobs
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Command line: ``python -m otel_rl.convert INPUT... -o OUTPUT [--strict]``.
 
@@ -65,11 +76,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                              "smaller); default: perfetto for a .pftrace output, else chrome")
     parser.add_argument("--strict", action="store_true",
                         help="exit non-zero if any line or input had to be skipped")
-    parser.add_argument("-j", "--jobs", type=int, default=0,
+    parser.add_argument("-j", "--jobs", type=_jobs, default=None,
                         help="worker processes: for JSON output they parse lines that carry no "
                              "otel_rl batch checksum (large foreign JSONL inputs); for a native "
                              ".pftrace output each encodes whole input files, one per rank "
-                             "(default: 0, all in this process)")
+                             "(default: for a .pftrace output of several files holding 32 MiB or "
+                             "more, one per core; else 0, all in this process)")
     add_limit_options(parser)
     parser.add_argument("-q", "--quiet", action="store_true", help="print only the summary")
     args = parser.parse_args(argv)

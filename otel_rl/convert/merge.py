@@ -27,7 +27,7 @@ from .annotations import SessionNotes
 from .fast_path import chunk_end, scan_chrome_lines, with_pid
 from .output import TraceOutput
 from .native_inputs import find_native
-from .parallel import convert_in_parallel
+from .parallel import auto_workers, convert_in_parallel
 from .perfetto_output import PerfettoOutput, is_perfetto_name
 from .stats import ConvertStats
 
@@ -433,7 +433,7 @@ def output_format(output: str, fmt: str | None = None) -> str:
     return fmt
 
 
-def convert(inputs: Sequence[str], output: str, *, workers: int = 0,
+def convert(inputs: Sequence[str], output: str, *, workers: int | None = 0,
             limits: InputLimits | None = None, fmt: str | None = None) -> ConvertStats:
     """Merges trace files into one trace: Chrome trace JSON, or Perfetto's native format.
 
@@ -448,6 +448,9 @@ def convert(inputs: Sequence[str], output: str, *, workers: int = 0,
             Files written by otel_rl are checked by checksum, which is faster
             than handing them to another process. For the native format, the
             processes encode whole input files, one each (:mod:`.parallel`).
+            ``None`` chooses: for the native format, a worker per core (at most
+            one per file) once the JSON lines inputs reach 32 MiB
+            (:func:`~.parallel.auto_workers`); otherwise 0.
         limits: Bounds on what one input may cost to read (line length,
             decompressed size; :class:`InputLimits`): what goes past them is
             skipped and reported in the returned stats.
@@ -475,6 +478,8 @@ def convert(inputs: Sequence[str], output: str, *, workers: int = 0,
     files, missing = discover_inputs(inputs, exclude=[p for p in (output, tmp) if p and not to_stdout])
     native = find_native(inputs, exclude=[p for p in (output, tmp) if p and not to_stdout])
     files = [p for p in files if p not in native]
+    if workers is None:
+        workers = auto_workers(files) if fmt == "perfetto" and not to_stdout else 0
     stats.skipped_files.extend((item, "no such file") for item in missing)
     if to_stdout:
         raw: IO[bytes] = sys.stdout.buffer

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -23,12 +25,31 @@ from .._internal.read.pool import process_pool
 from .perfetto_output import PerfettoOutput
 from .stats import MAX_REPORTED, ConvertStats
 
-__all__ = ["convert_in_parallel"]
+__all__ = ["AUTO_PARALLEL_BYTES", "auto_workers", "convert_in_parallel"]
+
+#: JSON lines a native conversion must read before ``workers=None`` (the CLI's default) starts
+#: workers: below it a worker's start and the joining of parts cost more than they save.
+AUTO_PARALLEL_BYTES = 32 << 20
 
 #: Track uuids of part ``n`` start at ``(n + 1) << _SALT_SHIFT``: apart from every other part's.
 _SALT_SHIFT = 40
 #: Pids a part may remap to, beyond those claimed up front.
 _PIDS_PER_PART = 1 << 12
+
+
+def auto_workers(files: Sequence[str], min_bytes: int = AUTO_PARALLEL_BYTES) -> int:
+    """Workers for a native conversion of ``files`` when none were asked for: one per core, at
+    most one per file, where there are several files holding at least ``min_bytes`` together
+    and this process can fork (on Linux, with no other thread); else 0."""
+    if len(files) < 2 or not sys.platform.startswith("linux") or threading.active_count() != 1:
+        return 0
+    size = 0
+    for path in files:
+        with contextlib.suppress(OSError):
+            size += os.path.getsize(path)
+    if size < min_bytes:
+        return 0
+    return min(len(files), len(os.sched_getaffinity(0)))
 
 
 def _convert_part(index: int, entries: list[tuple[str, str, dict]], claims: dict[str, Any], part: str,

@@ -9,6 +9,8 @@ defined before use, that slices nest per track and counters come in time order).
 from __future__ import annotations
 
 import gzip
+import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -23,7 +25,7 @@ from otel_rl._internal import keys
 from otel_rl._internal.encode.chrome_trace import ChromeTraceEncoder
 from otel_rl._internal.export.file_exporter import ChromeTraceFileExporter
 from otel_rl.convert import convert, main
-from support import T0_NS, SpanFactory, clean_env
+from support import T0_NS, SpanFactory, clean_env, run_python
 from support.perfetto import (
     Trace,
     chrome_flows,
@@ -324,6 +326,34 @@ def test_workers_encode_the_files_in_parallel_into_the_same_trace(run, tmp_path)
     stats = convert([str(run)], str(tmp_path / "many.pftrace"), workers=2)
     assert stats.files == 3
     assert _picture(load_file(tmp_path / "many.pftrace")) == _picture(load_file(tmp_path / "one.pftrace"))
+
+
+def _auto_workers(files: list[str], min_bytes: int) -> int:
+    # In a fresh interpreter: this one holds threads, and forking is then never chosen.
+    result = run_python("""
+        import json, sys
+        from otel_rl.convert.parallel import auto_workers
+        print(auto_workers(json.loads(sys.argv[1]), int(sys.argv[2])))
+    """, None, json.dumps(files), str(min_bytes), check=True)
+    return int(result.stdout)
+
+
+def test_large_native_conversions_default_to_a_worker_per_core(run):
+    files = sorted(str(p) for p in run.iterdir())
+    assert _auto_workers(files, min_bytes=1) == min(len(files), len(os.sched_getaffinity(0)))
+
+
+def test_small_or_single_file_conversions_default_to_this_process(run):
+    files = sorted(str(p) for p in run.iterdir())
+    assert _auto_workers(files, min_bytes=sum(os.path.getsize(p) for p in files) + 1) == 0
+    assert _auto_workers(files[:1], min_bytes=1) == 0
+
+
+def test_jobs_must_be_a_count():
+    result = subprocess.run([sys.executable, "-m", "otel_rl", "convert", "run", "-o", "t.pftrace", "-j", "-2"],
+                            capture_output=True, text=True, env=clean_env())
+    assert result.returncode == 2
+    assert "-j/--jobs: expected a number of worker processes (0 or more), got '-2'" in result.stderr
 
 
 def test_parallel_parts_are_removed_once_joined(run, tmp_path):
