@@ -17,7 +17,7 @@ BLOCK, LONG, TAIL = 0, 1, 2
 HEAD_READ = 1 << 16
 
 
-def line_blocks(f: InputFile, max_line: int, read_size: int = CHUNK) -> Iterator[tuple[int, Any]]:
+def line_blocks(f: InputFile, max_line: int, read_size: int = 0) -> Iterator[tuple[int, Any]]:
     """Splits a stream into blocks of whole lines without ever holding a line over ``max_line``.
 
     Yields ``(BLOCK, bytes)`` for consecutive whole lines, each ending with a
@@ -25,11 +25,11 @@ def line_blocks(f: InputFile, max_line: int, read_size: int = CHUNK) -> Iterator
     ``max_line`` (dropped as it streams by); last ``(TAIL, bytes)`` for a final
     line without a newline. A stream cut short at the decompression bound
     yields no tail: the line was cut by the reader, not by a writer.
-    ``read_size`` bounds each read (and so each block).
+    ``read_size`` bounds each read (and so each block); 0 reads :data:`CHUNK` bytes at a time.
     """
     # Reads no larger than the bound: every line inside one read is within it,
     # only a line that spans reads needs its length checked.
-    size = max(1, min(read_size, max_line))
+    size = max(1, min(read_size or CHUNK, max_line))
     head: list[bytes] = []  # the start of a line whose newline has not come yet
     head_len = 0
     skipping = False  # inside a line over the bound
