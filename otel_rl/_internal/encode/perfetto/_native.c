@@ -1188,22 +1188,27 @@ static void level_free(Level *l);
 static void level_release(Level *l) { if (l) { level_free(l); PyMem_Free(l); } }
 static void level_free(Level *l) {
     for (Py_ssize_t i = 0; i < l->n; i++) { str_unref(l->ids[i]); level_release(l->kids[i]); }
-    PyMem_Free(l->starts); PyMem_Free(l->ends); PyMem_Free(l->ids); PyMem_Free(l->kids);
+    PyMem_Free(l->starts);  /* the one block the four arrays share (level_reserve) */
     memset(l, 0, sizeof *l);
 }
+/* The four arrays live in one block (starts, ends, ids, kids, cap entries each): a level grows with
+ * one allocation and one free, not four reallocations, and most levels hold a few intervals. */
 static int level_reserve(Level *l, Py_ssize_t n) {
     if (n <= l->cap) return 0;
     Py_ssize_t cap = l->cap ? l->cap : 4;
     while (cap < n) cap *= 2;
-    int64_t *s = PyMem_Realloc(l->starts, cap * 8); if (!s) goto fail; l->starts = s;
-    int64_t *e = PyMem_Realloc(l->ends, cap * 8); if (!e) goto fail; l->ends = e;
-    Str **d = PyMem_Realloc(l->ids, cap * sizeof(Str *)); if (!d) goto fail; l->ids = d;
-    Level **k = PyMem_Realloc(l->kids, cap * sizeof(Level *)); if (!k) goto fail; l->kids = k;
-    l->cap = cap;
+    char *block = PyMem_Malloc((size_t)cap * (16 + sizeof(Str *) + sizeof(Level *)));
+    if (!block) { PyErr_NoMemory(); return -1; }
+    int64_t *s = (int64_t *)block, *e = s + cap;
+    Str **d = (Str **)(e + cap);
+    Level **k = (Level **)(d + cap);
+    if (l->n) {
+        memcpy(s, l->starts, l->n * 8); memcpy(e, l->ends, l->n * 8);
+        memcpy(d, l->ids, l->n * sizeof(Str *)); memcpy(k, l->kids, l->n * sizeof(Level *));
+    }
+    PyMem_Free(l->starts);
+    l->starts = s; l->ends = e; l->ids = d; l->kids = k; l->cap = cap;
     return 0;
-fail:
-    PyErr_NoMemory();
-    return -1;
 }
 /* Replaces l[i:j] with one interval (j == i inserts). */
 static int level_splice(Level *l, Py_ssize_t i, Py_ssize_t j, int64_t s, int64_t e, Str *id, Level *kid) {
@@ -1531,6 +1536,11 @@ struct Enc {
     Counter *counters; Py_ssize_t ncounters, counters_cap; int64_t counter_order;
     Map last, async_, own, lanes, first_lanes, elided;
     TwoGen parents;
+    /* own_track's last answer, for plain int pid/tid/id (see own_track); t NULL: none */
+    struct { Track *t; int tk, id_null; int64_t pid, tid, id; } own_memo;
+    /* while h_slice places a slice: its span and the parent it just stored for it in parents (the
+     * answer is_ancestor's first step would look up); NULL otherwise */
+    Str *hot_span, *hot_parent;
     int has_first; int64_t first_ns; int started;
     long long events, skipped;
     /* scratch */
@@ -1552,7 +1562,7 @@ static int is_ancestor(Enc *e, Str *ancestor, Str *span) {
     for (int i = 0; i < 64; i++) {
         if (str_eq(span, ancestor)) return 1;
         if (!span) return 0;
-        span = tg_get_h(&e->parents, SKEY(span));
+        span = span == e->hot_span ? e->hot_parent : tg_get_h(&e->parents, SKEY(span));
         if (!span || !span->n) return 0;
     }
     return 0;
@@ -1882,7 +1892,7 @@ static int64_t intern_val(Enc *e, Map *table, int index, const Val *v) {
     if (hint) *hint = (uint32_t)table->n;  /* the entry just added is the last */
     return iid;
 }
-static int64_t intern_key(Enc *e, const char *s, Py_ssize_t n) {
+static ALWAYS_INLINE int64_t intern_key(Enc *e, const char *s, Py_ssize_t n) {
     /* The two names every slice's span ids are written under: their iids are remembered until
      * the interned state is cleared (a name once interned keeps its iid until then). */
     int slot = n == 7 && memcmp(s, "span_id", 7) == 0 ? 0 : n == 14 && memcmp(s, "parent_span_id", 14) == 0 ? 1 : -1;
@@ -1937,10 +1947,9 @@ static int annotation_inline(Enc *e, Buf *b, const char *name, Py_ssize_t nn, co
     return buf_put(b, s, n);
 }
 /* Interner.span_annotation */
-static int span_annotation(Enc *e, Buf *b, const char *name, const Str *span) {
+static ALWAYS_INLINE int span_annotation(Enc *e, Buf *b, const char *name, Py_ssize_t nn, const Str *span) {
     if (span->ascii && span->n < 128) {
         /* annotation_inline's bytes, written in one step: its name is interned first as there */
-        Py_ssize_t nn = (Py_ssize_t)strlen(name);
         int64_t iid = intern_key(e, name, nn);
         if (iid < 0) return -1;
         Py_ssize_t len = 1 + varint_len((uint64_t)iid) + 2 + span->n;
@@ -1956,7 +1965,7 @@ static int span_annotation(Enc *e, Buf *b, const char *name, const Str *span) {
         return 0;
     }
     Val v = {V_STR}; v.s = span->s; v.n = span->n; v.ascii = span->ascii;
-    Py_ssize_t chars = utf8_chars(&v), nn = (Py_ssize_t)strlen(name);
+    Py_ssize_t chars = utf8_chars(&v);
     if (chars < 128 && intern_key(e, name, nn) < 0) return -1;  /* inline_prefix names it first */
     if (chars < 128 && v.ascii) return annotation_inline(e, b, name, nn, span->s, span->n);
     return annotation_text(e, b, name, nn, span->s, span->n);
@@ -2406,7 +2415,7 @@ static Track *new_own(Enc *e, const Val *pid, const Val *tid, const char *kind, 
     if (own_key(&full, pid, tid, kind, id) < 0) { buf_free(&full); goto done; }
     t = reg_timed(e, &full, pid, name.p, name.n, floordiv(start - base, 1000000), tk);
     if (t) {
-        if (e->own.n >= 8192) map_clear(&e->own);
+        if (e->own.n >= 8192) { e->own_memo.t = NULL; map_clear(&e->own); }  /* its track may go */
         if (map_set(&e->own, &full, track_ref(t)) < 0) t = NULL;
     }
     buf_free(&full);
@@ -2414,21 +2423,35 @@ done:
     buf_free(&name);
     return t;
 }
+/* One session's slices come in a run: the last answer is kept for a key of plain ints (pid, tid, and
+ * an int or no id; tk stands for kind, one kind a tk). Ints of the same kind and value make the same
+ * key, so a match is the map's own answer; own holds the track until it is cleared, which drops the
+ * memo (new_own), and its entries are never replaced. */
 static Track *own_track(Enc *e, const Val *pid, const Val *tid, const char *kind, int tk, const Val *id,
                         int64_t start, const char *label, const Val *task) {
+    int id_null = id->k == V_NULL || id->k == V_ABSENT;
+    int plain = pid->k == V_INT && tid->k == V_INT && (id_null || id->k == V_INT);
+    if (plain && e->own_memo.t && e->own_memo.tk == tk && e->own_memo.pid == pid->i && e->own_memo.tid == tid->i &&
+        e->own_memo.id_null == id_null && (id_null || e->own_memo.id == id->i))
+        return e->own_memo.t;
     if (own_key(&e->key, pid, tid, kind, id) < 0) return NULL;
     Track *t = map_get(&e->own, &e->key);
-    return t ? t : new_own(e, pid, tid, kind, tk, id, start, label, task);
+    if (!t) t = new_own(e, pid, tid, kind, tk, id, start, label, task);
+    if (t && plain) {
+        e->own_memo.t = t; e->own_memo.tk = tk; e->own_memo.pid = pid->i; e->own_memo.tid = tid->i;
+        e->own_memo.id_null = id_null; e->own_memo.id = id_null ? 0 : id->i;
+    }
+    return t;
 }
 /* encoder._track_for */
-static Track *track_for(Enc *e, const Val *pid, const Val *tid, Event *ev, int64_t start) {
-    const Val *session = OR_NONE(arg(ev, "rl.session.id"));
-    const Val *kind = OR_NONE(arg(ev, "rl.span.kind"));
+/* session, kind, task: the args rl.session.id, rl.span.kind, rl.task.id as arg() finds them (NULL: none) */
+static Track *track_for(Enc *e, const Val *pid, const Val *tid, const Val *session, const Val *kind,
+                        const Val *task, int64_t start) {
+    session = OR_NONE(session); kind = OR_NONE(kind); task = OR_NONE(task);
     if (session->k != V_ABSENT && session->k != V_NULL) {
         if (is_label(session) && !is_str(kind, "annotation"))
-            return own_track(e, pid, tid, "session", TK_SESSION, session, start, "session ", OR_NONE(arg(ev, "rl.task.id")));
+            return own_track(e, pid, tid, "session", TK_SESSION, session, start, "session ", task);
     } else if (is_str(kind, "task")) {
-        const Val *task = OR_NONE(arg(ev, "rl.task.id"));
         if (is_label(task)) return own_track(e, pid, tid, "task", TK_TASK, task, start, "task ", NULL);
     } else if (is_str(kind, "step")) {
         return own_track(e, pid, tid, "steps", TK_STEPS, &(Val){V_NULL}, start, "steps", NULL);
@@ -2487,19 +2510,27 @@ static int h_slice(Enc *e, Event *ev) {
     Py_ssize_t nextra = 0;
     int has_args = f[K_ARGS].k == V_OBJ && ev->nargs > 0;
     if (has_args) {
-        track = track_for(e, pid, tid, ev, start);
-        if (!track) goto done;
-        Val *sv = NULL, *pv = NULL;
+        /* One pass over the args: the three track_for reads (the first string key of each name, as
+         * arg() finds it) and the span ids (the last of each, every one taken out of the args). */
+        Val *sv = NULL, *pv = NULL, *session = NULL, *kind = NULL, *task = NULL;
         for (Py_ssize_t i = 0; i < ev->nargs; i++) {
             Val *k = &ev->args[i].key;
-            if (k->n == 7 && memcmp(k->s, "span_id", 7) == 0) { sv = &ev->args[i].val; k->k = V_ABSENT; }
-            else if (k->n == 14 && memcmp(k->s, "parent_span_id", 14) == 0) { pv = &ev->args[i].val; k->k = V_ABSENT; }
+            switch (k->n) {
+            case 7: if (memcmp(k->s, "span_id", 7) == 0) { sv = &ev->args[i].val; k->k = V_ABSENT; } break;
+            case 14: if (memcmp(k->s, "parent_span_id", 14) == 0) { pv = &ev->args[i].val; k->k = V_ABSENT; } break;
+            case 13: if (!session && k->k == V_STR && memcmp(k->s, "rl.session.id", 13) == 0) session = &ev->args[i].val; break;
+            case 12: if (!kind && k->k == V_STR && memcmp(k->s, "rl.span.kind", 12) == 0) kind = &ev->args[i].val; break;
+            case 10: if (!task && k->k == V_STR && memcmp(k->s, "rl.task.id", 10) == 0) task = &ev->args[i].val; break;
+            }
         }
+        track = track_for(e, pid, tid, session, kind, task, start);
+        if (!track) goto done;
         if (sv && sv->k == V_STR) {
-            if (!(span = str_of(sv)) || span_annotation(e, ids, "span_id", span) < 0) goto done;
+            if (!(span = str_of(sv)) || span_annotation(e, ids, "span_id", 7, span) < 0) goto done;
             if (pv && pv->k == V_STR) {  /* one Str: the parents map's and the record's */
                 if (!(parent = str_of(pv))) goto done;
                 if (tg_set_h(&e->parents, SKEY(span), str_ref(parent)) < 0) goto done;
+                e->hot_span = span; e->hot_parent = parent;  /* parents[span] is parent now */
             }
         } else if (sv && sv->k != V_NULL) {
             extra[nextra].key = (Val){V_STR, 1, 0, 0, "span_id", 7}; extra[nextra++].val = *sv;
@@ -2544,7 +2575,7 @@ static int h_slice(Enc *e, Event *ev) {
         if (encode_args(e, &body, pid, ev->args, ev->nargs, extra, nextra) < 0) goto done;
         if (buf_put(&body, ids->p, ids->n) < 0) goto done;
     }
-    if (parent && span_annotation(e, &ppart, "parent_span_id", parent) < 0) goto done;
+    if (parent && span_annotation(e, &ppart, "parent_span_id", 14, parent) < 0) goto done;
     Record *rec = PyMem_Calloc(1, sizeof(Record));
     if (!rec) { PyErr_NoMemory(); goto done; }
     rec->rc = 1; rec->kind = R_SLICE; rec->start = ps; rec->end = pe; rec->track = track_ref(track);
@@ -2556,6 +2587,7 @@ static int h_slice(Enc *e, Event *ev) {
     if (e->last.n > 16384) map_clear(&e->last);
     rc = 1;
 done:
+    e->hot_span = e->hot_parent = NULL;
     PyMem_Free(tid_kept);
     str_unref(span); str_unref(parent);
     buf_free(&body); buf_free(&ppart);
@@ -3003,6 +3035,7 @@ static int Enc_init(Enc *e, PyObject *args, PyObject *kw) {
     e->max_entries = max_interned > 16 ? max_interned : 16;
     for (int i = 0; i < 4; i++) e->next[i] = 1;
     e->span_iid[0] = e->span_iid[1] = 0;
+    e->own_memo.t = NULL; e->hot_span = e->hot_parent = NULL;
     map_init(&e->processes, track_unref_v); map_init(&e->threads, track_unref_v);
     tg_init(&e->timed, 4096, track_unref_v);
     map_init(&e->names, NULL); map_init(&e->categories, NULL); map_init(&e->keys, NULL);
