@@ -441,8 +441,15 @@ typedef struct { const char *p, *end; Arena *arena; int depth; } Parser;
 
 /* The lines read rarely have white space between tokens, so the inline test is one compare (and
  * the loop, out of line, costs the hot paths nothing). */
+/* Set while encode_lines parses: a line's event is parsed up to the end of the block, not to its
+ * newline (which is then found where the event ends, not searched for first), so a newline must
+ * end the value as the end of the text would: it is no white space then. Every failure at that
+ * point is P_ERR either way (a string cannot hold a raw newline, a number or literal stops there),
+ * so the outcome is the same as parsing the line alone. (Extension state is only used with the GIL
+ * held, by one call at a time.) */
+static int ws_stops_at_newline;
 static COLD const char *ws_slow(const char *p, const char *end) {
-    while (p < end && (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t')) p++;
+    while (p < end && (*p == ' ' || *p == '\r' || *p == '\t' || (*p == '\n' && !ws_stops_at_newline))) p++;
     return p;
 }
 static ALWAYS_INLINE const char *ws(const char *p, const char *end) {
@@ -834,7 +841,12 @@ static ALWAYS_INLINE const char *value_at(Parser *ps, const char *p, const char 
         case 't': return literal_at(p, end, "true", 4, V_TRUE, out, err);
         case 'f': return literal_at(p, end, "false", 5, V_FALSE, out, err);
         case 'n': return literal_at(p, end, "null", 4, V_NULL, out, err);
-        case ' ': case '\t': case '\n': case '\r': p = ws_slow(p, end); continue;  /* rare */
+        case ' ': case '\t': case '\n': case '\r': {  /* rare */
+            const char *q = ws_slow(p, end);
+            if (q == p) { *err = P_ERR; return NULL; }  /* a newline that ends the line (see ws_slow) */
+            p = q;
+            continue;
+        }
         default: *err = P_ERR; return NULL;
         }
     }
@@ -3172,18 +3184,25 @@ static PyObject *Enc_encode_lines(Enc *e, PyObject *args) {
     PyObject *last_keep = NULL;
     char last_text[64];
     if (!unresolved) goto done;
+    ws_stops_at_newline = 1;
     for (const char *line = data; line < stop; index++) {
-        const char *nl = memchr(line, '\n', stop - line);
-        const char *eol = nl ? nl : stop;
         lines++;
-        if ((size_t)(eol - line) >= marker_n && memcmp(line, MARKER_PREFIX, marker_n) == 0) {
-            line = eol + 1;
+        /* (the marker's text holds no newline: matching it, the line is at least that long) */
+        if ((size_t)(stop - line) >= marker_n && memcmp(line, MARKER_PREFIX, marker_n) == 0) {
+            const char *nl = memchr(line, '\n', stop - line);
+            line = nl ? nl + 1 : stop;
             continue;
         }
-        Parser ps = {line, eol, &e->arena, 0};
+        /* parsed to the block's end: the line ends where its event does (see ws_slow) */
+        Parser ps = {line, stop, &e->arena, 0};
         int is_object = 0;
         int r = parse_event(&ps, &e->ev, &is_object);
-        if (r == 0) { skip_ws(&ps); if (ps.p != eol) r = P_ERR; }
+        const char *eol = stop;
+        if (r == 0) {
+            skip_ws(&ps);
+            if (ps.p < stop && *ps.p != '\n') r = P_ERR;
+            eol = ps.p;
+        }
         if (r) { parse_failed(r, "a line that is not one JSON value (the fast path reports it)"); goto done; }
         if (!is_object) { unsupported("a line that is not a JSON object (the fast path reports it)"); goto done; }
         Val *pid = &e->ev.f[K_PID];
@@ -3226,6 +3245,7 @@ static PyObject *Enc_encode_lines(Enc *e, PyObject *args) {
     PyObject *packets = enc_flush(e);
     if (packets) res = Py_BuildValue("(NLnO)", packets, count, lines, unresolved);
 done:
+    ws_stops_at_newline = 0;
     Py_XDECREF(last_keep);
     Py_XDECREF(unresolved);
     PyBuffer_Release(&view);
