@@ -1351,6 +1351,8 @@ typedef struct Track {
     char *labels; Py_ssize_t labels_n;
     Lane *lane;
     int in_counters;
+    /* the packet writer's: uuid as a varint, made when first written (uvn 0: not yet) */
+    char uvar[16]; int uvn;
 } Track;
 
 static Track *track_ref(Track *t) { if (t) t->rc++; return t; }
@@ -1764,6 +1766,7 @@ static int w_start(Enc *e, Buf *out, int64_t first_ns) {
 static ALWAYS_INLINE int put_varint_fast(char *p, uint64_t v) {
 #if defined(__GNUC__) && defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
     if (v < 0x80) { *p = (char)v; return 1; }
+    if (v < 0x4000) { p[0] = (char)(v | 0x80); p[1] = (char)(v >> 7); return 2; }  /* most lengths */
     uint64_t x = v & 0x00FFFFFFFFFFFFFFULL, hi = v >> 56;
     x = (x & 0x000000000FFFFFFFULL) | ((x << 4) & 0x0FFFFFFF00000000ULL);  /* 28 bits a 32-bit lane */
     x = (x & 0x00003FFF00003FFFULL) | ((x << 2) & 0x3FFF00003FFF0000ULL);  /* 14 a 16-bit lane */
@@ -1860,13 +1863,15 @@ static int reg_describe(Enc *e, Track *t, Buf *out) {
     }
     return 0;
 }
-/* type and track_uuid of a track event at p (room for 16 bytes): its length. */
-static ALWAYS_INLINE int type_track_at(char *p, int type, const Track *t) {
+/* type and track_uuid of a track event at p (room for 19 bytes): its length. */
+static ALWAYS_INLINE int type_track_at(char *p, int type, Track *t) {
     p[0] = 0x48; p[1] = (char)type; p[2] = F_TRACK_UUID_KEY;
-    return 3 + put_varint_fast(p + 3, t->uuid);
+    if (UNLIKELY(!t->uvn)) t->uvn = put_varint_fast(t->uvar, t->uuid);
+    memcpy(p + 3, t->uvar, 16);  /* (a fixed size: a few moves; the rest is room the caller made) */
+    return 3 + t->uvn;
 }
 static int put_type_track(Buf *b, int type, Track *t) {
-    BUF_NEED(b, 16);
+    BUF_NEED(b, 24);  /* (type_track_at stores 19 bytes) */
     b->n += type_track_at(b->p + b->n, type, t);
     return 0;
 }
@@ -1883,7 +1888,7 @@ static int flow_at(char *p, const Flow *f, int direction) {
 }
 /* A record's packets, straight into out: its parts' sizes first, then its bytes. */
 static int w_record(Enc *e, Buf *out, Record *r) {
-    char tt[16] = {0}, fl[16] = {0};
+    char tt[24] = {0}, fl[16] = {0};  /* (room for type_track_at's fixed-size store) */
     int tn = type_track_at(tt, r->kind == R_INSTANT ? TYPE_INSTANT : r->kind == R_END ? TYPE_SLICE_END : TYPE_SLICE_BEGIN,
                            r->track), fn = 0;
     Py_ssize_t bn = r->kind == R_END ? 0 : r->body_n, pn = r->kind == R_SLICE ? r->parent_part_n : 0;
@@ -2363,16 +2368,16 @@ static int win_bind(Enc *e, const Val *pid, const Val *tid, int64_t start, int o
 static int win_taken(Enc *e, Record *r) {
     r->written = 1;
     if (r->parent && r->parent_part_n) {
+        /* parent_part_n 0: not written (its bytes are freed with the body's, once written) */
         if (r->flow_in.k == 1 && str_eq(r->flow_in.s, r->parent)) {
-            PyMem_Free(r->parent_part); r->parent_part = NULL; r->parent_part_n = 0;
+            r->parent_part_n = 0;
         } else {
             Record *above = map_get_h(&e->by_span, SKEY(r->parent));
             Placed here, *placed = NULL;
             if (above) { here.uuid = above->track->uuid; here.start = above->start; here.end = above->end; placed = &here; }
             else placed = tg_get_h(&e->written, SKEY(r->parent));
-            if (placed && placed->uuid == r->track->uuid && placed->start <= r->start && r->end <= placed->end) {
-                PyMem_Free(r->parent_part); r->parent_part = NULL; r->parent_part_n = 0;
-            }
+            if (placed && placed->uuid == r->track->uuid && placed->start <= r->start && r->end <= placed->end)
+                r->parent_part_n = 0;
         }
     }
     if (r->span) {
