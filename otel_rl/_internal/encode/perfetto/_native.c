@@ -445,9 +445,16 @@ typedef struct { const char *p, *end; Arena *arena; int depth; } Parser;
  * newline (which is then found where the event ends, not searched for first), so a newline must
  * end the value as the end of the text would: it is no white space then. Every failure at that
  * point is P_ERR either way (a string cannot hold a raw newline, a number or literal stops there),
- * so the outcome is the same as parsing the line alone. (Extension state is only used with the GIL
- * held, by one call at a time.) */
-static int ws_stops_at_newline;
+ * so the outcome is the same as parsing the line alone. Per thread: the Python helpers the handlers
+ * call may let another thread run, whose encoder may be parsing a blob meanwhile. */
+#if defined(__GNUC__)
+#define THREAD_LOCAL __thread
+#elif defined(_MSC_VER)
+#define THREAD_LOCAL __declspec(thread)
+#else
+#define THREAD_LOCAL _Thread_local
+#endif
+static THREAD_LOCAL int ws_stops_at_newline;
 static COLD const char *ws_slow(const char *p, const char *end) {
     while (p < end && (*p == ' ' || *p == '\r' || *p == '\t' || (*p == '\n' && !ws_stops_at_newline))) p++;
     return p;
