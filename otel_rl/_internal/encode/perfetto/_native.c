@@ -417,7 +417,7 @@ typedef struct {
 /* Parse outcome: 0 ok, P_ERR not JSON (as orjson says), P_UNSUP valid JSON this parser does not
  * mirror exactly (an integer beyond 64 bits, a repeated key). */
 enum { P_OK = 0, P_ERR = 1, P_UNSUP = 2, P_MEM = 3 };
-typedef struct { const char *p, *end; Arena *arena; int depth; } Parser;
+typedef struct { const char *p, *end; Arena *arena; int depth; int nl_ends; } Parser;  /* nl_ends: see ws_slow */
 
 /* The readers below keep their position in a local pointer and return the one after what they
  * read (NULL with *err set on failure), so the hot paths stay in registers; the rare cases
@@ -441,28 +441,19 @@ typedef struct { const char *p, *end; Arena *arena; int depth; } Parser;
 
 /* The lines read rarely have white space between tokens, so the inline test is one compare (and
  * the loop, out of line, costs the hot paths nothing). */
-/* Set while encode_lines parses: a line's event is parsed up to the end of the block, not to its
- * newline (which is then found where the event ends, not searched for first), so a newline must
- * end the value as the end of the text would: it is no white space then. Every failure at that
+/* White space. nl_ends: encode_lines parses a line's event up to the end of the block, not to its
+ * newline (which is then found where the event ends, not searched for first), so there a newline
+ * must end the value as the end of the text would: it is no white space. Every failure at that
  * point is P_ERR either way (a string cannot hold a raw newline, a number or literal stops there),
- * so the outcome is the same as parsing the line alone. Per thread: the Python helpers the handlers
- * call may let another thread run, whose encoder may be parsing a blob meanwhile. */
-#if defined(__GNUC__)
-#define THREAD_LOCAL __thread
-#elif defined(_MSC_VER)
-#define THREAD_LOCAL __declspec(thread)
-#else
-#define THREAD_LOCAL _Thread_local
-#endif
-static THREAD_LOCAL int ws_stops_at_newline;
-static COLD const char *ws_slow(const char *p, const char *end) {
-    while (p < end && (*p == ' ' || *p == '\r' || *p == '\t' || (*p == '\n' && !ws_stops_at_newline))) p++;
+ * so the outcome is the same as parsing the line alone. */
+static COLD const char *ws_slow(const char *p, const char *end, int nl_ends) {
+    while (p < end && (*p == ' ' || *p == '\r' || *p == '\t' || (*p == '\n' && !nl_ends))) p++;
     return p;
 }
-static ALWAYS_INLINE const char *ws(const char *p, const char *end) {
-    return LIKELY(p < end && (unsigned char)*p > ' ') ? p : ws_slow(p, end);
+static ALWAYS_INLINE const char *ws(const char *p, const char *end, int nl_ends) {
+    return LIKELY(p < end && (unsigned char)*p > ' ') ? p : ws_slow(p, end, nl_ends);
 }
-static inline void skip_ws(Parser *ps) { ps->p = ws(ps->p, ps->end); }
+static inline void skip_ws(Parser *ps) { ps->p = ws(ps->p, ps->end, ps->nl_ends); }
 static int hexval(char c) {
     if (c >= '0' && c <= '9') return c - '0';
     if (c >= 'a' && c <= 'f') return c - 'a' + 10;
@@ -849,7 +840,7 @@ static ALWAYS_INLINE const char *value_at(Parser *ps, const char *p, const char 
         case 'f': return literal_at(p, end, "false", 5, V_FALSE, out, err);
         case 'n': return literal_at(p, end, "null", 4, V_NULL, out, err);
         case ' ': case '\t': case '\n': case '\r': {  /* rare */
-            const char *q = ws_slow(p, end);
+            const char *q = ws_slow(p, end, ps->nl_ends);
             if (q == p) { *err = P_ERR; return NULL; }  /* a newline that ends the line (see ws_slow) */
             p = q;
             continue;
@@ -863,22 +854,22 @@ static const char *container_at(Parser *ps, const char *p, const char *lo, const
     const char *start = p;
     char open = *p, close = open == '[' ? ']' : '}';
     if (++ps->depth > 1000) { *err = P_UNSUP; return NULL; }
-    p = ws(p + 1, end);
+    p = ws(p + 1, end, ps->nl_ends);
     if (p < end && *p == close) {
         p++;
     } else {
         for (;;) {
             if (open == '{') {
-                p = ws(p, end);
+                p = ws(p, end, ps->nl_ends);
                 if (p >= end || *p != '"') goto bad;
                 if (!(p = string_at(ps->arena, p, lo, end, NULL, err))) return NULL;
-                p = ws(p, end);
+                p = ws(p, end, ps->nl_ends);
                 if (p >= end || *p != ':') goto bad;
                 p++;
             }
-            p = ws(p, end);
+            p = ws(p, end, ps->nl_ends);
             if (!(p = value_at(ps, p, lo, end, NULL, err))) return NULL;
-            p = ws(p, end);
+            p = ws(p, end, ps->nl_ends);
             if (p >= end) goto bad;
             if (*p == ',') { p++; continue; }
             if (*p == close) { p++; break; }
@@ -931,9 +922,9 @@ static int args_grow(Event *ev) {
 }
 /* p at the byte c, or at white space before it: p after c (NULL if neither). The white space
  * test is left to the slow branch, which the compact lines read never take. */
-static ALWAYS_INLINE const char *expect(const char *p, const char *end, char c) {
+static ALWAYS_INLINE const char *expect(const char *p, const char *end, char c, int nl_ends) {
     if (LIKELY(p < end && *p == c)) return p + 1;
-    p = ws_slow(p, end);
+    p = ws_slow(p, end, nl_ends);
     return p < end && *p == c ? p + 1 : NULL;
 }
 /* The first n bytes of lit as a little-endian integer (a constant once inlined). */
@@ -971,17 +962,17 @@ static ALWAYS_INLINE int key_peek(uint64_t w, int *len) {
 /* The members of the args dict at p, in order (a repeated key is not mirrored: Unsupported). */
 static ALWAYS_INLINE const char *args_at(Parser *ps, const char *p, const char *lo, const char *end, Event *ev,
                                          int *err) {
-    p = ws(p + 1, end);
+    p = ws(p + 1, end, ps->nl_ends);
     if (p < end && *p == '}') return p + 1;
     uint64_t seen = 0;  /* a bit per (length, last four bytes) of the keys so far */
     Py_ssize_t nargs = ev->nargs;
-    if (!(p = expect(p, end, '"'))) goto bad;
+    if (!(p = expect(p, end, '"', ps->nl_ends))) goto bad;
     for (;;) {  /* p after a key's opening quote */
         if (UNLIKELY(nargs == ev->args_cap) && args_grow(ev) < 0) { *err = P_MEM; return NULL; }
         Member *m = &ev->args[nargs];
         m->raw = p - 1;
         if (!(p = string_at(ps->arena, p - 1, lo, end, &m->key, err))) return NULL;
-        if (!(p = expect(p, end, ':'))) goto bad;
+        if (!(p = expect(p, end, ':', ps->nl_ends))) goto bad;
         if (!(p = value_at(ps, p, lo, end, &m->val, err))) return NULL;
         m->rawn = p - m->raw;
         const unsigned char *ks = (const unsigned char *)m->key.s;
@@ -1003,9 +994,9 @@ static ALWAYS_INLINE const char *args_at(Parser *ps, const char *p, const char *
             if (t == (',' | '"' << 8)) { p += 2; continue; }
         }
         if (p < end && *p == '}') return p + 1;
-        p = ws_slow(p, end);
+        p = ws_slow(p, end, ps->nl_ends);
         if (p >= end) goto bad;
-        if (*p == ',') { if (!(p = expect(p + 1, end, '"'))) goto bad; continue; }
+        if (*p == ',') { if (!(p = expect(p + 1, end, '"', ps->nl_ends))) goto bad; continue; }
         if (*p == '}') return p + 1;
         goto bad;
     }
@@ -1020,7 +1011,7 @@ static int parse_event(Parser *ps, Event *ev, int *is_object) {
     for (int i = 0; i < K_COUNT; i++) ev->f[i].k = V_ABSENT;
     ev->nargs = 0;
     ps->depth = 0;
-    p = ws(ps->p, end);
+    p = ws(ps->p, end, ps->nl_ends);
     if (p >= end) return P_ERR;
     if (*p != '{') {
         *is_object = 0;
@@ -1029,10 +1020,10 @@ static int parse_event(Parser *ps, Event *ev, int *is_object) {
         return P_OK;
     }
     *is_object = 1;
-    p = ws(p + 1, end);
+    p = ws(p + 1, end, ps->nl_ends);
     if (p < end && *p == '}') { ps->p = p + 1; return P_OK; }
     ps->depth = 1;
-    if (!(p = expect(p, end, '"'))) return P_ERR;
+    if (!(p = expect(p, end, '"', ps->nl_ends))) return P_ERR;
     for (;;) {  /* p after a key's opening quote */
         int which = -1, len;
         if (LIKELY(end - p >= 8)) {
@@ -1045,11 +1036,11 @@ static int parse_event(Parser *ps, Event *ev, int *is_object) {
         } else {
             Val key;
             if (!(p = string_at(ps->arena, p - 1, lo, end, &key, &err))) return err;
-            if (!(p = expect(p, end, ':'))) return P_ERR;
+            if (!(p = expect(p, end, ':', ps->nl_ends))) return P_ERR;
             which = top_key(key.s, key.n);
         }
         if (which >= 0 && ev->f[which].k != V_ABSENT) return P_UNSUP;
-        if (which == K_ARGS && (p = ws(p, end)) < end && *p == '{') {
+        if (which == K_ARGS && (p = ws(p, end, ps->nl_ends)) < end && *p == '{') {
             const char *start = p;
             if (!(p = args_at(ps, p, lo, end, ev, &err))) return err;
             ev->f[K_ARGS].k = V_OBJ; ev->f[K_ARGS].s = start; ev->f[K_ARGS].n = p - start;
@@ -1062,9 +1053,9 @@ static int parse_event(Parser *ps, Event *ev, int *is_object) {
             if (t == (',' | '"' << 8)) { p += 2; continue; }
         }
         if (p < end && *p == '}') { ps->p = p + 1; return P_OK; }
-        p = ws_slow(p, end);
+        p = ws_slow(p, end, ps->nl_ends);
         if (p >= end) return P_ERR;
-        if (*p == ',') { if (!(p = expect(p + 1, end, '"'))) return P_ERR; continue; }
+        if (*p == ',') { if (!(p = expect(p + 1, end, '"', ps->nl_ends))) return P_ERR; continue; }
         if (*p == '}') { ps->p = p + 1; return P_OK; }
         return P_ERR;
     }
@@ -3123,7 +3114,7 @@ static void Enc_dealloc(Enc *e) {
 static PyObject *Enc_encode(Enc *e, PyObject *arg) {
     Py_buffer view;
     if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0) return NULL;
-    Parser ps = {view.buf, (const char *)view.buf + view.len, &e->arena, 0};
+    Parser ps = {view.buf, (const char *)view.buf + view.len, &e->arena, 0, 0};
     long long count = 0;
     int failed = 0;
     skip_ws(&ps);
@@ -3196,7 +3187,6 @@ static PyObject *Enc_encode_lines(Enc *e, PyObject *args) {
     PyObject *last_keep = NULL;
     char last_text[64];
     if (!unresolved) goto done;
-    ws_stops_at_newline = 1;
     for (const char *line = data; line < stop; index++) {
         lines++;
         /* (the marker's text holds no newline: matching it, the line is at least that long) */
@@ -3206,13 +3196,15 @@ static PyObject *Enc_encode_lines(Enc *e, PyObject *args) {
             continue;
         }
         /* parsed to the block's end: the line ends where its event does (see ws_slow) */
-        Parser ps = {line, stop, &e->arena, 0};
+        Parser ps = {line, stop, &e->arena, 0, 1};
         int is_object = 0;
         int r = parse_event(&ps, &e->ev, &is_object);
         const char *eol = stop;
         if (r == 0) {
-            skip_ws(&ps);
-            if (ps.p < stop && *ps.p != '\n') r = P_ERR;
+            if (ps.p < stop && *ps.p != '\n') {  /* (white space before the newline: rare) */
+                skip_ws(&ps);
+                if (ps.p < stop && *ps.p != '\n') r = P_ERR;
+            }
             eol = ps.p;
         }
         if (r) { parse_failed(r, "a line that is not one JSON value (the fast path reports it)"); goto done; }
@@ -3257,7 +3249,6 @@ static PyObject *Enc_encode_lines(Enc *e, PyObject *args) {
     PyObject *packets = enc_flush(e);
     if (packets) res = Py_BuildValue("(NLnO)", packets, count, lines, unresolved);
 done:
-    ws_stops_at_newline = 0;
     Py_XDECREF(last_keep);
     Py_XDECREF(unresolved);
     PyBuffer_Release(&view);
