@@ -417,7 +417,7 @@ typedef struct {
 /* Parse outcome: 0 ok, P_ERR not JSON (as orjson says), P_UNSUP valid JSON this parser does not
  * mirror exactly (an integer beyond 64 bits, a repeated key). */
 enum { P_OK = 0, P_ERR = 1, P_UNSUP = 2, P_MEM = 3 };
-typedef struct { const char *p, *end; Arena *arena; int depth; } Parser;
+typedef struct { const char *p, *end; Arena *arena; int depth; int nl_ends; } Parser;  /* nl_ends: see ws_slow */
 
 /* The readers below keep their position in a local pointer and return the one after what they
  * read (NULL with *err set on failure), so the hot paths stay in registers; the rare cases
@@ -441,14 +441,19 @@ typedef struct { const char *p, *end; Arena *arena; int depth; } Parser;
 
 /* The lines read rarely have white space between tokens, so the inline test is one compare (and
  * the loop, out of line, costs the hot paths nothing). */
-static COLD const char *ws_slow(const char *p, const char *end) {
-    while (p < end && (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t')) p++;
+/* White space. nl_ends: encode_lines parses a line's event up to the end of the block, not to its
+ * newline (which is then found where the event ends, not searched for first), so there a newline
+ * must end the value as the end of the text would: it is no white space. Every failure at that
+ * point is P_ERR either way (a string cannot hold a raw newline, a number or literal stops there),
+ * so the outcome is the same as parsing the line alone. */
+static COLD const char *ws_slow(const char *p, const char *end, int nl_ends) {
+    while (p < end && (*p == ' ' || *p == '\r' || *p == '\t' || (*p == '\n' && !nl_ends))) p++;
     return p;
 }
-static ALWAYS_INLINE const char *ws(const char *p, const char *end) {
-    return LIKELY(p < end && (unsigned char)*p > ' ') ? p : ws_slow(p, end);
+static ALWAYS_INLINE const char *ws(const char *p, const char *end, int nl_ends) {
+    return LIKELY(p < end && (unsigned char)*p > ' ') ? p : ws_slow(p, end, nl_ends);
 }
-static inline void skip_ws(Parser *ps) { ps->p = ws(ps->p, ps->end); }
+static inline void skip_ws(Parser *ps) { ps->p = ws(ps->p, ps->end, ps->nl_ends); }
 static int hexval(char c) {
     if (c >= '0' && c <= '9') return c - '0';
     if (c >= 'a' && c <= 'f') return c - 'a' + 10;
@@ -834,7 +839,12 @@ static ALWAYS_INLINE const char *value_at(Parser *ps, const char *p, const char 
         case 't': return literal_at(p, end, "true", 4, V_TRUE, out, err);
         case 'f': return literal_at(p, end, "false", 5, V_FALSE, out, err);
         case 'n': return literal_at(p, end, "null", 4, V_NULL, out, err);
-        case ' ': case '\t': case '\n': case '\r': p = ws_slow(p, end); continue;  /* rare */
+        case ' ': case '\t': case '\n': case '\r': {  /* rare */
+            const char *q = ws_slow(p, end, ps->nl_ends);
+            if (q == p) { *err = P_ERR; return NULL; }  /* a newline that ends the line (see ws_slow) */
+            p = q;
+            continue;
+        }
         default: *err = P_ERR; return NULL;
         }
     }
@@ -844,22 +854,22 @@ static const char *container_at(Parser *ps, const char *p, const char *lo, const
     const char *start = p;
     char open = *p, close = open == '[' ? ']' : '}';
     if (++ps->depth > 1000) { *err = P_UNSUP; return NULL; }
-    p = ws(p + 1, end);
+    p = ws(p + 1, end, ps->nl_ends);
     if (p < end && *p == close) {
         p++;
     } else {
         for (;;) {
             if (open == '{') {
-                p = ws(p, end);
+                p = ws(p, end, ps->nl_ends);
                 if (p >= end || *p != '"') goto bad;
                 if (!(p = string_at(ps->arena, p, lo, end, NULL, err))) return NULL;
-                p = ws(p, end);
+                p = ws(p, end, ps->nl_ends);
                 if (p >= end || *p != ':') goto bad;
                 p++;
             }
-            p = ws(p, end);
+            p = ws(p, end, ps->nl_ends);
             if (!(p = value_at(ps, p, lo, end, NULL, err))) return NULL;
-            p = ws(p, end);
+            p = ws(p, end, ps->nl_ends);
             if (p >= end) goto bad;
             if (*p == ',') { p++; continue; }
             if (*p == close) { p++; break; }
@@ -912,9 +922,9 @@ static int args_grow(Event *ev) {
 }
 /* p at the byte c, or at white space before it: p after c (NULL if neither). The white space
  * test is left to the slow branch, which the compact lines read never take. */
-static ALWAYS_INLINE const char *expect(const char *p, const char *end, char c) {
+static ALWAYS_INLINE const char *expect(const char *p, const char *end, char c, int nl_ends) {
     if (LIKELY(p < end && *p == c)) return p + 1;
-    p = ws_slow(p, end);
+    p = ws_slow(p, end, nl_ends);
     return p < end && *p == c ? p + 1 : NULL;
 }
 /* The first n bytes of lit as a little-endian integer (a constant once inlined). */
@@ -952,17 +962,17 @@ static ALWAYS_INLINE int key_peek(uint64_t w, int *len) {
 /* The members of the args dict at p, in order (a repeated key is not mirrored: Unsupported). */
 static ALWAYS_INLINE const char *args_at(Parser *ps, const char *p, const char *lo, const char *end, Event *ev,
                                          int *err) {
-    p = ws(p + 1, end);
+    p = ws(p + 1, end, ps->nl_ends);
     if (p < end && *p == '}') return p + 1;
     uint64_t seen = 0;  /* a bit per (length, last four bytes) of the keys so far */
     Py_ssize_t nargs = ev->nargs;
-    if (!(p = expect(p, end, '"'))) goto bad;
+    if (!(p = expect(p, end, '"', ps->nl_ends))) goto bad;
     for (;;) {  /* p after a key's opening quote */
         if (UNLIKELY(nargs == ev->args_cap) && args_grow(ev) < 0) { *err = P_MEM; return NULL; }
         Member *m = &ev->args[nargs];
         m->raw = p - 1;
         if (!(p = string_at(ps->arena, p - 1, lo, end, &m->key, err))) return NULL;
-        if (!(p = expect(p, end, ':'))) goto bad;
+        if (!(p = expect(p, end, ':', ps->nl_ends))) goto bad;
         if (!(p = value_at(ps, p, lo, end, &m->val, err))) return NULL;
         m->rawn = p - m->raw;
         const unsigned char *ks = (const unsigned char *)m->key.s;
@@ -984,9 +994,9 @@ static ALWAYS_INLINE const char *args_at(Parser *ps, const char *p, const char *
             if (t == (',' | '"' << 8)) { p += 2; continue; }
         }
         if (p < end && *p == '}') return p + 1;
-        p = ws_slow(p, end);
+        p = ws_slow(p, end, ps->nl_ends);
         if (p >= end) goto bad;
-        if (*p == ',') { if (!(p = expect(p + 1, end, '"'))) goto bad; continue; }
+        if (*p == ',') { if (!(p = expect(p + 1, end, '"', ps->nl_ends))) goto bad; continue; }
         if (*p == '}') return p + 1;
         goto bad;
     }
@@ -1001,7 +1011,7 @@ static int parse_event(Parser *ps, Event *ev, int *is_object) {
     for (int i = 0; i < K_COUNT; i++) ev->f[i].k = V_ABSENT;
     ev->nargs = 0;
     ps->depth = 0;
-    p = ws(ps->p, end);
+    p = ws(ps->p, end, ps->nl_ends);
     if (p >= end) return P_ERR;
     if (*p != '{') {
         *is_object = 0;
@@ -1010,10 +1020,10 @@ static int parse_event(Parser *ps, Event *ev, int *is_object) {
         return P_OK;
     }
     *is_object = 1;
-    p = ws(p + 1, end);
+    p = ws(p + 1, end, ps->nl_ends);
     if (p < end && *p == '}') { ps->p = p + 1; return P_OK; }
     ps->depth = 1;
-    if (!(p = expect(p, end, '"'))) return P_ERR;
+    if (!(p = expect(p, end, '"', ps->nl_ends))) return P_ERR;
     for (;;) {  /* p after a key's opening quote */
         int which = -1, len;
         if (LIKELY(end - p >= 8)) {
@@ -1026,11 +1036,11 @@ static int parse_event(Parser *ps, Event *ev, int *is_object) {
         } else {
             Val key;
             if (!(p = string_at(ps->arena, p - 1, lo, end, &key, &err))) return err;
-            if (!(p = expect(p, end, ':'))) return P_ERR;
+            if (!(p = expect(p, end, ':', ps->nl_ends))) return P_ERR;
             which = top_key(key.s, key.n);
         }
         if (which >= 0 && ev->f[which].k != V_ABSENT) return P_UNSUP;
-        if (which == K_ARGS && (p = ws(p, end)) < end && *p == '{') {
+        if (which == K_ARGS && (p = ws(p, end, ps->nl_ends)) < end && *p == '{') {
             const char *start = p;
             if (!(p = args_at(ps, p, lo, end, ev, &err))) return err;
             ev->f[K_ARGS].k = V_OBJ; ev->f[K_ARGS].s = start; ev->f[K_ARGS].n = p - start;
@@ -1043,9 +1053,9 @@ static int parse_event(Parser *ps, Event *ev, int *is_object) {
             if (t == (',' | '"' << 8)) { p += 2; continue; }
         }
         if (p < end && *p == '}') { ps->p = p + 1; return P_OK; }
-        p = ws_slow(p, end);
+        p = ws_slow(p, end, ps->nl_ends);
         if (p >= end) return P_ERR;
-        if (*p == ',') { if (!(p = expect(p + 1, end, '"'))) return P_ERR; continue; }
+        if (*p == ',') { if (!(p = expect(p + 1, end, '"', ps->nl_ends))) return P_ERR; continue; }
         if (*p == '}') { ps->p = p + 1; return P_OK; }
         return P_ERR;
     }
@@ -1344,6 +1354,8 @@ typedef struct Track {
     char *labels; Py_ssize_t labels_n;
     Lane *lane;
     int in_counters;
+    /* the packet writer's: uuid as a varint, made when first written (uvn 0: not yet) */
+    char uvar[16]; int uvn;
 } Track;
 
 static Track *track_ref(Track *t) { if (t) t->rc++; return t; }
@@ -1546,6 +1558,8 @@ struct Enc {
     /* scratch */
     Arena arena; Event ev; Buf key, key2, body, text, ids, tidkey;
     PyObject *mapping;  /* lines mode: pid -> pid written */
+    /* the packet writer's: the tail of every track event packet, and a descriptor's scratch */
+    char wtail[16]; int wtail_n; Buf wdesc;
 };
 
 typedef struct { Py_ssize_t n, cap; Record **r; } RecList;
@@ -1754,15 +1768,95 @@ static int w_start(Enc *e, Buf *out, int64_t first_ns) {
     e->has_base = 1;
     return w_cleared(e, out);
 }
+/* A varint at p, which has room for 16 bytes: up to 56 bits are spread into eight 7-bit groups
+ * by three shift-and-mask steps and stored at once (the stamps written take 7 bytes, the uuids 9),
+ * instead of a loop over the bytes; the bytes past the varint's end are zeros, overwritten next. */
+static ALWAYS_INLINE int put_varint_fast(char *p, uint64_t v) {
+#if defined(__GNUC__) && defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    if (v < 0x80) { *p = (char)v; return 1; }
+    if (v < 0x4000) { p[0] = (char)(v | 0x80); p[1] = (char)(v >> 7); return 2; }  /* most lengths */
+    uint64_t x = v & 0x00FFFFFFFFFFFFFFULL, hi = v >> 56;
+    x = (x & 0x000000000FFFFFFFULL) | ((x << 4) & 0x0FFFFFFF00000000ULL);  /* 28 bits a 32-bit lane */
+    x = (x & 0x00003FFF00003FFFULL) | ((x << 2) & 0x3FFF00003FFF0000ULL);  /* 14 a 16-bit lane */
+    x = (x & 0x007F007F007F007FULL) | ((x << 1) & 0x7F007F007F007F00ULL);  /* 7 a byte */
+    if (!hi) {
+        int n = varint_len(v);  /* 2 to 8: a continuation bit on all but the last */
+        x |= 0x8080808080808080ULL >> (8 * (9 - n));
+        memcpy(p, &x, 8);
+        return n;
+    }
+    x |= 0x8080808080808080ULL;
+    memcpy(p, &x, 8);
+    if (hi < 0x80) { p[8] = (char)hi; return 9; }
+    p[8] = (char)hi; p[9] = 1;  /* hi is 0x80 | its low 7 bits already */
+    return 10;
+#else
+    return put_varint_raw(p, v);
+#endif
+}
+/* The tail every track event packet ends with (trusted_packet_sequence_id, sequence_flags
+ * SEQ_NEEDS_INCREMENTAL_STATE): the same bytes each time, made once. */
+static ALWAYS_INLINE const char *w_tail_bytes(Enc *e) {
+    if (UNLIKELY(!e->wtail_n)) {
+        int n = 0;
+        e->wtail[n++] = 10 << 3;
+        n += put_varint_raw(e->wtail + n, e->sequence_id);
+        e->wtail[n++] = 13 << 3; e->wtail[n++] = 2;
+        e->wtail_n = n;
+    }
+    return e->wtail;
+}
+#define W_SLACK 48  /* room past a packet's bytes: the fixed-size stores below may write that far */
+/* The head of the track event packet at ns whose event takes evn bytes, written to out with room
+ * made for the whole packet: where the event's bytes go (w_close then ends the packet). All sizes
+ * are known before a byte is written, so nothing is staged and copied again. */
+static ALWAYS_INLINE char *w_open(Enc *e, Buf *out, int64_t ns, Py_ssize_t evn) {
+    w_tail_bytes(e);
+    int64_t relative = ns - e->base;
+    uint64_t stamp = relative >= 0 ? (uint64_t)relative : (uint64_t)ns;
+    Py_ssize_t sn = 1 + varint_len(stamp) + (relative >= 0 ? 0 : 3);
+    Py_ssize_t body = sn + 1 + varint_len((uint64_t)evn) + evn + e->wtail_n;
+    if (out->n + body + W_SLACK > out->cap && buf_grow(out, body + W_SLACK) < 0) return NULL;
+    char *p = out->p + out->n;
+    *p++ = F_PACKET_KEY;
+    p += put_varint_fast(p, (uint64_t)body);
+    *p++ = F_TIMESTAMP_KEY;
+    p += put_varint_fast(p, stamp);
+    if (relative < 0) { *p++ = (char)0xD0; *p++ = 0x03; *p++ = 0x01; }
+    *p++ = F_TRACK_EVENT_KEY;
+    p += put_varint_fast(p, (uint64_t)evn);
+    return p;
+}
+static ALWAYS_INLINE void w_close(Enc *e, Buf *out, char *p) {
+    memcpy(p, e->wtail, 16);  /* (a fixed size: a few moves; wtail_n <= 13) */
+    out->n = p + e->wtail_n - out->p;
+}
+static int w_event(Enc *e, Buf *out, int64_t ns, const char *ev, Py_ssize_t evn) {
+    char *p = w_open(e, out, ns, evn);
+    if (!p) return -1;
+    if (evn > 0) memcpy(p, ev, (size_t)evn);
+    w_close(e, out, p + evn);
+    return 0;
+}
+/* TrackDescriptor packets: the descriptor built in a scratch buffer kept from one to the next,
+ * then framed straight into out. */
 static int w_descriptor(Enc *e, Buf *out, Track *t) {
-    Buf d = {0}, body = {0};
-    int rc = -1;
-    if (track_descriptor(t, &d) < 0) goto done;
-    if (buf_lfield(&body, 60, d.p, d.n) < 0 || buf_vfield(&body, 10, e->sequence_id) < 0) goto done;
-    rc = frame(out, body.p, body.n);
-done:
-    buf_free(&d); buf_free(&body);
-    return rc;
+    Buf *d = &e->wdesc;
+    d->n = 0;
+    if (track_descriptor(t, d) < 0) return -1;
+    Py_ssize_t body = 2 + varint_len((uint64_t)d->n) + d->n + 1 + varint_len(e->sequence_id);
+    BUF_NEED(out, body + W_SLACK);
+    char *p = out->p + out->n;
+    *p++ = F_PACKET_KEY;
+    p += put_varint_fast(p, (uint64_t)body);
+    *p++ = (char)0xE2; *p++ = 0x03;  /* field 60, length-delimited */
+    p += put_varint_fast(p, (uint64_t)d->n);
+    if (d->n > 0) memcpy(p, d->p, (size_t)d->n);
+    p += d->n;
+    *p++ = 10 << 3;
+    p += put_varint_fast(p, e->sequence_id);
+    out->n = p - out->p;
+    return 0;
 }
 /* TrackRegistry.describe: the descriptors track needs (its parent's first), written as packets. */
 static int reg_describe(Enc *e, Track *t, Buf *out) {
@@ -1777,67 +1871,52 @@ static int reg_describe(Enc *e, Track *t, Buf *out) {
     }
     return 0;
 }
-static int w_event(Enc *e, Buf *out, int64_t ns, const char *ev, Py_ssize_t evn) {
-    /* sizes first, then the bytes straight into out: no staging copies */
-    int64_t relative = ns - e->base;
-    uint64_t stamp = relative >= 0 ? (uint64_t)relative : (uint64_t)ns;
-    Py_ssize_t sn = 1 + varint_len(stamp) + (relative >= 0 ? 0 : 3);
-    Py_ssize_t tn = 1 + varint_len(e->sequence_id) + 2;
-    Py_ssize_t body = sn + 1 + varint_len((uint64_t)evn) + evn + tn;
-    BUF_NEED(out, body + 12);
-    char *p = out->p + out->n;
-    *p++ = F_PACKET_KEY;
-    p += put_varint_raw(p, (uint64_t)body);
-    *p++ = F_TIMESTAMP_KEY;
-    p += put_varint_raw(p, stamp);
-    if (relative < 0) { *p++ = (char)0xD0; *p++ = 0x03; *p++ = 0x01; }
-    *p++ = F_TRACK_EVENT_KEY;
-    p += put_varint_raw(p, (uint64_t)evn);
-    memcpy(p, ev, evn); p += evn;
-    *p++ = 10 << 3;
-    p += put_varint_raw(p, e->sequence_id);
-    *p++ = 13 << 3; *p++ = 2;
-    out->n = p - out->p;
-    return 0;
+/* type and track_uuid of a track event at p (room for 19 bytes): its length. */
+static ALWAYS_INLINE int type_track_at(char *p, int type, Track *t) {
+    p[0] = 0x48; p[1] = (char)type; p[2] = F_TRACK_UUID_KEY;
+    if (UNLIKELY(!t->uvn)) t->uvn = put_varint_fast(t->uvar, t->uuid);
+    memcpy(p + 3, t->uvar, 16);  /* (a fixed size: a few moves; the rest is room the caller made) */
+    return 3 + t->uvn;
 }
 static int put_type_track(Buf *b, int type, Track *t) {
-    BUF_NEED(b, 14);
-    b->p[b->n++] = 0x48; b->p[b->n++] = (char)type; b->p[b->n++] = F_TRACK_UUID_KEY;
-    b->n += put_varint_raw(b->p + b->n, t->uuid);
+    BUF_NEED(b, 24);  /* (type_track_at stores 19 bytes) */
+    b->n += type_track_at(b->p + b->n, type, t);
     return 0;
 }
-static int put_flow(Buf *b, const Flow *f, int direction) {
+/* A flow id (direction 2 out, 1 in) at p (room for 16 bytes): its length, -1 on failure. */
+static int flow_at(char *p, const Flow *f, int direction) {
     uint64_t id = f->id;
     if (f->k == 1 && flow_id_text(f->s->s, f->s->n, &id) < 0) return -1;
-    char body[16];
-    int n = 0;
-    body[n++] = 0x40;
-    n += put_varint_raw(body + n, id);
-    body[n++] = 0x68; body[n++] = (char)direction;
-    if (buf_byte(b, 0x32) < 0 || buf_byte(b, (unsigned char)n) < 0) return -1;
-    return buf_put(b, body, n);
+    int n = 2;
+    p[n++] = 0x40;
+    n += put_varint_raw(p + n, id);
+    p[n++] = 0x68; p[n++] = (char)direction;
+    p[0] = 0x32; p[1] = (char)(n - 2);
+    return n;
 }
+/* A record's packets, straight into out: its parts' sizes first, then its bytes. */
 static int w_record(Enc *e, Buf *out, Record *r) {
-    Buf *b = &e->body;
-    b->n = 0;
-    switch (r->kind) {
-    case R_SLICE:
-        if (put_type_track(b, TYPE_SLICE_BEGIN, r->track) < 0 || buf_put(b, r->body, r->body_n) < 0 ||
-            buf_put(b, r->parent_part, r->parent_part_n) < 0) return -1;
-        if (r->flow_out.k && put_flow(b, &r->flow_out, 2) < 0) return -1;
-        if (w_event(e, out, r->start, b->p, b->n) < 0) return -1;
-        b->n = 0;
-        if (put_type_track(b, TYPE_SLICE_END, r->track) < 0) return -1;
-        if (r->flow_in.k && put_flow(b, &r->flow_in, 1) < 0) return -1;
-        return w_event(e, out, r->end, b->p, b->n);
-    case R_INSTANT: case R_BEGIN:
-        if (put_type_track(b, r->kind == R_INSTANT ? TYPE_INSTANT : TYPE_SLICE_BEGIN, r->track) < 0 ||
-            buf_put(b, r->body, r->body_n) < 0) return -1;
-        return w_event(e, out, r->start, b->p, b->n);
-    default:
-        if (put_type_track(b, TYPE_SLICE_END, r->track) < 0) return -1;
-        return w_event(e, out, r->start, b->p, b->n);
-    }
+    char tt[24] = {0}, fl[16] = {0};  /* (room for type_track_at's fixed-size store) */
+    int tn = type_track_at(tt, r->kind == R_INSTANT ? TYPE_INSTANT : r->kind == R_END ? TYPE_SLICE_END : TYPE_SLICE_BEGIN,
+                           r->track), fn = 0;
+    Py_ssize_t bn = r->kind == R_END ? 0 : r->body_n, pn = r->kind == R_SLICE ? r->parent_part_n : 0;
+    if (r->kind == R_SLICE && r->flow_out.k && (fn = flow_at(fl, &r->flow_out, 2)) < 0) return -1;
+    char *p = w_open(e, out, r->start, tn + bn + pn + fn);
+    if (!p) return -1;
+    memcpy(p, tt, 16); p += tn;
+    if (bn > 0) { memcpy(p, r->body, (size_t)bn); p += bn; }
+    if (pn > 0) { copy_bytes(p, r->parent_part, (size_t)pn); p += pn; }
+    memcpy(p, fl, 16); p += fn;
+    w_close(e, out, p);
+    if (r->kind != R_SLICE) return 0;
+    tt[1] = TYPE_SLICE_END;
+    fn = 0;
+    if (r->flow_in.k && (fn = flow_at(fl, &r->flow_in, 1)) < 0) return -1;
+    if (!(p = w_open(e, out, r->end, tn + fn))) return -1;
+    memcpy(p, tt, 16); p += tn;
+    memcpy(p, fl, 16); p += fn;
+    w_close(e, out, p);
+    return 0;
 }
 
 /* ===== interning.Interner =================================================================== */
@@ -2296,16 +2375,16 @@ static int win_bind(Enc *e, const Val *pid, const Val *tid, int64_t start, int o
 static int win_taken(Enc *e, Record *r) {
     r->written = 1;
     if (r->parent && r->parent_part_n) {
+        /* parent_part_n 0: not written (its bytes are freed with the body's, once written) */
         if (r->flow_in.k == 1 && str_eq(r->flow_in.s, r->parent)) {
-            PyMem_Free(r->parent_part); r->parent_part = NULL; r->parent_part_n = 0;
+            r->parent_part_n = 0;
         } else {
             Record *above = map_get_h(&e->by_span, SKEY(r->parent));
             Placed here, *placed = NULL;
             if (above) { here.uuid = above->track->uuid; here.start = above->start; here.end = above->end; placed = &here; }
             else placed = tg_get_h(&e->written, SKEY(r->parent));
-            if (placed && placed->uuid == r->track->uuid && placed->start <= r->start && r->end <= placed->end) {
-                PyMem_Free(r->parent_part); r->parent_part = NULL; r->parent_part_n = 0;
-            }
+            if (placed && placed->uuid == r->track->uuid && placed->start <= r->start && r->end <= placed->end)
+                r->parent_part_n = 0;
         }
     }
     if (r->span) {
@@ -2319,33 +2398,6 @@ static int win_taken(Enc *e, Record *r) {
     }
     return 0;
 }
-/* SliceWindow.ready: the records to write, in order, until keep remain (references in *out). */
-static int win_ready(Enc *e, Py_ssize_t keep, RecList **out) {
-    while (e->fn > keep) {
-        Record *r = fifo_pop(e);
-        if (r->attached) { rec_unref(r); continue; }
-        if (r->nbefore) {
-            /* sorted(before, key=-end): stable, outermost first */
-            for (Py_ssize_t i = 1; i < r->nbefore; i++) {
-                Record *x = r->before[i];
-                Py_ssize_t j = i;
-                while (j > 0 && -r->before[j - 1]->end > -x->end) { r->before[j] = r->before[j - 1]; j--; }
-                r->before[j] = x;
-            }
-            for (Py_ssize_t i = 0; i < r->nbefore; i++) {
-                Record *outer = r->before[i];
-                if (!outer->written) {
-                    if (win_taken(e, outer) < 0 || reclist_add(out, outer) < 0) { rec_unref(r); return -1; }
-                }
-            }
-            rec_clear_before(r);
-        }
-        if (win_taken(e, r) < 0 || reclist_add(out, r) < 0) { rec_unref(r); return -1; }
-        rec_unref(r);
-    }
-    return 0;
-}
-
 /* ===== encoder.PerfettoEncoder: the handlers =============================================== */
 #define SAFE_NS (1LL << 62)
 static int unsupported(const char *why) { PyErr_SetString(Unsupported, why); return -1; }
@@ -2912,66 +2964,78 @@ done:
 }
 
 /* ===== encoder.PerfettoEncoder: writing ===================================================== */
-typedef struct { int64_t ns; Track *track; Sample s; } Ready;
-static int enc_write(Enc *e, Buf *out, Py_ssize_t keep, Py_ssize_t held) {
-    RecList *records = NULL;
-    Ready *ready = NULL;
-    Py_ssize_t nready = 0, cap = 0;
-    int rc = -1;
-    if (win_ready(e, keep < 0 ? e->size : keep, &records) < 0) goto done;
-    for (Py_ssize_t i = 0; i < e->ncounters; i++) {
-        Counter *c = &e->counters[i];
-        while (c->n > held) {
-            if (nready == cap) {
-                cap = cap ? cap * 2 : 64;
-                Ready *p = PyMem_Realloc(ready, cap * sizeof(Ready));
-                if (!p) { PyErr_NoMemory(); goto done; }
-                ready = p;
-            }
-            ready[nready].s = heap_pop(c);
-            ready[nready].ns = ready[nready].s.ns;
-            ready[nready].track = c->track;
-            nready++;
-        }
-    }
-    if ((!records || !records->n) && !nready) { rc = 0; goto done; }
+/* What every write begins with, once something is to be written: the first packet (clock
+ * snapshot), the interned data pending and the descriptors of tracks renamed since. */
+static int w_prelude(Enc *e, Buf *out, int *done) {
+    if (*done) return 0;
+    *done = 1;
     if (!e->started) {
         e->started = 1;
-        if (w_start(e, out, e->has_first ? e->first_ns : 0) < 0) goto done;
+        if (w_start(e, out, e->has_first ? e->first_ns : 0) < 0) return -1;
     }
     if (e->pending.n) {
         Buf body = {0};
         int bad = buf_lfield(&body, 12, e->pending.p, e->pending.n) < 0 || put_tail(e, &body) < 0 ||
                   frame(out, body.p, body.n) < 0;
         buf_free(&body);
-        if (bad) goto done;
+        if (bad) return -1;
         e->pending.n = 0;
     }
     for (Py_ssize_t i = 0; i < e->nrenamed; i++) {
-        if (reg_describe(e, e->renamed[i], out) < 0) goto done;
+        if (reg_describe(e, e->renamed[i], out) < 0) return -1;
     }
     for (Py_ssize_t i = 0; i < e->nrenamed; i++) track_unref(e->renamed[i]);
     e->nrenamed = 0;
-    for (Py_ssize_t i = 0; records && i < records->n; i++) {
-        Record *r = records->r[i];
-        Track *t = r->track;
-        if ((!t->described || (t->parent && !t->parent->described)) && reg_describe(e, t, out) < 0) goto done;
-        if (w_record(e, out, r) < 0) goto done;
-        rec_drop_bytes(r);
+    return 0;
+}
+/* A record SliceWindow.ready gives: taken, then written, as the encoder writes each as it comes. */
+static int w_taken(Enc *e, Buf *out, Record *r, int *begun) {
+    if (win_taken(e, r) < 0 || w_prelude(e, out, begun) < 0) return -1;
+    Track *t = r->track;
+    if ((!t->described || (t->parent && !t->parent->described)) && reg_describe(e, t, out) < 0) return -1;
+    if (w_record(e, out, r) < 0) return -1;
+    rec_drop_bytes(r);
+    return 0;
+}
+/* SliceWindow.ready (until keep remain) and the counter samples beyond held, written as they come:
+ * no list of them is built first. */
+static int enc_write(Enc *e, Buf *out, Py_ssize_t keep, Py_ssize_t held) {
+    int begun = 0;
+    if (keep < 0) keep = e->size;
+    while (e->fn > keep) {
+        Record *r = fifo_pop(e);
+        if (r->attached) { rec_unref(r); continue; }
+        if (r->nbefore) {
+            /* sorted(before, key=-end): stable, outermost first */
+            for (Py_ssize_t i = 1; i < r->nbefore; i++) {
+                Record *x = r->before[i];
+                Py_ssize_t j = i;
+                while (j > 0 && -r->before[j - 1]->end > -x->end) { r->before[j] = r->before[j - 1]; j--; }
+                r->before[j] = x;
+            }
+            for (Py_ssize_t i = 0; i < r->nbefore; i++) {
+                Record *outer = r->before[i];
+                if (!outer->written && w_taken(e, out, outer, &begun) < 0) { rec_unref(r); return -1; }
+            }
+            rec_clear_before(r);
+        }
+        int rc = w_taken(e, out, r, &begun);
+        rec_unref(r);
+        if (rc < 0) return -1;
     }
-    for (Py_ssize_t i = 0; i < nready; i++) {
-        Track *t = ready[i].track;
-        if (reg_describe(e, t, out) < 0) goto done;
-        Buf *b = &e->body;
-        b->n = 0;
-        if (put_type_track(b, TYPE_COUNTER, t) < 0 || buf_put(b, ready[i].s.value, ready[i].s.vn) < 0) goto done;
-        if (w_event(e, out, ready[i].ns, b->p, b->n) < 0) goto done;
+    for (Py_ssize_t i = 0; i < e->ncounters; i++) {
+        Counter *c = &e->counters[i];
+        while (c->n > held) {
+            Sample s = heap_pop(c);
+            Track *t = c->track;
+            if (w_prelude(e, out, &begun) < 0 || reg_describe(e, t, out) < 0) return -1;
+            Buf *b = &e->body;
+            b->n = 0;
+            if (put_type_track(b, TYPE_COUNTER, t) < 0 || buf_put(b, s.value, s.vn) < 0) return -1;
+            if (w_event(e, out, s.ns, b->p, b->n) < 0) return -1;
+        }
     }
-    rc = 0;
-done:
-    reclist_free_v(records);
-    PyMem_Free(ready);
-    return rc;
+    return 0;
 }
 static void interner_reset(Enc *e) {
     map_clear(&e->names); map_clear(&e->categories); map_clear(&e->keys); map_clear(&e->strings);
@@ -3072,6 +3136,7 @@ static void Enc_dealloc(Enc *e) {
     PyMem_Free(e->renamed);
     track_unref(e->global);
     buf_free(&e->pending); buf_free(&e->key); buf_free(&e->key2); buf_free(&e->body); buf_free(&e->text); buf_free(&e->ids); buf_free(&e->tidkey);
+    buf_free(&e->wdesc);
     arena_free(&e->arena);
     PyMem_Free(e->ev.args);
     Py_TYPE(e)->tp_free((PyObject *)e);
@@ -3082,7 +3147,7 @@ static void Enc_dealloc(Enc *e) {
 static PyObject *Enc_encode(Enc *e, PyObject *arg) {
     Py_buffer view;
     if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0) return NULL;
-    Parser ps = {view.buf, (const char *)view.buf + view.len, &e->arena, 0};
+    Parser ps = {view.buf, (const char *)view.buf + view.len, &e->arena, 0, 0};
     long long count = 0;
     int failed = 0;
     skip_ws(&ps);
@@ -3156,17 +3221,25 @@ static PyObject *Enc_encode_lines(Enc *e, PyObject *args) {
     char last_text[64];
     if (!unresolved) goto done;
     for (const char *line = data; line < stop; index++) {
-        const char *nl = memchr(line, '\n', stop - line);
-        const char *eol = nl ? nl : stop;
         lines++;
-        if ((size_t)(eol - line) >= marker_n && memcmp(line, MARKER_PREFIX, marker_n) == 0) {
-            line = eol + 1;
+        /* (the marker's text holds no newline: matching it, the line is at least that long) */
+        if ((size_t)(stop - line) >= marker_n && memcmp(line, MARKER_PREFIX, marker_n) == 0) {
+            const char *nl = memchr(line, '\n', stop - line);
+            line = nl ? nl + 1 : stop;
             continue;
         }
-        Parser ps = {line, eol, &e->arena, 0};
+        /* parsed to the block's end: the line ends where its event does (see ws_slow) */
+        Parser ps = {line, stop, &e->arena, 0, 1};
         int is_object = 0;
         int r = parse_event(&ps, &e->ev, &is_object);
-        if (r == 0) { skip_ws(&ps); if (ps.p != eol) r = P_ERR; }
+        const char *eol = stop;
+        if (r == 0) {
+            if (ps.p < stop && *ps.p != '\n') {  /* (white space before the newline: rare) */
+                skip_ws(&ps);
+                if (ps.p < stop && *ps.p != '\n') r = P_ERR;
+            }
+            eol = ps.p;
+        }
         if (r) { parse_failed(r, "a line that is not one JSON value (the fast path reports it)"); goto done; }
         if (!is_object) { unsupported("a line that is not a JSON object (the fast path reports it)"); goto done; }
         Val *pid = &e->ev.f[K_PID];
