@@ -17,6 +17,8 @@ found, for tests to compare with the Chrome JSON of the same input.
 
 from __future__ import annotations
 
+import bisect
+
 import dataclasses
 from collections import defaultdict
 from typing import Any
@@ -259,12 +261,29 @@ def same_slices(trace: Trace, events: list[dict[str, Any]], tolerance_ns: int = 
 
     An epoch timestamp in Chrome JSON is a double of microseconds, a quarter of a
     microsecond coarse: a slice the converter nudged (by at most two of those
-    steps) to nest where its writer placed it is still the same slice.
+    steps) to nest where its writer placed it is still the same slice. Each Chrome
+    slice is matched to an unmatched native one of its name within the tolerance,
+    not to the one at its place in sorted order: two slices of one name that start
+    within a microsecond may sort either way once one of them was nudged.
     """
     native, chrome = native_slices(trace), chrome_slices(events)
-    return len(native) == len(chrome) and all(
-        a[0] == b[0] and abs(a[1] - b[1]) <= tolerance_ns and abs(a[2] - b[2]) <= tolerance_ns
-        for a, b in zip(native, chrome))
+    if len(native) != len(chrome):
+        return False
+    by_name: dict[str, list[tuple[int, int]]] = {}
+    for name, start, dur in native:
+        by_name.setdefault(name, []).append((start, dur))
+    used: set[tuple[str, int]] = set()
+    for name, start, dur in chrome:
+        candidates = by_name.get(name, [])
+        i = bisect.bisect_left(candidates, (start - tolerance_ns, -1))
+        while i < len(candidates) and candidates[i][0] <= start + tolerance_ns:
+            if (name, i) not in used and abs(candidates[i][1] - dur) <= tolerance_ns:
+                used.add((name, i))
+                break
+            i += 1
+        else:
+            return False
+    return True
 
 
 def native_flows(trace: Trace) -> set[tuple[str, str]]:
