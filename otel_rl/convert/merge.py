@@ -230,7 +230,7 @@ class Merger:
         # block of whole lines goes to it as read, not joined to the next up to a marker.
         direct = self._compiled()
         with open_input(path, self.limits) as f:
-            for kind, payload in line_blocks(f, self.limits.max_line_bytes):
+            for kind, payload in line_blocks(f, self.limits.max_line_bytes, views=direct):
                 if kind == BLOCK and direct:
                     self._submit(path, payload, lines_done, mapping, len(payload))
                 elif kind == BLOCK:

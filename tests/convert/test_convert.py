@@ -19,6 +19,8 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 from otel_rl._internal import keys
 from otel_rl._internal.encode.chrome_trace import BATCH_MARKER
 from otel_rl._internal.export.file_exporter import ChromeTraceFileExporter, InPlaceBatchProcessor
+from otel_rl._internal.read.lines import BLOCK, LONG, TAIL, line_blocks
+from otel_rl._internal.read.source import open_input
 from otel_rl.convert import ConvertStats, InputLimits, convert, iter_chrome_json_events, main
 
 T0_US = 1_700_000_000_000_000
@@ -443,6 +445,21 @@ def test_a_line_longer_than_the_bound_is_skipped_with_its_line_number(tmp_path, 
     assert main([str(path), "-o", str(out), "--max-line-mb", "1", "--strict"]) == 1
     assert main([str(path), "-o", str(out), "--max-line-mb", "4"]) == 0
     assert [e["name"] for e in events_of(out, "X")] == ["a", "long", "c"]
+
+
+@pytest.mark.parametrize("read_size", [7, 64, 4096])
+def test_blocks_read_as_views_hold_the_same_lines_skips_and_tail(tmp_path, read_size):
+    path = tmp_path / "lines.jsonl"
+    path.write_bytes(b"one\n" + b"x" * 300 + b"\ntwo\nthree and more\n\nfour\n" + b"y" * 40 + b"\nfive")
+
+    def read(views: bool) -> tuple[bytes, list]:
+        with open_input(str(path)) as f:
+            items = list(line_blocks(f, 100, read_size, views=views))
+        lines = b"".join(bytes(payload) for kind, payload in items if kind == BLOCK)
+        return lines, [(kind, payload) for kind, payload in items if kind != BLOCK]
+
+    assert read(views=True) == read(views=False) == (b"one\ntwo\nthree and more\n\nfour\n" + b"y" * 40 + b"\n",
+                                                     [(LONG, 300), (TAIL, b"five")])
 
 
 def test_a_long_first_line_does_not_hide_the_lines_after_it(tmp_path):

@@ -17,7 +17,7 @@ BLOCK, LONG, TAIL = 0, 1, 2
 HEAD_READ = 1 << 16
 
 
-def line_blocks(f: InputFile, max_line: int, read_size: int = 0) -> Iterator[tuple[int, Any]]:
+def line_blocks(f: InputFile, max_line: int, read_size: int = 0, views: bool = False) -> Iterator[tuple[int, Any]]:
     """Splits a stream into blocks of whole lines without ever holding a line over ``max_line``.
 
     Yields ``(BLOCK, bytes)`` for consecutive whole lines, each ending with a
@@ -26,6 +26,9 @@ def line_blocks(f: InputFile, max_line: int, read_size: int = 0) -> Iterator[tup
     line without a newline. A stream cut short at the decompression bound
     yields no tail: the line was cut by the reader, not by a writer.
     ``read_size`` bounds each read (and so each block); 0 reads :data:`CHUNK` bytes at a time.
+    With ``views`` a block may be a ``memoryview`` of the read rather than a copy of its
+    whole lines (for a reader that takes any buffer), a line begun in an earlier read
+    then coming as a block of its own.
     """
     # Reads no larger than the bound: every line inside one read is within it,
     # only a line that spans reads needs its length checked.
@@ -59,10 +62,17 @@ def line_blocks(f: InputFile, max_line: int, read_size: int = 0) -> Iterator[tup
             head_len = 0
             skipping = False
         last = chunk.rfind(b"\n")
-        if prefix:
+        if prefix and not views:
             yield BLOCK, b"".join((prefix, memoryview(chunk)[:last + 1]))
-        elif last >= start:
-            yield BLOCK, chunk[start:last + 1] if start or last + 1 < len(chunk) else chunk
+        else:
+            if prefix:
+                yield BLOCK, b"".join((prefix, memoryview(chunk)[:nl + 1]))
+                start = nl + 1
+            if last >= start:
+                if views:
+                    yield BLOCK, memoryview(chunk)[start:last + 1]
+                else:
+                    yield BLOCK, chunk[start:last + 1] if start or last + 1 < len(chunk) else chunk
         rest = len(chunk) - last - 1
         if rest:
             head = [chunk[last + 1:]]
