@@ -41,10 +41,17 @@ import json, resource, sys
 from otel_rl.convert import convert
 def cpu():
     return sum(r.ru_utime + r.ru_stime for r in map(resource.getrusage, (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)))
+def peak_mb():
+    # VmHWM is this program's own peak; ru_maxrss also keeps the forking parent's from before exec.
+    try:
+        with open("/proc/self/status") as status:
+            return next(int(l.split()[1]) for l in status if l.startswith("VmHWM:")) / 1024
+    except (OSError, StopIteration):
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 before = cpu()
 stats = convert([sys.argv[1]], sys.argv[2], fmt=sys.argv[3], workers=int(sys.argv[4]))
 print(json.dumps({"events": stats.events, "seconds": stats.seconds, "cpu_s": cpu() - before,
-                  "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+                  "rss_mb": peak_mb()}))
 """
 
 
