@@ -1452,6 +1452,7 @@ typedef struct Record {
     Track *track;
     char *body; Py_ssize_t body_n;
     char *parent_part; Py_ssize_t parent_part_n;
+    int inline_bytes;  /* body and parent_part lie in the record's own allocation (a slice's) */
     Str *span, *parent;
     Flow flow_out, flow_in;
     struct Record **before; Py_ssize_t nbefore, before_cap;
@@ -1460,8 +1461,9 @@ typedef struct Record {
 static Record *rec_ref(Record *r) { if (r) r->rc++; return r; }
 static void rec_unref(Record *r);
 static void rec_drop_bytes(Record *r) {
-    PyMem_Free(r->body); r->body = NULL; r->body_n = 0;
-    PyMem_Free(r->parent_part); r->parent_part = NULL; r->parent_part_n = 0;
+    if (!r->inline_bytes) { PyMem_Free(r->body); PyMem_Free(r->parent_part); }
+    r->body = NULL; r->body_n = 0;
+    r->parent_part = NULL; r->parent_part_n = 0;
 }
 static void rec_clear_before(Record *r) {
     for (Py_ssize_t i = 0; i < r->nbefore; i++) rec_unref(r->before[i]);
@@ -2241,6 +2243,7 @@ static Record *fifo_pop(Enc *e) {
     e->fn--;
     return r;
 }
+#define STARTS_KEY_N 18  /* key_start's key: two ints of key_val's, a tag byte and 8 bytes each */
 static int key_start(Buf *k, uint64_t uuid, int64_t start) {
     k->n = 0;
     if (key_int(k, (int64_t)uuid) < 0) return -1;
@@ -2293,14 +2296,18 @@ static int win_join_parent(Enc *e, Record *r, Str *parent) {
     if (children->n < 4096 && reclist_add(&children, r) < 0) return -1;
     return 0;
 }
-/* known: the caller looked (track uuid, start) up already, found first, and nothing changed since */
-static int win_add_slice(Enc *e, Record *r, int known, Record *first) {
+/* known: the caller looked (track uuid, start) up already, under the key sk (its hash sh), found
+ * first, and nothing changed since: the key is neither rebuilt nor hashed again */
+static int win_add_slice(Enc *e, Record *r, int known, Record *first, const char *sk, size_t skn, uint64_t sh) {
     Buf *k = &e->key;
-    if (key_start(k, r->track->uuid, r->start) < 0) return -1;
-    if (!known) first = map_get(&e->starts, k);
+    if (!known) {
+        if (key_start(k, r->track->uuid, r->start) < 0) return -1;
+        sk = k->p; skn = (size_t)k->n; sh = hash_bytes(sk, skn);
+        first = map_get_h(&e->starts, sk, skn, sh);
+    }
     if (!first) {
         if (e->starts.n >= MAX_STARTS) map_clear(&e->starts);
-        if (map_set(&e->starts, k, rec_ref(r)) < 0) return -1;
+        if (map_set_h(&e->starts, sk, skn, sh, rec_ref(r)) < 0) return -1;
     } else if (r->end > first->end && !first->written) {
         if (first->nbefore == first->before_cap) {
             Py_ssize_t cap = first->before_cap ? first->before_cap * 2 : 2;
@@ -2556,8 +2563,11 @@ static int h_slice(Enc *e, Event *ev) {
     int rc = -1;
     Track *track;
     Str *span = NULL, *parent = NULL;
-    Buf *ids = &e->ids, body = {0}, ppart = {0};  /* ids: scratch, emptied here, copied into body */
-    ids->n = 0;
+    /* ids: scratch, emptied here, copied into body. body: scratch too (the record gets a copy, in
+     * its own allocation, so no buffer is grown from nothing per slice), parent_part after it. */
+    Buf *ids = &e->ids, *bodyp = &e->body;
+    ids->n = 0; bodyp->n = 0;
+    Py_ssize_t body_n = 0;
     Member extra[2];
     Py_ssize_t nextra = 0;
     int has_args = f[K_ARGS].k == V_OBJ && ev->nargs > 0;
@@ -2599,7 +2609,10 @@ static int h_slice(Enc *e, Event *ev) {
     int64_t ps = start, pe = end;
     /* win_tied, and win_conflicts on this track below: one lookup (taking changes no starts) */
     if (key_start(&e->key, track->uuid, start) < 0) goto done;
-    Record *first = map_get(&e->starts, &e->key);
+    char skey[STARTS_KEY_N];  /* kept for win_add_slice: e->key is scratch that the calls between reuse */
+    memcpy(skey, e->key.p, STARTS_KEY_N);
+    uint64_t sh = hash_bytes(skey, STARTS_KEY_N);
+    Record *first = map_get_h(&e->starts, skey, STARTS_KEY_N, sh);
     Track *first_track = track;  /* whose (uuid, start) first was looked up under */
     int tied = first != NULL;
     r = tied ? 0 : track_take(e, track, start, end, 0, span, &ps, &pe, 0);
@@ -2618,23 +2631,29 @@ static int h_slice(Enc *e, Event *ev) {
         }
     }
     if (is_complex(&f[K_NAME])) { rc = 0; goto done; }
-    if (name_field(e, &body, &f[K_NAME]) < 0) goto done;
+    if (name_field(e, bodyp, &f[K_NAME]) < 0) goto done;
     if (f[K_CAT].k != V_ABSENT && f[K_CAT].k != V_NULL) {
         if (is_complex(&f[K_CAT])) { rc = 0; goto done; }
-        if (category_field(e, &body, &f[K_CAT]) < 0) goto done;
+        if (category_field(e, bodyp, &f[K_CAT]) < 0) goto done;
     }
     if (has_args) {
-        if (encode_args(e, &body, pid, ev->args, ev->nargs, extra, nextra) < 0) goto done;
-        if (buf_put(&body, ids->p, ids->n) < 0) goto done;
+        if (encode_args(e, bodyp, pid, ev->args, ev->nargs, extra, nextra) < 0) goto done;
+        if (buf_put(bodyp, ids->p, ids->n) < 0) goto done;
     }
-    if (parent && span_annotation(e, &ppart, "parent_span_id", 14, parent) < 0) goto done;
-    Record *rec = PyMem_Calloc(1, sizeof(Record));
+    body_n = bodyp->n;
+    if (parent && span_annotation(e, bodyp, "parent_span_id", 14, parent) < 0) goto done;
+    Record *rec = PyMem_Malloc(sizeof(Record) + (size_t)bodyp->n);
     if (!rec) { PyErr_NoMemory(); goto done; }
+    memset(rec, 0, sizeof(Record));
     rec->rc = 1; rec->kind = R_SLICE; rec->start = ps; rec->end = pe; rec->track = track_ref(track);
-    rec->body = body.p; rec->body_n = body.n; body.p = NULL; body.n = body.cap = 0;
-    rec->parent_part = ppart.p; rec->parent_part_n = ppart.n; ppart.p = NULL; ppart.n = ppart.cap = 0;
+    rec->inline_bytes = 1;
+    rec->body = (char *)(rec + 1); rec->body_n = body_n;
+    rec->parent_part = rec->body + body_n; rec->parent_part_n = bodyp->n - body_n;
+    if (bodyp->n) memcpy(rec->body, bodyp->p, (size_t)bodyp->n);
     rec->span = span; rec->parent = parent; span = parent = NULL;
-    if (win_add_slice(e, rec, rec->track == first_track && ps == start, first) < 0) { rec_unref(rec); goto done; }
+    if (win_add_slice(e, rec, rec->track == first_track && ps == start, first, skey, STARTS_KEY_N, sh) < 0) {
+        rec_unref(rec); goto done;
+    }
     if (map_set_h(&e->last, tk->p, (size_t)tk->n, th, rec) < 0) goto done;
     if (e->last.n > 16384) map_clear(&e->last);
     rc = 1;
@@ -2642,7 +2661,6 @@ done:
     e->hot_span = e->hot_parent = NULL;
     PyMem_Free(tid_kept);
     str_unref(span); str_unref(parent);
-    buf_free(&body); buf_free(&ppart);
     return rc;
 }
 static int no_complex_ids(const Val *pid, const Val *tid) {
