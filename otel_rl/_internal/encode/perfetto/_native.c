@@ -267,15 +267,28 @@ static int map_reserve(Map *m, size_t n) {
 }
 /* Stores v under key k (hash h; the old value is freed); takes the reference v holds. */
 static int map_set_h(Map *m, const char *k, size_t n, uint64_t h, void *v) {
-    uint64_t *s = map_slot(m, k, n, h);
-    if (s) {
-        Entry *en = &m->en[(uint32_t)*s - 1];
-        if (m->fv && en->v && en->v != v) m->fv(en->v);
-        en->v = v;
-        return 0;
+    /* One probe: it finds the key, or stops at the empty slot a new entry then takes (the slot
+     * ix_place would find, as nothing moves in between unless the index is resized). */
+    uint64_t tag = IX_TAG(h);
+    size_t i = 0;
+    if (m->cap) {
+        size_t mask = m->cap - 1;
+        for (i = h & mask;; i = (i + 1) & mask) {
+            uint64_t x = m->ix[i];
+            if (!x) break;
+            if ((x & 0xFFFFFFFF00000000ULL) == tag) {
+                Entry *en = &m->en[(uint32_t)x - 1];
+                if (en->h == h && en->kn == n && bytes_eq(ENTRY_KEY(en), k, n)) {
+                    if (m->fv && en->v && en->v != v) m->fv(en->v);
+                    en->v = v;
+                    return 0;
+                }
+            }
+        }
     }
     /* at most half full: slots are small, and a miss then probes ~2.5 slots, not ~8.5 */
-    if ((m->n + 1) * 2 > m->cap && map_resize(m, m->cap ? m->cap * 2 : 16) < 0) goto fail;
+    int resized = (m->n + 1) * 2 > m->cap;
+    if (resized && map_resize(m, m->cap ? m->cap * 2 : 16) < 0) goto fail;
     if (m->n == m->ecap) {
         size_t ecap = m->ecap ? m->ecap * 2 : 8;
         Entry *en = PyMem_Realloc(m->en, ecap * sizeof(Entry));
@@ -291,7 +304,8 @@ static int map_set_h(Map *m, const char *k, size_t n, uint64_t h, void *v) {
         copy_bytes(en->k.in, k, n);
     }
     en->h = h; en->kn = (uint32_t)n; en->v = v;
-    ix_place(m, h, m->n);
+    if (resized) ix_place(m, h, m->n);
+    else m->ix[i] = tag | (uint64_t)(m->n + 1);
     m->n++;
     return 0;
 fail:
