@@ -1523,7 +1523,7 @@ static Kept *kept_new(const Val *v) {
  * and two of its bytes); most members repeat their last value under the same name, so a comparison
  * with that entry's key often spares the hash and the probe. It is only a hint: an entry is used
  * when its key is the member's text, and the map holds one entry a key, the one a lookup finds. */
-#define RAW_MEMO 64
+#define RAW_MEMO 256  /* (64 slots let the names of one trace's args evict each other's hints) */
 typedef struct { Map m, raw; int elide; Buf rank, role; uint32_t memo[RAW_MEMO]; } Cache;
 static void cache_free_v(void *p) {
     Cache *c = p;
@@ -1539,12 +1539,15 @@ typedef struct { int64_t ns, order; char value[12]; int vn; } Sample;
 typedef struct { Track *track; Sample *h; Py_ssize_t n, cap; } Counter;
 
 /* ===== the encoder's state ================================================================== */
+/* Hint slots per interning table: 64, not 16, as the names, categories and values of a trace's
+ * slices are a few dozen texts, and with 16 slots they evicted each other's hints. */
+#define INTERN_MEMO 64
 struct Enc {
     PyObject_HEAD
     uint64_t sequence_id, salt;
     int ann_kept;  /* whether the last annotate wrote bytes its cache holds */
     int64_t span_iid[2];  /* the iids of "span_id" and "parent_span_id" once interned, else 0 */
-    uint32_t intern_memo[4][16];  /* per table: hints of entries by text (see intern_val) */
+    uint32_t intern_memo[4][INTERN_MEMO];  /* per table: hints of entries by text (see intern_val) */
     /* PacketWriter */
     int has_base; int64_t base;
     /* TrackRegistry */
@@ -1958,7 +1961,7 @@ static int64_t intern_entry(Enc *e, int table, const char *text, Py_ssize_t n) {
 static ALWAYS_INLINE uint32_t *intern_hint(Enc *e, int index, const Val *v) {
     if (v->k != V_STR || !v->n) return NULL;
     size_t j = (size_t)v->n * 7 + (unsigned char)v->s[v->n - 1] * 3 + (unsigned char)v->s[v->n / 2];
-    return &e->intern_memo[index][j & 15];
+    return &e->intern_memo[index][j & (INTERN_MEMO - 1)];
 }
 static int64_t intern_val(Enc *e, Map *table, int index, const Val *v) {
     uint32_t *hint = intern_hint(e, index, v);
