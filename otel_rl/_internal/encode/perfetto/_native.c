@@ -421,8 +421,9 @@ static void arena_free(Arena *a) { arena_reset(a); PyMem_Free(a->head); a->head 
 /* The keys of an event the encoder reads. */
 enum { K_PH, K_NAME, K_CAT, K_TS, K_DUR, K_PID, K_TID, K_ARGS, K_S, K_ID, K_ID2, K_BIND_ID,
        K_START_NS, K_END_NS, K_COUNT };
-/* raw: the member's JSON text, from its key's opening quote to the end of its value. */
-typedef struct { Val key, val; const char *raw; Py_ssize_t rawn; } Member;
+/* raw: the member's JSON text, from its key's opening quote to the end of its value. slot: a mix
+ * of the key's length and last bytes, made as the key is read (encode_args' raw-cache hint slot). */
+typedef struct { Val key, val; const char *raw; Py_ssize_t rawn; uint32_t slot; } Member;
 typedef struct {
     Val f[K_COUNT];
     Member *args; Py_ssize_t nargs, args_cap;  /* args, when it is a dict */
@@ -995,7 +996,9 @@ static ALWAYS_INLINE const char *args_at(Parser *ps, const char *p, const char *
         if (LIKELY(kn >= 4)) memcpy(&t, ks + kn - 4, 4);
         else t = ks[0] | (uint32_t)ks[kn >> 1] << 8 | (uint32_t)ks[kn - 1] << 16;  /* (an empty key: its quotes, as it
                                                                                  * is never one decoded from escapes) */
-        uint64_t bit = 1ULL << (((t ^ (uint64_t)kn << 32) * 0x9E3779B97F4A7C15ULL) >> 58);
+        uint64_t mix = (t ^ (uint64_t)kn << 32) * 0x9E3779B97F4A7C15ULL;
+        uint64_t bit = 1ULL << (mix >> 58);
+        m->slot = (uint32_t)(mix >> 48);
         if (UNLIKELY(seen & bit)) {  /* perhaps a repeated key: only then are the keys compared */
             for (Py_ssize_t j = 0; j < nargs; j++)
                 if (val_bytes_eq(&ev->args[j].key, &m->key)) { *err = P_UNSUP; return NULL; }
@@ -1519,9 +1522,9 @@ static Kept *kept_new(const Val *v) {
 /* One annotation cache (interning.Annotations) of one process; raw, in front of it, holds the
  * bytes of members whose (name, value) m holds, by their JSON text (no key to build), and is
  * emptied whenever m is, so a member found there is one m would give the same bytes for. */
-/* memo[j]: the raw entry (its number + 1) last found for a member whose name falls in j (its length
- * and two of its bytes); most members repeat their last value under the same name, so a comparison
- * with that entry's key often spares the hash and the probe. It is only a hint: an entry is used
+/* memo[j]: the raw entry (its number + 1) last found for a member whose name falls in j (Member.slot:
+ * its key's length and last bytes, mixed); most members repeat their last value under the same
+ * name, so a comparison with that entry's key often spares the hash and the probe. It is only a hint: an entry is used
  * when its key is the member's text, and the map holds one entry a key, the one a lookup finds. */
 #define RAW_MEMO 256  /* (64 slots let the names of one trace's args evict each other's hints) */
 typedef struct { Map m, raw; int elide; Buf rank, role; uint32_t memo[RAW_MEMO]; } Cache;
@@ -2200,13 +2203,8 @@ static int encode_args(Enc *e, Buf *b, const Val *pid, const Member *args, Py_ss
         const char *raw = args[i].raw;
         size_t rawn = (size_t)args[i].rawn;
         Bytes *hit = NULL;
-        const Val *name = &args[i].key;
-        uint32_t *memo = NULL;
-        if (name->n) {
-            size_t j = (size_t)name->n * 7 + (unsigned char)name->s[name->n - 1] * 3 + (unsigned char)name->s[name->n / 2];
-            memo = &c->memo[j & (RAW_MEMO - 1)];
-        }
-        if (memo && *memo && *memo <= c->raw.n) {
+        uint32_t *memo = &c->memo[args[i].slot & (RAW_MEMO - 1)];
+        if (*memo && *memo <= c->raw.n) {
             const Entry *en = &c->raw.en[*memo - 1];
             if (en->kn == rawn && bytes_eq(ENTRY_KEY(en), raw, rawn)) hit = en->v;
         }
@@ -2216,7 +2214,7 @@ static int encode_args(Enc *e, Buf *b, const Val *pid, const Member *args, Py_ss
             uint64_t *slot = map_slot(&c->raw, raw, rawn, rh);
             if (slot) {
                 hit = c->raw.en[(uint32_t)*slot - 1].v;
-                if (memo) *memo = (uint32_t)*slot;
+                *memo = (uint32_t)*slot;
             }
         }
         if (hit) {
@@ -2231,7 +2229,7 @@ static int encode_args(Enc *e, Buf *b, const Val *pid, const Member *args, Py_ss
             if (c->raw.n >= 16384) map_clear(&c->raw);
             Bytes *kept = bytes_new(b->p + start, b->n - start);
             if (!kept || map_set_h(&c->raw, raw, rawn, rh, kept) < 0) return -1;
-            if (memo) *memo = (uint32_t)c->raw.n;  /* the entry just added is the last */
+            *memo = (uint32_t)c->raw.n;  /* the entry just added is the last */
         }
     }
     for (Py_ssize_t i = 0; i < nextra; i++)
