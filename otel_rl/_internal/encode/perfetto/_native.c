@@ -1545,6 +1545,7 @@ typedef struct { Track *track; Sample *h; Py_ssize_t n, cap; } Counter;
 /* Hint slots per interning table: 64, not 16, as the names, categories and values of a trace's
  * slices are a few dozen texts, and with 16 slots they evicted each other's hints. */
 #define INTERN_MEMO 64
+#define LAST_HINTS 16
 struct Enc {
     PyObject_HEAD
     uint64_t sequence_id, salt;
@@ -1569,6 +1570,7 @@ struct Enc {
     /* PerfettoEncoder */
     Counter *counters; Py_ssize_t ncounters, counters_cap; int64_t counter_order;
     Map last, async_, own, lanes, first_lanes, elided;
+    uint32_t last_hint[LAST_HINTS];  /* h_slice's hints of last's entries (see there) */
     TwoGen parents;
     /* own_track's last answer, for plain int pid/tid/id (see own_track); t NULL: none */
     struct { Track *t; int tk, id_null; int64_t pid, tid, id; } own_memo;
@@ -2669,7 +2671,23 @@ static int h_slice(Enc *e, Event *ev) {
     if (win_add_slice(e, rec, rec->track == first_track && ps == start, first, skey, STARTS_KEY_N, sh) < 0) {
         rec_unref(rec); goto done;
     }
-    if (map_set_h(&e->last, tk->p, (size_t)tk->n, th, rec) < 0) goto done;
+    /* last[(pid, tid)] = rec, through a hint of the entry (its number + 1) by the key's hash: the
+     * slices of a thread mostly come in runs, so the entry is mostly the one stored before */
+    uint32_t *lh = &e->last_hint[th & (LAST_HINTS - 1)];
+    Entry *held = *lh && *lh <= e->last.n ? &e->last.en[*lh - 1] : NULL;
+    if (held && held->h == th && held->kn == (size_t)tk->n && bytes_eq(ENTRY_KEY(held), tk->p, (size_t)tk->n)) {
+        if (held->v && held->v != rec) rec_unref(held->v);  /* as map_set_h frees the old value */
+        held->v = rec;
+    } else {
+        size_t before = e->last.n;
+        if (map_set_h(&e->last, tk->p, (size_t)tk->n, th, rec) < 0) goto done;
+        if (e->last.n > before) {
+            *lh = (uint32_t)e->last.n;  /* a new entry: the last */
+        } else {
+            uint64_t *slot = map_slot(&e->last, tk->p, (size_t)tk->n, th);
+            *lh = slot ? (uint32_t)*slot : 0;
+        }
+    }
     if (e->last.n > 16384) map_clear(&e->last);
     rc = 1;
 done:
