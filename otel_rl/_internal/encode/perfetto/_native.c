@@ -156,7 +156,8 @@ static ALWAYS_INLINE int bytes_eq(const char *a, const char *b, size_t n) {
  * and that key's hash, made once: the window and the ancestry look span ids up many times. */
 typedef struct { Py_ssize_t rc, n; uint64_t h; size_t kn; int ascii; char *s; char key[]; } Str;
 #define STR_KEY_HEAD 5
-static Str *str_new(const char *s, Py_ssize_t n) {
+/* ascii: 1 or 0 when the caller knows whether every byte is ASCII, -1 to find out here */
+static Str *str_new_a(const char *s, Py_ssize_t n, int ascii) {
     Str *x = PyMem_Malloc(sizeof(Str) + STR_KEY_HEAD + n + 1);
     if (!x) { PyErr_NoMemory(); return NULL; }
     uint32_t n32 = (uint32_t)n;
@@ -165,6 +166,7 @@ static Str *str_new(const char *s, Py_ssize_t n) {
     x->s = x->key + STR_KEY_HEAD;
     copy_bytes(x->s, s, (size_t)n); x->s[n] = 0;
     x->h = hash_bytes(x->key, x->kn);
+    if (ascii >= 0) { x->ascii = ascii; return x; }
     uint64_t high = 0;  /* whether every byte is ASCII, eight at a time */
     Py_ssize_t i = 0;
     for (; i + 8 <= n; i += 8) { uint64_t w; memcpy(&w, s + i, 8); high |= w; }
@@ -172,6 +174,7 @@ static Str *str_new(const char *s, Py_ssize_t n) {
     x->ascii = (high & 0x8080808080808080ULL) == 0;
     return x;
 }
+static Str *str_new(const char *s, Py_ssize_t n) { return str_new_a(s, n, -1); }
 static Str *str_ref(Str *x) { if (x) x->rc++; return x; }
 static void str_unref(Str *x) { if (x && --x->rc == 0) PyMem_Free(x); }
 static int str_eq(const Str *a, const Str *b) {
@@ -2540,7 +2543,9 @@ static int64_t slack_of(const Val *ts) {  /* encoder._slack */
     double ulp = nextafter(a, INFINITY) - a;
     return (int64_t)(ulp * 2000);
 }
-static Str *str_of(const Val *v) { return str_new(v->s, v->n); }
+/* A string value's Str: its ascii flag is the parser's, which is exact (set for a text whose
+ * bytes, escapes decoded, are all ASCII), so the bytes are not scanned again. */
+static Str *str_of(const Val *v) { return str_new_a(v->s, v->n, v->ascii != 0); }
 
 /* encoder._slice: 1 written, 0 left out, -1 error. */
 static int h_slice(Enc *e, Event *ev) {
