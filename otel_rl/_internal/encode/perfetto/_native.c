@@ -156,7 +156,8 @@ static ALWAYS_INLINE int bytes_eq(const char *a, const char *b, size_t n) {
  * and that key's hash, made once: the window and the ancestry look span ids up many times. */
 typedef struct { Py_ssize_t rc, n; uint64_t h; size_t kn; int ascii; char *s; char key[]; } Str;
 #define STR_KEY_HEAD 5
-static Str *str_new(const char *s, Py_ssize_t n) {
+/* ascii: 1 or 0 when the caller knows whether every byte is ASCII, -1 to find out here */
+static Str *str_new_a(const char *s, Py_ssize_t n, int ascii) {
     Str *x = PyMem_Malloc(sizeof(Str) + STR_KEY_HEAD + n + 1);
     if (!x) { PyErr_NoMemory(); return NULL; }
     uint32_t n32 = (uint32_t)n;
@@ -165,6 +166,7 @@ static Str *str_new(const char *s, Py_ssize_t n) {
     x->s = x->key + STR_KEY_HEAD;
     copy_bytes(x->s, s, (size_t)n); x->s[n] = 0;
     x->h = hash_bytes(x->key, x->kn);
+    if (ascii >= 0) { x->ascii = ascii; return x; }
     uint64_t high = 0;  /* whether every byte is ASCII, eight at a time */
     Py_ssize_t i = 0;
     for (; i + 8 <= n; i += 8) { uint64_t w; memcpy(&w, s + i, 8); high |= w; }
@@ -172,6 +174,7 @@ static Str *str_new(const char *s, Py_ssize_t n) {
     x->ascii = (high & 0x8080808080808080ULL) == 0;
     return x;
 }
+static Str *str_new(const char *s, Py_ssize_t n) { return str_new_a(s, n, -1); }
 static Str *str_ref(Str *x) { if (x) x->rc++; return x; }
 static void str_unref(Str *x) { if (x && --x->rc == 0) PyMem_Free(x); }
 static int str_eq(const Str *a, const Str *b) {
@@ -267,15 +270,28 @@ static int map_reserve(Map *m, size_t n) {
 }
 /* Stores v under key k (hash h; the old value is freed); takes the reference v holds. */
 static int map_set_h(Map *m, const char *k, size_t n, uint64_t h, void *v) {
-    uint64_t *s = map_slot(m, k, n, h);
-    if (s) {
-        Entry *en = &m->en[(uint32_t)*s - 1];
-        if (m->fv && en->v && en->v != v) m->fv(en->v);
-        en->v = v;
-        return 0;
+    /* One probe: it finds the key, or stops at the empty slot a new entry then takes (the slot
+     * ix_place would find, as nothing moves in between unless the index is resized). */
+    uint64_t tag = IX_TAG(h);
+    size_t i = 0;
+    if (m->cap) {
+        size_t mask = m->cap - 1;
+        for (i = h & mask;; i = (i + 1) & mask) {
+            uint64_t x = m->ix[i];
+            if (!x) break;
+            if ((x & 0xFFFFFFFF00000000ULL) == tag) {
+                Entry *en = &m->en[(uint32_t)x - 1];
+                if (en->h == h && en->kn == n && bytes_eq(ENTRY_KEY(en), k, n)) {
+                    if (m->fv && en->v && en->v != v) m->fv(en->v);
+                    en->v = v;
+                    return 0;
+                }
+            }
+        }
     }
     /* at most half full: slots are small, and a miss then probes ~2.5 slots, not ~8.5 */
-    if ((m->n + 1) * 2 > m->cap && map_resize(m, m->cap ? m->cap * 2 : 16) < 0) goto fail;
+    int resized = (m->n + 1) * 2 > m->cap;
+    if (resized && map_resize(m, m->cap ? m->cap * 2 : 16) < 0) goto fail;
     if (m->n == m->ecap) {
         size_t ecap = m->ecap ? m->ecap * 2 : 8;
         Entry *en = PyMem_Realloc(m->en, ecap * sizeof(Entry));
@@ -291,7 +307,8 @@ static int map_set_h(Map *m, const char *k, size_t n, uint64_t h, void *v) {
         copy_bytes(en->k.in, k, n);
     }
     en->h = h; en->kn = (uint32_t)n; en->v = v;
-    ix_place(m, h, m->n);
+    if (resized) ix_place(m, h, m->n);
+    else m->ix[i] = tag | (uint64_t)(m->n + 1);
     m->n++;
     return 0;
 fail:
@@ -407,8 +424,9 @@ static void arena_free(Arena *a) { arena_reset(a); PyMem_Free(a->head); a->head 
 /* The keys of an event the encoder reads. */
 enum { K_PH, K_NAME, K_CAT, K_TS, K_DUR, K_PID, K_TID, K_ARGS, K_S, K_ID, K_ID2, K_BIND_ID,
        K_START_NS, K_END_NS, K_COUNT };
-/* raw: the member's JSON text, from its key's opening quote to the end of its value. */
-typedef struct { Val key, val; const char *raw; Py_ssize_t rawn; } Member;
+/* raw: the member's JSON text, from its key's opening quote to the end of its value. slot: a mix
+ * of the key's length and last bytes, made as the key is read (encode_args' raw-cache hint slot). */
+typedef struct { Val key, val; const char *raw; Py_ssize_t rawn; uint32_t slot; } Member;
 typedef struct {
     Val f[K_COUNT];
     Member *args; Py_ssize_t nargs, args_cap;  /* args, when it is a dict */
@@ -981,7 +999,9 @@ static ALWAYS_INLINE const char *args_at(Parser *ps, const char *p, const char *
         if (LIKELY(kn >= 4)) memcpy(&t, ks + kn - 4, 4);
         else t = ks[0] | (uint32_t)ks[kn >> 1] << 8 | (uint32_t)ks[kn - 1] << 16;  /* (an empty key: its quotes, as it
                                                                                  * is never one decoded from escapes) */
-        uint64_t bit = 1ULL << (((t ^ (uint64_t)kn << 32) * 0x9E3779B97F4A7C15ULL) >> 58);
+        uint64_t mix = (t ^ (uint64_t)kn << 32) * 0x9E3779B97F4A7C15ULL;
+        uint64_t bit = 1ULL << (mix >> 58);
+        m->slot = (uint32_t)(mix >> 48);
         if (UNLIKELY(seen & bit)) {  /* perhaps a repeated key: only then are the keys compared */
             for (Py_ssize_t j = 0; j < nargs; j++)
                 if (val_bytes_eq(&ev->args[j].key, &m->key)) { *err = P_UNSUP; return NULL; }
@@ -1452,6 +1472,7 @@ typedef struct Record {
     Track *track;
     char *body; Py_ssize_t body_n;
     char *parent_part; Py_ssize_t parent_part_n;
+    int inline_bytes;  /* body and parent_part lie in the record's own allocation (a slice's) */
     Str *span, *parent;
     Flow flow_out, flow_in;
     struct Record **before; Py_ssize_t nbefore, before_cap;
@@ -1460,8 +1481,9 @@ typedef struct Record {
 static Record *rec_ref(Record *r) { if (r) r->rc++; return r; }
 static void rec_unref(Record *r);
 static void rec_drop_bytes(Record *r) {
-    PyMem_Free(r->body); r->body = NULL; r->body_n = 0;
-    PyMem_Free(r->parent_part); r->parent_part = NULL; r->parent_part_n = 0;
+    if (!r->inline_bytes) { PyMem_Free(r->body); PyMem_Free(r->parent_part); }
+    r->body = NULL; r->body_n = 0;
+    r->parent_part = NULL; r->parent_part_n = 0;
 }
 static void rec_clear_before(Record *r) {
     for (Py_ssize_t i = 0; i < r->nbefore; i++) rec_unref(r->before[i]);
@@ -1503,11 +1525,11 @@ static Kept *kept_new(const Val *v) {
 /* One annotation cache (interning.Annotations) of one process; raw, in front of it, holds the
  * bytes of members whose (name, value) m holds, by their JSON text (no key to build), and is
  * emptied whenever m is, so a member found there is one m would give the same bytes for. */
-/* memo[j]: the raw entry (its number + 1) last found for a member whose name falls in j (its length
- * and two of its bytes); most members repeat their last value under the same name, so a comparison
- * with that entry's key often spares the hash and the probe. It is only a hint: an entry is used
+/* memo[j]: the raw entry (its number + 1) last found for a member whose name falls in j (Member.slot:
+ * its key's length and last bytes, mixed); most members repeat their last value under the same
+ * name, so a comparison with that entry's key often spares the hash and the probe. It is only a hint: an entry is used
  * when its key is the member's text, and the map holds one entry a key, the one a lookup finds. */
-#define RAW_MEMO 64
+#define RAW_MEMO 256  /* (64 slots let the names of one trace's args evict each other's hints) */
 typedef struct { Map m, raw; int elide; Buf rank, role; uint32_t memo[RAW_MEMO]; } Cache;
 static void cache_free_v(void *p) {
     Cache *c = p;
@@ -1523,12 +1545,16 @@ typedef struct { int64_t ns, order; char value[12]; int vn; } Sample;
 typedef struct { Track *track; Sample *h; Py_ssize_t n, cap; } Counter;
 
 /* ===== the encoder's state ================================================================== */
+/* Hint slots per interning table: 64, not 16, as the names, categories and values of a trace's
+ * slices are a few dozen texts, and with 16 slots they evicted each other's hints. */
+#define INTERN_MEMO 64
+#define LAST_HINTS 16
 struct Enc {
     PyObject_HEAD
     uint64_t sequence_id, salt;
     int ann_kept;  /* whether the last annotate wrote bytes its cache holds */
     int64_t span_iid[2];  /* the iids of "span_id" and "parent_span_id" once interned, else 0 */
-    uint32_t intern_memo[4][16];  /* per table: hints of entries by text (see intern_val) */
+    uint32_t intern_memo[4][INTERN_MEMO];  /* per table: hints of entries by text (see intern_val) */
     /* PacketWriter */
     int has_base; int64_t base;
     /* TrackRegistry */
@@ -1547,6 +1573,7 @@ struct Enc {
     /* PerfettoEncoder */
     Counter *counters; Py_ssize_t ncounters, counters_cap; int64_t counter_order;
     Map last, async_, own, lanes, first_lanes, elided;
+    uint32_t last_hint[LAST_HINTS];  /* h_slice's hints of last's entries (see there) */
     TwoGen parents;
     /* own_track's last answer, for plain int pid/tid/id (see own_track); t NULL: none */
     struct { Track *t; int tk, id_null; int64_t pid, tid, id; } own_memo;
@@ -1942,7 +1969,7 @@ static int64_t intern_entry(Enc *e, int table, const char *text, Py_ssize_t n) {
 static ALWAYS_INLINE uint32_t *intern_hint(Enc *e, int index, const Val *v) {
     if (v->k != V_STR || !v->n) return NULL;
     size_t j = (size_t)v->n * 7 + (unsigned char)v->s[v->n - 1] * 3 + (unsigned char)v->s[v->n / 2];
-    return &e->intern_memo[index][j & 15];
+    return &e->intern_memo[index][j & (INTERN_MEMO - 1)];
 }
 static int64_t intern_val(Enc *e, Map *table, int index, const Val *v) {
     uint32_t *hint = intern_hint(e, index, v);
@@ -2181,13 +2208,8 @@ static int encode_args(Enc *e, Buf *b, const Val *pid, const Member *args, Py_ss
         const char *raw = args[i].raw;
         size_t rawn = (size_t)args[i].rawn;
         Bytes *hit = NULL;
-        const Val *name = &args[i].key;
-        uint32_t *memo = NULL;
-        if (name->n) {
-            size_t j = (size_t)name->n * 7 + (unsigned char)name->s[name->n - 1] * 3 + (unsigned char)name->s[name->n / 2];
-            memo = &c->memo[j & (RAW_MEMO - 1)];
-        }
-        if (memo && *memo && *memo <= c->raw.n) {
+        uint32_t *memo = &c->memo[args[i].slot & (RAW_MEMO - 1)];
+        if (*memo && *memo <= c->raw.n) {
             const Entry *en = &c->raw.en[*memo - 1];
             if (en->kn == rawn && bytes_eq(ENTRY_KEY(en), raw, rawn)) hit = en->v;
         }
@@ -2197,7 +2219,7 @@ static int encode_args(Enc *e, Buf *b, const Val *pid, const Member *args, Py_ss
             uint64_t *slot = map_slot(&c->raw, raw, rawn, rh);
             if (slot) {
                 hit = c->raw.en[(uint32_t)*slot - 1].v;
-                if (memo) *memo = (uint32_t)*slot;
+                *memo = (uint32_t)*slot;
             }
         }
         if (hit) {
@@ -2212,7 +2234,7 @@ static int encode_args(Enc *e, Buf *b, const Val *pid, const Member *args, Py_ss
             if (c->raw.n >= 16384) map_clear(&c->raw);
             Bytes *kept = bytes_new(b->p + start, b->n - start);
             if (!kept || map_set_h(&c->raw, raw, rawn, rh, kept) < 0) return -1;
-            if (memo) *memo = (uint32_t)c->raw.n;  /* the entry just added is the last */
+            *memo = (uint32_t)c->raw.n;  /* the entry just added is the last */
         }
     }
     for (Py_ssize_t i = 0; i < nextra; i++)
@@ -2241,6 +2263,7 @@ static Record *fifo_pop(Enc *e) {
     e->fn--;
     return r;
 }
+#define STARTS_KEY_N 18  /* key_start's key: two ints of key_val's, a tag byte and 8 bytes each */
 static int key_start(Buf *k, uint64_t uuid, int64_t start) {
     k->n = 0;
     if (key_int(k, (int64_t)uuid) < 0) return -1;
@@ -2293,14 +2316,18 @@ static int win_join_parent(Enc *e, Record *r, Str *parent) {
     if (children->n < 4096 && reclist_add(&children, r) < 0) return -1;
     return 0;
 }
-/* known: the caller looked (track uuid, start) up already, found first, and nothing changed since */
-static int win_add_slice(Enc *e, Record *r, int known, Record *first) {
+/* known: the caller looked (track uuid, start) up already, under the key sk (its hash sh), found
+ * first, and nothing changed since: the key is neither rebuilt nor hashed again */
+static int win_add_slice(Enc *e, Record *r, int known, Record *first, const char *sk, size_t skn, uint64_t sh) {
     Buf *k = &e->key;
-    if (key_start(k, r->track->uuid, r->start) < 0) return -1;
-    if (!known) first = map_get(&e->starts, k);
+    if (!known) {
+        if (key_start(k, r->track->uuid, r->start) < 0) return -1;
+        sk = k->p; skn = (size_t)k->n; sh = hash_bytes(sk, skn);
+        first = map_get_h(&e->starts, sk, skn, sh);
+    }
     if (!first) {
         if (e->starts.n >= MAX_STARTS) map_clear(&e->starts);
-        if (map_set(&e->starts, k, rec_ref(r)) < 0) return -1;
+        if (map_set_h(&e->starts, sk, skn, sh, rec_ref(r)) < 0) return -1;
     } else if (r->end > first->end && !first->written) {
         if (first->nbefore == first->before_cap) {
             Py_ssize_t cap = first->before_cap ? first->before_cap * 2 : 2;
@@ -2516,7 +2543,9 @@ static int64_t slack_of(const Val *ts) {  /* encoder._slack */
     double ulp = nextafter(a, INFINITY) - a;
     return (int64_t)(ulp * 2000);
 }
-static Str *str_of(const Val *v) { return str_new(v->s, v->n); }
+/* A string value's Str: its ascii flag is the parser's, which is exact (set for a text whose
+ * bytes, escapes decoded, are all ASCII), so the bytes are not scanned again. */
+static Str *str_of(const Val *v) { return str_new_a(v->s, v->n, v->ascii != 0); }
 
 /* encoder._slice: 1 written, 0 left out, -1 error. */
 static int h_slice(Enc *e, Event *ev) {
@@ -2556,8 +2585,11 @@ static int h_slice(Enc *e, Event *ev) {
     int rc = -1;
     Track *track;
     Str *span = NULL, *parent = NULL;
-    Buf *ids = &e->ids, body = {0}, ppart = {0};  /* ids: scratch, emptied here, copied into body */
-    ids->n = 0;
+    /* ids: scratch, emptied here, copied into body. body: scratch too (the record gets a copy, in
+     * its own allocation, so no buffer is grown from nothing per slice), parent_part after it. */
+    Buf *ids = &e->ids, *bodyp = &e->body;
+    ids->n = 0; bodyp->n = 0;
+    Py_ssize_t body_n = 0;
     Member extra[2];
     Py_ssize_t nextra = 0;
     int has_args = f[K_ARGS].k == V_OBJ && ev->nargs > 0;
@@ -2599,7 +2631,10 @@ static int h_slice(Enc *e, Event *ev) {
     int64_t ps = start, pe = end;
     /* win_tied, and win_conflicts on this track below: one lookup (taking changes no starts) */
     if (key_start(&e->key, track->uuid, start) < 0) goto done;
-    Record *first = map_get(&e->starts, &e->key);
+    char skey[STARTS_KEY_N];  /* kept for win_add_slice: e->key is scratch that the calls between reuse */
+    memcpy(skey, e->key.p, STARTS_KEY_N);
+    uint64_t sh = hash_bytes(skey, STARTS_KEY_N);
+    Record *first = map_get_h(&e->starts, skey, STARTS_KEY_N, sh);
     Track *first_track = track;  /* whose (uuid, start) first was looked up under */
     int tied = first != NULL;
     r = tied ? 0 : track_take(e, track, start, end, 0, span, &ps, &pe, 0);
@@ -2618,31 +2653,52 @@ static int h_slice(Enc *e, Event *ev) {
         }
     }
     if (is_complex(&f[K_NAME])) { rc = 0; goto done; }
-    if (name_field(e, &body, &f[K_NAME]) < 0) goto done;
+    if (name_field(e, bodyp, &f[K_NAME]) < 0) goto done;
     if (f[K_CAT].k != V_ABSENT && f[K_CAT].k != V_NULL) {
         if (is_complex(&f[K_CAT])) { rc = 0; goto done; }
-        if (category_field(e, &body, &f[K_CAT]) < 0) goto done;
+        if (category_field(e, bodyp, &f[K_CAT]) < 0) goto done;
     }
     if (has_args) {
-        if (encode_args(e, &body, pid, ev->args, ev->nargs, extra, nextra) < 0) goto done;
-        if (buf_put(&body, ids->p, ids->n) < 0) goto done;
+        if (encode_args(e, bodyp, pid, ev->args, ev->nargs, extra, nextra) < 0) goto done;
+        if (buf_put(bodyp, ids->p, ids->n) < 0) goto done;
     }
-    if (parent && span_annotation(e, &ppart, "parent_span_id", 14, parent) < 0) goto done;
-    Record *rec = PyMem_Calloc(1, sizeof(Record));
+    body_n = bodyp->n;
+    if (parent && span_annotation(e, bodyp, "parent_span_id", 14, parent) < 0) goto done;
+    Record *rec = PyMem_Malloc(sizeof(Record) + (size_t)bodyp->n);
     if (!rec) { PyErr_NoMemory(); goto done; }
+    memset(rec, 0, sizeof(Record));
     rec->rc = 1; rec->kind = R_SLICE; rec->start = ps; rec->end = pe; rec->track = track_ref(track);
-    rec->body = body.p; rec->body_n = body.n; body.p = NULL; body.n = body.cap = 0;
-    rec->parent_part = ppart.p; rec->parent_part_n = ppart.n; ppart.p = NULL; ppart.n = ppart.cap = 0;
+    rec->inline_bytes = 1;
+    rec->body = (char *)(rec + 1); rec->body_n = body_n;
+    rec->parent_part = rec->body + body_n; rec->parent_part_n = bodyp->n - body_n;
+    if (bodyp->n) memcpy(rec->body, bodyp->p, (size_t)bodyp->n);
     rec->span = span; rec->parent = parent; span = parent = NULL;
-    if (win_add_slice(e, rec, rec->track == first_track && ps == start, first) < 0) { rec_unref(rec); goto done; }
-    if (map_set_h(&e->last, tk->p, (size_t)tk->n, th, rec) < 0) goto done;
+    if (win_add_slice(e, rec, rec->track == first_track && ps == start, first, skey, STARTS_KEY_N, sh) < 0) {
+        rec_unref(rec); goto done;
+    }
+    /* last[(pid, tid)] = rec, through a hint of the entry (its number + 1) by the key's hash: the
+     * slices of a thread mostly come in runs, so the entry is mostly the one stored before */
+    uint32_t *lh = &e->last_hint[th & (LAST_HINTS - 1)];
+    Entry *held = *lh && *lh <= e->last.n ? &e->last.en[*lh - 1] : NULL;
+    if (held && held->h == th && held->kn == (size_t)tk->n && bytes_eq(ENTRY_KEY(held), tk->p, (size_t)tk->n)) {
+        if (held->v && held->v != rec) rec_unref(held->v);  /* as map_set_h frees the old value */
+        held->v = rec;
+    } else {
+        size_t before = e->last.n;
+        if (map_set_h(&e->last, tk->p, (size_t)tk->n, th, rec) < 0) goto done;
+        if (e->last.n > before) {
+            *lh = (uint32_t)e->last.n;  /* a new entry: the last */
+        } else {
+            uint64_t *slot = map_slot(&e->last, tk->p, (size_t)tk->n, th);
+            *lh = slot ? (uint32_t)*slot : 0;
+        }
+    }
     if (e->last.n > 16384) map_clear(&e->last);
     rc = 1;
 done:
     e->hot_span = e->hot_parent = NULL;
     PyMem_Free(tid_kept);
     str_unref(span); str_unref(parent);
-    buf_free(&body); buf_free(&ppart);
     return rc;
 }
 static int no_complex_ids(const Val *pid, const Val *tid) {
