@@ -244,7 +244,8 @@ def main(argv: list[str] | None = None) -> int:
           f"native >= 3x smaller: {'met' if native['ratio'] >= 3 else 'NOT met'}")
     if args.out:
         with open(args.out, "w") as fh:
-            json.dump({"dir": directory, "jobs": args.jobs, "figures": figures,
+            json.dump({"input": "--dir" if args.dir else f"synthetic, {args.sessions} sessions, {args.ranks} ranks",
+                       "jobs": args.jobs, "figures": figures,
                        "cpu": os.cpu_count(), "ru_children": resource.getrusage(resource.RUSAGE_CHILDREN).ru_utime},
                       fh, indent=2)
     return 0
