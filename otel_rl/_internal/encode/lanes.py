@@ -11,7 +11,6 @@ older than its horizon (:meth:`Lane.prune`).
 from __future__ import annotations
 
 import math
-
 from bisect import bisect_left, bisect_right
 from typing import Any, Callable
 
