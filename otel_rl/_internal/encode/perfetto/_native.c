@@ -1132,6 +1132,17 @@ static PyObject *helper(const char *name) {
     }
     return PyObject_GetAttrString(helpers, name);
 }
+/* Appends the bytes the Python helper `name` returns for a list or dict given as its JSON text. */
+static int put_helper(Buf *out, const char *name, const Val *v) {
+    PyObject *f = helper(name);
+    if (!f) return -1;
+    PyObject *res = PyObject_CallFunction(f, "y#", v->s, v->n);
+    Py_DECREF(f);
+    if (!res) return -1;
+    int rc = buf_put(out, PyBytes_AS_STRING(res), PyBytes_GET_SIZE(res));
+    Py_DECREF(res);
+    return rc;
+}
 /* str(value) of the Python value, as UTF-8 (with errors="replace", as the encoder writes it). */
 static int pystr(Buf *out, const Val *v) {
     char tmp[32];
@@ -1154,16 +1165,7 @@ static int pystr(Buf *out, const Val *v) {
         return rc;
     }
     case V_STR: return buf_put(out, v->s, v->n);
-    default: {
-        PyObject *f = helper("text_of");
-        if (!f) return -1;
-        PyObject *res = PyObject_CallFunction(f, "y#", v->s, v->n);
-        Py_DECREF(f);
-        if (!res) return -1;
-        int rc = buf_put(out, PyBytes_AS_STRING(res), PyBytes_GET_SIZE(res));
-        Py_DECREF(res);
-        return rc;
-    }
+    default: return put_helper(out, "text_of", v);
     }
 }
 
@@ -2088,16 +2090,7 @@ static int scalar_part(Buf *b, const Val *v) {
     case V_FLOAT:
         if (buf_byte(b, (A_DOUBLE << 3) | 1) < 0) return -1;
         return buf_put(b, &v->d, 8);
-    case V_ARR: case V_OBJ: {
-        PyObject *f = helper("scalar_of");
-        if (!f) return -1;
-        PyObject *res = PyObject_CallFunction(f, "y#", v->s, v->n);
-        Py_DECREF(f);
-        if (!res) return -1;
-        int rc = buf_put(b, PyBytes_AS_STRING(res), PyBytes_GET_SIZE(res));
-        Py_DECREF(res);
-        return rc;
-    }
+    case V_ARR: case V_OBJ: return put_helper(b, "scalar_of", v);
     default: return 1;
     }
 }
