@@ -28,5 +28,11 @@ setup(
             extra_compile_args=["-ffp-contract=off"],
             optional=True,
         ),
+        Extension(
+            "otel_rl._internal.encode._chrome_place",
+            sources=["otel_rl/_internal/encode/_chrome_place.c"],
+            extra_compile_args=["-ffp-contract=off"],
+            optional=True,
+        ),
     ],
 )

@@ -46,9 +46,9 @@ from .chrome_markers import (
 from . import chrome_lines
 from .json_values import chrome_args, json_safe_value
 from .kineto_clock import kineto_shift_us
-from ..recording.record import (END, EVENTS, KIND, LINKS, NAME, PARENT_ID, PARENT_REMOTE, SCOPE, SPAN_ID,
-                                START, STATUS, STATUS_DESC, TRACE_ID)
-from .lanes import Lane, LaneGroup, ProcessLanes, TwoGenerationMap, is_ancestor
+from ..recording.record import (END, EVENTS, FIELDS, KIND, LINKS, NAME, PARENT_ID, PARENT_REMOTE, SCOPE,
+                                SPAN_ID, START, STATUS, STATUS_DESC, TRACE_ID)
+from .lanes import Lane, LaneGroup, LaneLevel, ProcessLanes, TwoGenerationMap, is_ancestor
 from .track_metadata import (
     TRAINING_ROLES,
     add_lane_metadata,
@@ -91,6 +91,25 @@ _KIND_NAMES = chrome_lines.KIND_NAMES
 _STATUS_NAMES = chrome_lines.STATUS_NAMES
 _CLIENT = SpanKind.CLIENT.value
 _PRODUCER = SpanKind.PRODUCER.value
+
+
+try:
+    from . import _chrome_place as _place_native
+except ImportError:  # built without a C compiler
+    _place_native = None
+if chrome_lines.native is None:  # it writes its lines with the compiled line writer
+    _place_native = None
+if _place_native is not None:
+    _place_native.configure({
+        "TwoGenerationMap": TwoGenerationMap, "Lane": Lane, "LaneLevel": LaneLevel, "LaneGroup": LaneGroup,
+        "ProcessLanes": ProcessLanes, "SPAN_KIND": _SPAN_KIND, "SESSION_ID": _SESSION_ID,
+        "THREAD_ID": _THREAD_ID, "GAUGE_VALUE": _GAUGE_VALUE, "CONTEXT_SENT": _CONTEXT_SENT,
+        "CATEGORY": _CATEGORY, "KIND_COUNTER": _KIND_COUNTER, "KIND_INSTANT": _KIND_INSTANT,
+        "KIND_SESSION": _KIND_SESSION, "default_category": "span", "CLIENT": _CLIENT, "PRODUCER": _PRODUCER,
+        "TRACE_ID": TRACE_ID, "SPAN_ID": SPAN_ID, "PARENT_ID": PARENT_ID, "PARENT_REMOTE": PARENT_REMOTE,
+        "START": START, "END": END, "KIND": KIND, "EVENTS": EVENTS, "LINKS": LINKS, "fields": FIELDS,
+        "max_waiting_children": _MAX_WAITING_CHILDREN, "complete": chrome_lines.native.complete,
+    })
 
 
 def _flow_id(value: int) -> str:
@@ -159,6 +178,8 @@ class ChromeTraceEncoder:
         # The compiled writer of complete events' lines, once records come (set_resource):
         # the file exporter writes those lines as they are; other users get dicts.
         self._complete_line: Any = None
+        # Its compiled twin's walk over a batch of records (the common case of _add and _place).
+        self._encode_records: Any = None
 
     # --- public API -------------------------------------------------------------------
     def encode(self, spans: Iterable[Any]) -> list[dict[str, Any] | bytes]:
@@ -180,18 +201,28 @@ class ChromeTraceEncoder:
             writer, which the file exporter writes as they are.
         """
         out: list[Any] = []
-        for span in spans:
+        if self._encode_records is not None and type(spans) is list:
+            # The compiled common case; it hands every other item to _encode_one, in order.
             try:
-                if type(span) is tuple:
-                    proc = self._record_proc
-                    if proc is None:
-                        proc = self._record_proc = self._process(self._record_resource, out)
-                    self._add(span[0], span[1], proc, out)
-                else:
-                    self._add(_span_record(span), span.attributes, self._process(span.resource, out), out)
-            except Exception as exc:  # noqa: BLE001 - one odd span must not lose the rest
-                guard.report(diagnostics.CHROME_TRACE_ENCODE_ERROR, "a span could not be encoded: %r", exc)
+                self._encode_records(self, spans, out, self._encode_one)
+            except Exception as exc:  # noqa: BLE001 - only a failure of the interpreter itself
+                guard.report(diagnostics.CHROME_TRACE_ENCODE_ERROR, "a batch could not be encoded: %r", exc)
+            return out
+        for span in spans:
+            self._encode_one(span, out)
         return out
+
+    def _encode_one(self, span: Any, out: list[Any]) -> None:
+        try:
+            if type(span) is tuple:
+                proc = self._record_proc
+                if proc is None:
+                    proc = self._record_proc = self._process(self._record_resource, out)
+                self._add(span[0], span[1], proc, out)
+            else:
+                self._add(_span_record(span), span.attributes, self._process(span.resource, out), out)
+        except Exception as exc:  # noqa: BLE001 - one odd span must not lose the rest
+            guard.report(diagnostics.CHROME_TRACE_ENCODE_ERROR, "a span could not be encoded: %r", exc)
 
     def set_resource(self, resource: Any) -> None:
         """The resource of the records :meth:`encode` is given (otel_rl's own process)."""
@@ -199,6 +230,8 @@ class ChromeTraceEncoder:
         self._record_proc = None
         native = chrome_lines.native
         self._complete_line = native.complete if native is not None and not self._exact else None
+        self._encode_records = _place_native.encode_records if (
+            _place_native is not None and self._complete_line is not None) else None
 
     def finish(self) -> list[dict[str, Any] | bytes]:
         """Releases every span still waiting for its session span.
