@@ -29,6 +29,16 @@ setup(
             optional=True,
         ),
         Extension(
+            "otel_rl._internal.export._record_sink",
+            sources=["otel_rl/_internal/export/_record_sink.c"],
+            optional=True,
+        ),
+        Extension(
+            "otel_rl._internal.export._wire",
+            sources=["otel_rl/_internal/export/_wire.c"],
+            optional=True,
+        ),
+        Extension(
             "otel_rl._internal.encode._chrome_place",
             sources=["otel_rl/_internal/encode/_chrome_place.c"],
             extra_compile_args=["-ffp-contract=off"],

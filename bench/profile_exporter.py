@@ -20,7 +20,6 @@ import argparse
 import cProfile
 import gc
 import io
-import marshal
 import os
 import pstats
 import tempfile
@@ -28,10 +27,11 @@ import time
 from typing import Any
 
 import otel_rl
+from otel_rl._internal.export import wire
 
 
 def capture(workload: str, spans: int, root: str) -> tuple[Any, dict[str, Any], list[bytes]]:
-    """Runs ``workload`` and returns (settings, resource attributes, marshalled batches)."""
+    """Runs ``workload`` and returns (settings, resource attributes, batches as the pipe carries them)."""
     from otel_rl._internal.export.process import ExporterProcess
 
     batches: list[bytes] = []
@@ -45,7 +45,7 @@ def capture(workload: str, spans: int, root: str) -> tuple[Any, dict[str, Any], 
         original_init(self, settings, resource_attributes, *args, **kw)
 
     def send(self: Any, records: list[tuple], thread_names: dict[int, str], n: int) -> bool:
-        batches.append(marshal.dumps((thread_names, records)))
+        batches.append(wire.dumps(thread_names, records))
         return original_send(self, records, thread_names, n)
 
     ExporterProcess.__init__ = init  # type: ignore[method-assign]
@@ -119,7 +119,7 @@ def replay(settings: Any, resource_attrs: dict[str, Any], batches: list[bytes], 
     files.set_mode(settings.file_mode)
     privacy.configure(settings)
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_EXPORTER_OTLP")}
-    decoded = [marshal.loads(b) for b in batches]
+    decoded = [wire.loads(b) for b in batches]
     resource = Resource(resource_attrs)
     # The child's collector settings (process.main): without them young
     # collections rescan the batch and dominate the figures.
@@ -129,13 +129,12 @@ def replay(settings: Any, resource_attrs: dict[str, Any], batches: list[bytes], 
     t0 = time.process_time()
     chain = ExportChain(settings, resource, env)
     builder = ReadableBuilder(resource)
-    on_record = RecordSink(chain, builder).on_record
+    on_records = RecordSink(chain, builder).on_records
     n = 0
     for thread_names, records in decoded:
         n += span_count(records)
         builder.thread_names.update(thread_names)
-        for rec in expand(records):
-            on_record(rec)
+        on_records(expand(records))
         chain.after_batch()
     chain.shutdown(5.0)
     cpu = time.process_time() - t0

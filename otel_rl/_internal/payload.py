@@ -49,6 +49,11 @@ def set_max_str(limit: int) -> None:
     _MAX_STR = max(0, int(limit))
 
 
+def max_str() -> int:
+    """The longest string kept (:func:`set_max_str`)."""
+    return _MAX_STR
+
+
 def _tensor_summary(value: Any) -> dict[str, Any] | None:
     shape = getattr(value, "shape", None)
     dtype = getattr(value, "dtype", None)

@@ -256,6 +256,17 @@ class InPlaceBatchProcessor(SpanProcessor):
                 return
             self._spans.append((rec, attrs))
 
+    def on_records(self, pairs: list[tuple]) -> None:
+        """:meth:`on_record` for a list of sampled ``(record, attributes)`` pairs at once."""
+        if self._shutdown:
+            return
+        with self._lock:
+            room = max(0, self._max_buffered - len(self._spans))
+            if len(pairs) > room:
+                guard.count(diagnostics.SPANS_DROPPED_FILE_BUFFER, len(pairs) - room)
+                pairs = pairs[:room]
+            self._spans.extend(pairs)
+
     def flush_batch(self) -> bool:
         """Exports every span collected so far.
 

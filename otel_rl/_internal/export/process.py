@@ -4,13 +4,13 @@ Building SDK spans, deriving sessions, encoding Chrome events and OTLP
 protobuf costs tens of microseconds of CPU per span, and in the training
 process that work competes for the GIL with the training loop. In process
 mode the export thread only turns finished spans into plain records
-(:mod:`..recording.record`) and writes them, ``marshal``-ed in batches, to the stdin of
+(:mod:`..recording.record`) and writes them in batches (:mod:`.wire`) to the stdin of
 a child process running this module, which does everything else. If the
 training process dies, the child reads end-of-file, writes what it has and
 exits.
 
 Frames on the pipe: one type byte, a 4-byte big-endian length, the payload.
-``B``: a marshal-ed pair ``(thread names, records)``. ``F``: a flush request carrying an
+``B``: a batch, ``(thread names, records)`` as :func:`.wire.dumps` writes it. ``F``: a flush request carrying an
 8-byte sequence number. ``E``: the end of the run: an 8-byte sequence number and an
 8-byte float deadline on ``time.monotonic()``'s clock (the system-wide monotonic
 clock: both processes run on one host), so time the child spends before it reads
@@ -49,6 +49,7 @@ from typing import Any
 from ... import environment_variables as ev
 from .. import diagnostics, guard
 from ..recording.record import make_marshalable, span_count
+from . import wire
 
 CONFIG_ENV = "OTEL_RL_EXPORTER_CONFIG"
 #: CPU priority of the exporter process relative to the training process.
@@ -74,7 +75,7 @@ _END = struct.Struct(">Qd")
 class ExporterProcess:
     """The training process's handle on its exporter process.
 
-    Batches are marshal-ed on the export thread and written to the pipe by a
+    Batches are encoded (:mod:`.wire`) on the export thread and written to the pipe by a
     writer thread of their own (the write blocks with the GIL released), so
     finished spans leave the training process's heap at once and wait, when the
     exporter is busy, as compact bytes bounded by ``max_pending_spans`` (the
@@ -192,12 +193,12 @@ class ExporterProcess:
         if self.failed:
             return False
         try:
-            payload = marshal.dumps((thread_names, records))
+            payload = wire.dumps(thread_names, records)
         except ValueError:
             # A payload marshal cannot hold (a tensor, an enum): summarise it.
             records = [safe for safe in map(_safe, records) if safe is not None]
             n = span_count(records)
-            payload = marshal.dumps((thread_names, records))
+            payload = wire.dumps(thread_names, records)
         self._queue_frame(_HEADER.pack(b"B", len(payload)) + payload, n)
         return True
 
@@ -236,7 +237,7 @@ class ExporterProcess:
         records: list[tuple] = []
         for frame, n in frames:
             if n:
-                records.extend(marshal.loads(frame[_HEADER.size:])[1])
+                records.extend(wire.loads(frame[_HEADER.size:])[1])
         return records
 
     def stalled(self) -> bool:
@@ -488,7 +489,7 @@ def main() -> int:
     resource = Resource(config["resource"])
     chain = ExportChain(settings, resource, os.environ)
     builder = ReadableBuilder(resource)
-    on_record = RecordSink(chain, builder).on_record
+    on_records = RecordSink(chain, builder).on_records
     # Each batch allocates thousands of short-lived objects and keeps them
     # across many young collections, which made the default thresholds scan
     # them again and again (about a third of this process's CPU). The modules
@@ -540,14 +541,14 @@ def main() -> int:
         if payload is None:
             break
         if kind == b"B" and ended:
-            guard.count(diagnostics.SPANS_DROPPED_AFTER_END, span_count(marshal.loads(payload)[1]))
+            guard.count(diagnostics.SPANS_DROPPED_AFTER_END, span_count(wire.loads(payload)[1]))
             progress()
         elif kind == b"B":
-            thread_names, records = marshal.loads(payload)
-            spans_in += span_count(records)
+            thread_names, records = wire.loads(payload)
+            count = span_count(records)
+            spans_in += count
             builder.thread_names.update(thread_names)
-            for rec in expand(records):
-                on_record(rec)  # never raises
+            on_records(records if count == len(records) else expand(records))  # never raises
             chain.after_batch()
             progress()
         elif kind == b"F":

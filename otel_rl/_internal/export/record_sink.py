@@ -16,15 +16,36 @@ A record with events, links or another library's instrumentation scope (rare)
 takes the span path through ``chain.sink()``, unchanged. Both paths feed the
 same processors in order, so the outputs are those of the span path (a test
 compares them byte for byte).
+
+Where the trace file is the only output that takes records whole (no OTLP),
+:meth:`RecordSink.on_records` hands a batch to the compiled twin
+(``_record_sink.c``): it builds the attributes of the plain records (most
+scopes) itself and keeps them for the file, and gives every other record to
+:meth:`RecordSink.on_record`, in order.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from .. import diagnostics, guard
+from .. import diagnostics, guard, keys, payload
 from ..encode.readable import ReadableBuilder
+from ..recording import privacy, record
 from ..recording.record import EVENTS, FLAGS, LINKS, SCOPE
+
+try:
+    from . import _record_sink as _native
+except ImportError:  # built without a C compiler
+    _native = None
+else:
+    _native.configure({
+        "BAGGAGE_KEYS": keys.BAGGAGE_KEYS, "THREAD_ID": keys.THREAD_ID, "THREAD_NAME": keys.THREAD_NAME,
+        "CATEGORY": keys.CATEGORY, "SPAN_KIND": keys.SPAN_KIND, "GAUGE_VALUE": keys.GAUGE_VALUE,
+        "ARGS_PREFIX": keys.ARGS_PREFIX, "is_content_key": privacy.is_content_key, "IDS": record.IDS,
+        "THREAD": record.THREAD, "CATEGORY_FIELD": record.CATEGORY, "ATTRIBUTES": record.ATTRIBUTES,
+        "ARGS": record.ARGS, "EVENTS": EVENTS, "LINKS": LINKS, "SCOPE": SCOPE, "FLAGS": FLAGS,
+        "fields": record.FIELDS,
+    })
 
 
 class RecordSink:
@@ -41,6 +62,21 @@ class RecordSink:
         self._build = builder.build
         if self._file is not None:
             self._file.exporter.set_resource(builder.resource)
+        self._thread_names = builder.thread_names
+        # The compiled common case, where nothing but the trace file takes plain records.
+        self._sink_records = _native.sink_records if _native is not None and self._otlp is None else None
+        self._keep = self._file.on_records if self._file is not None else _ignore
+
+    def on_records(self, records: list[tuple]) -> None:
+        """Exports a batch of records (without bundles: :func:`..recording.record.expand`), in order."""
+        if self._sink_records is None:
+            for rec in records:
+                self.on_record(rec)
+            return
+        try:
+            self._sink_records(records, self._thread_names, payload.max_str(), self._keep, self.on_record)
+        except Exception as exc:  # noqa: BLE001 - only a failure of the interpreter itself
+            guard.report(diagnostics.EXPORT_ERROR, "a batch could not be processed: %r", exc)
 
     def on_record(self, rec: tuple) -> None:
         """Exports one record (without a bundle: :func:`..recording.record.expand`)."""
@@ -57,3 +93,7 @@ class RecordSink:
                 self._otlp.on_end(self._span(rec, attrs))
         except Exception as exc:  # noqa: BLE001
             guard.report(diagnostics.EXPORT_ERROR, "a span could not be processed: %r", exc)
+
+
+def _ignore(pairs: list[tuple]) -> None:
+    """Where no trace file is written, plain records have nothing left to do."""

@@ -1,0 +1,275 @@
+/* The compiled twin of RecordSink's common case (record_sink.py).
+ *
+ * sink_records(records, thread_names, max_str, keep, slow) walks one batch of records in
+ * order. A record whose flat attributes need nothing but copying (plain ids, attributes and
+ * args of str, int64, float and bool; no content keys; no events, links or other library's
+ * scope; nothing the session processor derives from) gets the dict ReadableBuilder.attributes
+ * gives it built here, and, when sampled, goes to the trace file as the (record, attributes)
+ * pair the file processor keeps. keep(pairs) hands those pairs on; every other record goes to
+ * slow(record), the Python step, after the pairs before it were kept, so the file sees the
+ * records in their order.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+static PyObject *baggage_keys, *k_thread_id, *k_thread_name, *k_category, *k_span_kind, *k_gauge;
+static PyObject *args_prefix, *is_content_key;
+static Py_ssize_t i_ids, i_thread, i_category, i_attributes, i_args, i_events, i_links, i_scope, i_flags, n_fields;
+static PyObject *content_cache;  /* attribute key -> bool */
+static PyObject *arg_names;  /* args key -> "rl.args." + key */
+#define MAX_CACHED 65536
+
+/* 1: a value copied as it is; 0: one the Python step must convert. */
+static int plain_value(PyObject *v, Py_ssize_t max_str) {
+    if (PyUnicode_CheckExact(v)) return PyUnicode_GET_LENGTH(v) <= max_str;
+    if (PyFloat_CheckExact(v) || PyBool_Check(v)) return 1;
+    if (PyLong_CheckExact(v)) {
+        int overflow;
+        long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
+        if (x == -1 && PyErr_Occurred()) { PyErr_Clear(); return 0; }
+        return !overflow;
+    }
+    return 0;
+}
+
+/* 1 when the key holds content (capture and redaction are the Python step's), -1 on error. */
+static int content(PyObject *key) {
+    PyObject *found = PyDict_GetItemWithError(content_cache, key);
+    if (found) return found == Py_True;
+    if (PyErr_Occurred()) return -1;
+    found = PyObject_CallOneArg(is_content_key, key);
+    if (!found) return -1;
+    int r = PyObject_IsTrue(found);
+    if (r >= 0 && PyDict_GET_SIZE(content_cache) < MAX_CACHED && PyDict_SetItem(content_cache, key, r ? Py_True : Py_False) < 0) r = -1;
+    Py_DECREF(found);
+    return r;
+}
+
+static int put(PyObject *attrs, PyObject *name, PyObject *value) {
+    if (PyUnicode_CheckExact(value)) {
+        int c = content(name);
+        if (c) return c < 0 ? -1 : 0;
+    }
+    return PyDict_SetItem(attrs, name, value) < 0 ? -1 : 1;
+}
+
+/* flatten_attributes(prefix, values, attrs) for plain values: 1 done, 0 not plain, -1 error. */
+static int flatten(PyObject *values, int args, PyObject *attrs, Py_ssize_t max_str) {
+    if (values == Py_None) return 1;
+    if (!PyDict_CheckExact(values)) return 0;
+    Py_ssize_t pos = 0;
+    PyObject *key, *value;
+    while (PyDict_Next(values, &pos, &key, &value)) {
+        if (value == Py_None) continue;
+        if (!PyUnicode_CheckExact(key) || !plain_value(value, max_str)) return 0;
+        PyObject *name = key;
+        if (args) {
+            name = PyDict_GetItemWithError(arg_names, key);
+            if (name) {
+                Py_INCREF(name);
+            } else {
+                if (PyErr_Occurred()) return -1;
+                name = PyUnicode_Concat(args_prefix, key);
+                if (!name) return -1;
+                if (PyDict_GET_SIZE(arg_names) < MAX_CACHED && PyDict_SetItem(arg_names, key, name) < 0) {
+                    Py_DECREF(name);
+                    return -1;
+                }
+            }
+        }
+        int r = put(attrs, name, value);
+        if (args) Py_DECREF(name);
+        if (r <= 0) return r;
+    }
+    return 1;
+}
+
+/* The attributes of rec (a new dict), or NULL: NULL without an error when it is not plain. */
+static PyObject *attributes(PyObject *rec, PyObject *thread_names, Py_ssize_t max_str) {
+    PyObject *attrs = PyDict_New();
+    if (!attrs) return NULL;
+    int r = 1;
+    PyObject *bag = PyTuple_GET_ITEM(rec, i_ids);
+    if (bag != Py_None && (!PyDict_CheckExact(bag) || PyDict_GET_SIZE(bag))) {
+        if (!PyDict_CheckExact(bag)) goto not_plain;
+        for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(baggage_keys) && r == 1; k++) {
+            PyObject *key = PyTuple_GET_ITEM(baggage_keys, k);
+            PyObject *value = PyDict_GetItemWithError(bag, key);
+            if (!value) { if (PyErr_Occurred()) goto failed; continue; }
+            if (value == Py_None) continue;
+            if (PyUnicode_CheckExact(value)) {
+                /* text of ASCII digits came across a process: id_value makes it an int again */
+                Py_ssize_t n = PyUnicode_GET_LENGTH(value);
+                int digits = n > 0 && PyUnicode_IS_ASCII(value);
+                const Py_UCS1 *s = PyUnicode_1BYTE_DATA(value);
+                for (Py_ssize_t j = 0; j < n && digits; j++) digits = s[j] >= '0' && s[j] <= '9';
+                if (digits) goto not_plain;
+            } else if (!plain_value(value, PY_SSIZE_T_MAX)) {
+                goto not_plain;
+            }
+            r = put(attrs, key, value);
+        }
+        if (r < 0) goto failed;
+        if (r == 0) goto not_plain;
+    }
+    PyObject *thread = PyTuple_GET_ITEM(rec, i_thread);
+    if (thread != Py_None) {
+        PyObject *name = PyDict_GetItemWithError(thread_names, thread);
+        if (!name) { if (PyErr_Occurred()) goto failed; goto not_plain; }
+        if (!PyUnicode_CheckExact(name) || !PyUnicode_GET_LENGTH(name)) goto not_plain;
+        if (PyDict_SetItem(attrs, k_thread_id, thread) < 0) goto failed;
+        if ((r = put(attrs, k_thread_name, name)) <= 0) goto done;
+    }
+    PyObject *category = PyTuple_GET_ITEM(rec, i_category);
+    if (category != Py_None && (r = put(attrs, k_category, category)) <= 0) goto done;
+    PyObject *given = PyTuple_GET_ITEM(rec, i_attributes);
+    if (given != Py_None && (r = flatten(given, 0, attrs, max_str)) <= 0) goto done;
+    PyObject *args = PyTuple_GET_ITEM(rec, i_args);
+    if (args != Py_None && (r = flatten(args, 1, attrs, max_str)) <= 0) goto done;
+    /* What the session processor derives from: its Python step. */
+    if (PyDict_GetItemWithError(attrs, k_span_kind) || PyDict_GetItemWithError(attrs, k_gauge)) goto not_plain;
+    if (PyErr_Occurred()) goto failed;
+    return attrs;
+done:
+    if (r < 0) goto failed;
+not_plain:
+    Py_DECREF(attrs);
+    return NULL;
+failed:
+    Py_DECREF(attrs);
+    return NULL;
+}
+
+static int truthy(PyObject *v) {  /* events or links: None or a list; anything else counts */
+    if (v == Py_None) return 0;
+    if (PyList_CheckExact(v) || PyTuple_CheckExact(v)) return Py_SIZE(v) != 0;
+    return 1;
+}
+
+/* Hands the pairs gathered so far to keep(); a new list in *pairs. */
+static int hand_on(PyObject *keep, PyObject **pairs) {
+    if (!PyList_GET_SIZE(*pairs)) return 0;
+    PyObject *r = PyObject_CallOneArg(keep, *pairs);
+    if (!r) return -1;
+    Py_DECREF(r);
+    PyObject *fresh = PyList_New(0);
+    if (!fresh) return -1;
+    Py_SETREF(*pairs, fresh);
+    return 0;
+}
+
+/* sink_records(records, thread_names, max_str, keep, slow) -> None */
+static PyObject *sink_records(PyObject *self, PyObject *const *argv, Py_ssize_t nargs) {
+    if (nargs != 5 || !PyList_CheckExact(argv[0]) || !PyDict_CheckExact(argv[1])) {
+        PyErr_SetString(PyExc_TypeError, "sink_records(records, thread_names, max_str, keep, slow)");
+        return NULL;
+    }
+    if (!baggage_keys) {
+        PyErr_SetString(PyExc_RuntimeError, "configure() was not called");
+        return NULL;
+    }
+    PyObject *records = argv[0], *thread_names = argv[1], *keep = argv[3], *slow = argv[4];
+    Py_ssize_t max_str = PyLong_AsSsize_t(argv[2]);
+    if (max_str == -1 && PyErr_Occurred()) return NULL;
+    PyObject *pairs = PyList_New(0);
+    if (!pairs) return NULL;
+    for (Py_ssize_t k = 0; k < PyList_GET_SIZE(records); k++) {
+        PyObject *rec = PyList_GET_ITEM(records, k);
+        PyObject *attrs = NULL;
+        if (PyTuple_CheckExact(rec) && PyTuple_GET_SIZE(rec) == n_fields && !truthy(PyTuple_GET_ITEM(rec, i_events))
+            && !truthy(PyTuple_GET_ITEM(rec, i_links)) && PyTuple_GET_ITEM(rec, i_scope) == Py_None
+            && PyLong_CheckExact(PyTuple_GET_ITEM(rec, i_flags))) {
+            attrs = attributes(rec, thread_names, max_str);
+            if (!attrs && PyErr_Occurred()) goto failed;
+        }
+        if (!attrs) {
+            PyObject *r;
+            if (hand_on(keep, &pairs) < 0 || !(r = PyObject_CallOneArg(slow, rec))) goto failed;
+            Py_DECREF(r);
+            continue;
+        }
+        long flags = PyLong_AsLong(PyTuple_GET_ITEM(rec, i_flags));
+        if (flags == -1 && PyErr_Occurred()) PyErr_Clear();
+        int sampled = flags & 1;
+        if (sampled) {
+            PyObject *pair = PyTuple_Pack(2, rec, attrs);
+            if (!pair || PyList_Append(pairs, pair) < 0) {
+                Py_XDECREF(pair);
+                Py_DECREF(attrs);
+                goto failed;
+            }
+            Py_DECREF(pair);
+        }
+        Py_DECREF(attrs);
+    }
+    if (hand_on(keep, &pairs) < 0) goto failed;
+    Py_DECREF(pairs);
+    Py_RETURN_NONE;
+failed:
+    Py_DECREF(pairs);
+    return NULL;
+}
+
+static int take(PyObject *config, const char *key, PyObject **slot) {
+    PyObject *v = PyDict_GetItemString(config, key);
+    if (!v) { PyErr_Format(PyExc_KeyError, "%s", key); return -1; }
+    Py_XSETREF(*slot, Py_NewRef(v));
+    return 0;
+}
+
+static int take_index(PyObject *config, const char *key, Py_ssize_t *slot) {
+    PyObject *v = PyDict_GetItemString(config, key);
+    if (!v) { PyErr_Format(PyExc_KeyError, "%s", key); return -1; }
+    Py_ssize_t i = PyLong_AsSsize_t(v);
+    if (i < 0) { if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, key); return -1; }
+    *slot = i;
+    return 0;
+}
+
+/* configure(dict): the keys, record indices and content test sink_records uses. */
+static PyObject *configure(PyObject *self, PyObject *config) {
+    if (!PyDict_Check(config)) {
+        PyErr_SetString(PyExc_TypeError, "configure() takes a dict");
+        return NULL;
+    }
+    PyObject *keys = NULL;
+    if (take(config, "BAGGAGE_KEYS", &keys) || take(config, "THREAD_ID", &k_thread_id)
+        || take(config, "THREAD_NAME", &k_thread_name) || take(config, "CATEGORY", &k_category)
+        || take(config, "SPAN_KIND", &k_span_kind) || take(config, "GAUGE_VALUE", &k_gauge)
+        || take(config, "ARGS_PREFIX", &args_prefix) || take(config, "is_content_key", &is_content_key)
+        || take_index(config, "IDS", &i_ids) || take_index(config, "THREAD", &i_thread)
+        || take_index(config, "CATEGORY_FIELD", &i_category) || take_index(config, "ATTRIBUTES", &i_attributes)
+        || take_index(config, "ARGS", &i_args) || take_index(config, "EVENTS", &i_events)
+        || take_index(config, "LINKS", &i_links) || take_index(config, "SCOPE", &i_scope)
+        || take_index(config, "FLAGS", &i_flags) || take_index(config, "fields", &n_fields)) {
+        Py_XDECREF(keys);
+        return NULL;
+    }
+    if (!PyTuple_CheckExact(keys) || !PyUnicode_CheckExact(args_prefix)) {
+        Py_DECREF(keys);
+        PyErr_SetString(PyExc_TypeError, "configure(): BAGGAGE_KEYS must be a tuple, ARGS_PREFIX a str");
+        return NULL;
+    }
+    Py_XSETREF(baggage_keys, keys);
+    PyDict_Clear(content_cache);
+    PyDict_Clear(arg_names);
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef methods[] = {
+    {"configure", configure, METH_O, "Sets the keys, record indices and content test sink_records() uses."},
+    {"sink_records", (PyCFunction)(void (*)(void))sink_records, METH_FASTCALL,
+     "Builds the attributes of a batch's plain records and keeps the sampled ones for the trace file."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_record_sink", NULL, -1, methods};
+
+PyMODINIT_FUNC PyInit__record_sink(void) {
+    PyObject *m = PyModule_Create(&module);
+    if (!m) return NULL;
+    content_cache = PyDict_New();
+    arg_names = PyDict_New();
+    if (!content_cache || !arg_names) { Py_DECREF(m); return NULL; }
+    return m;
+}
