@@ -39,6 +39,11 @@ setup(
             optional=True,
         ),
         Extension(
+            "otel_rl._internal.encode._otlp",
+            sources=["otel_rl/_internal/encode/_otlp.c"],
+            optional=True,
+        ),
+        Extension(
             "otel_rl._internal.encode._chrome_place",
             sources=["otel_rl/_internal/encode/_chrome_place.c"],
             extra_compile_args=["-ffp-contract=off"],

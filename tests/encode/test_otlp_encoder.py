@@ -152,3 +152,93 @@ def test_text_with_a_lone_surrogate_is_escaped_in_that_value_and_the_span_kept()
     assert encoded[0].events[0].name == "caf\\udcff"
     assert encoded[0].events[0].attributes[0].value.string_value == "caf\\udcff"
     assert encoded[0].status.message == "caf\\udcff"
+
+
+# --- records' spans, written by the compiled encoder ----------------------------------------------
+from otel_rl._internal.encode.otlp import EncodedSpan, record_span  # noqa: E402
+from otel_rl._internal.encode.readable import ReadableBuilder  # noqa: E402
+from otel_rl._internal.recording import record  # noqa: E402
+
+_BUILDER = ReadableBuilder(RESOURCE)
+flat_values = st.one_of(
+    st.booleans(),
+    st.integers(min_value=-(1 << 63), max_value=(1 << 63) - 1),
+    st.floats(),
+    st.text(max_size=40),
+)
+
+
+@st.composite
+def span_records(draw) -> tuple:
+    ids = st.integers(0, (1 << 64) - 1)
+    fields = [None] * record.FIELDS
+    fields[record.NAME] = draw(st.text(max_size=12))
+    fields[record.TRACE_ID] = draw(st.integers(1, (1 << 128) - 1))
+    fields[record.SPAN_ID] = draw(st.integers(1, (1 << 64) - 1))
+    fields[record.PARENT_ID] = draw(st.one_of(st.just(0), ids))
+    fields[record.PARENT_REMOTE] = draw(st.booleans())
+    fields[record.FLAGS] = 1
+    fields[record.TRACE_STATE] = draw(st.one_of(st.none(), st.none(), st.just("vendor=1")))
+    fields[record.START] = draw(st.integers(0, (1 << 63) - 1))
+    fields[record.END] = draw(st.integers(0, (1 << 63) - 1))
+    fields[record.KIND] = draw(st.integers(0, 4))
+    fields[record.STATUS] = draw(st.integers(0, 2))
+    fields[record.STATUS_DESC] = draw(st.one_of(st.none(), st.just(""), st.text(max_size=8)))
+    return tuple(fields)
+
+
+def _python_field(rec: tuple, attrs: dict) -> bytes:
+    return OtlpTraceEncoder()._span(_BUILDER.span(rec, attrs))
+
+
+compiled = pytest.mark.skipif(record_span is None, reason="built without a C compiler")
+
+
+@compiled
+@settings(max_examples=300, deadline=None)
+@given(span_records(), st.dictionaries(st.text(min_size=1, max_size=12), flat_values, max_size=8))
+def test_a_records_span_field_is_the_python_encoders_bytes(rec, attrs):
+    encoded = record_span(rec, attrs)
+    if encoded is None:
+        # Left to the SDK span: a trace state, a description the SDK's Status drops, or
+        # text that is not UTF-8.
+        texts = [rec[record.NAME], *attrs, *(v for v in attrs.values() if isinstance(v, str))]
+        assert (rec[record.TRACE_STATE] is not None
+                or (rec[record.STATUS_DESC] and rec[record.STATUS] != StatusCode.ERROR.value)
+                or any(not t.isascii() and not _encodes(t) for t in texts))
+    else:
+        assert encoded == _python_field(rec, attrs)
+
+
+def _encodes(text: str) -> bool:
+    try:
+        text.encode()
+        return True
+    except UnicodeEncodeError:
+        return False
+
+
+@compiled
+def test_a_plain_scopes_span_field_is_written_by_the_compiled_encoder():
+    rec = [None] * record.FIELDS
+    rec[record.NAME:record.END + 1] = ["step", 7, 9, 3, False, 1, None, 1_000, 2_000]
+    rec[record.KIND], rec[record.STATUS] = 0, 0
+    attrs = {"thread.id": 5, "thread.name": "main", "rl.args.lr": 1e-4, "rl.args.ok": True, "rl.args.tag": "a"}
+    encoded = record_span(tuple(rec), attrs)
+    assert encoded is not None and encoded == _python_field(tuple(rec), attrs)
+
+
+@compiled
+def test_encoded_spans_give_the_request_their_sdk_spans_give():
+    scope = _BUILDER.own_scope
+    recs = []
+    for n in range(5):
+        rec = [None] * record.FIELDS
+        rec[record.NAME:record.END + 1] = [f"s{n}", 7 + n, 9 + n, 0, False, 1, None, 1_000 * n, 1_000 * n + 5]
+        rec[record.KIND], rec[record.STATUS] = 0, 2 if n == 3 else 0
+        rec[record.STATUS_DESC] = "boom" if n == 3 else None
+        recs.append((tuple(rec), {"thread.id": 5, "n": n}))
+    encoded = [EncodedSpan(record_span(rec, attrs), RESOURCE, scope) for rec, attrs in recs]
+    sdk = [_BUILDER.span(rec, attrs) for rec, attrs in recs]
+    assert OtlpTraceEncoder().encode(encoded) == OtlpTraceEncoder().encode(sdk)
+    assert ExportTraceServiceRequest.FromString(OtlpTraceEncoder().encode(encoded)) == encode_spans(sdk)

@@ -85,7 +85,10 @@ def _capture(tmp_path) -> tuple[object, dict, list, dict]:
     return settings, resource, captured, names
 
 
-def _replay(settings, resource_attrs, records, names, root, by_record: bool, monkeypatch) -> dict[str, bytes]:
+def _replay(settings, resource_attrs, records, names, root, path: str, monkeypatch) -> dict[str, bytes]:
+    """The files of the run ``records`` make through ``path``: ``"span"`` (an SDK span per
+    record into the chain's sink), ``"record"`` (:meth:`RecordSink.on_record` each) or
+    ``"batch"`` (:meth:`RecordSink.on_records`, the compiled walk where built)."""
     settings = dataclasses.replace(settings, fileroot=str(root))
     # The same tids, sequence ids and track uuids both times.
     monkeypatch.setattr(chrome_trace, "_encoder_numbers", itertools.count(1))
@@ -95,7 +98,9 @@ def _replay(settings, resource_attrs, records, names, root, by_record: bool, mon
     chain = ExportChain(settings, resource, {})
     builder = ReadableBuilder(resource, dict(names))
     random.seed(7)  # bundled phases draw their span ids
-    if by_record:
+    if path == "batch":
+        RecordSink(chain, builder).on_records(expand(records))
+    elif path == "record":
         on_record = RecordSink(chain, builder).on_record
         for rec in expand(records):
             on_record(rec)
@@ -114,14 +119,13 @@ def _replay(settings, resource_attrs, records, names, root, by_record: bool, mon
     return out
 
 
+@pytest.mark.parametrize("path", ["record", "batch"])
 @pytest.mark.parametrize("file_format", ["jsonl", "perfetto"])
-def test_record_path_writes_the_span_paths_bytes(tmp_path, monkeypatch, file_format):
+def test_record_path_writes_the_span_paths_bytes(tmp_path, monkeypatch, file_format, path):
     settings, resource, records, names = _capture(tmp_path)
     settings = dataclasses.replace(settings, file_format=file_format)
-    spans = _replay(settings, resource, records, names, tmp_path / "spans", by_record=False,
-                    monkeypatch=monkeypatch)
-    direct = _replay(settings, resource, records, names, tmp_path / "records", by_record=True,
-                     monkeypatch=monkeypatch)
+    spans = _replay(settings, resource, records, names, tmp_path / "spans", "span", monkeypatch=monkeypatch)
+    direct = _replay(settings, resource, records, names, tmp_path / "records", path, monkeypatch=monkeypatch)
     assert set(spans) == set(direct) and len(spans) == 2
     for name in spans:
         assert len(spans[name]) > 1000

@@ -9,6 +9,12 @@ string id) in a bounded cache, so a typical otel_rl span costs a few
 microseconds. The output parses into a message equal to the SDK's for the same
 spans (the tests compare them, over every value type); the SDK exporter then
 sends it, with its own retries, headers, compression and timeouts.
+
+Records (otel_rl's own spans, in the exporter process) need no SDK span at all:
+:func:`record_span` writes a record's span field with the compiled twin
+(``_otlp.c``, the bytes :meth:`OtlpTraceEncoder._span` writes for the span
+the record would build) into an :class:`EncodedSpan`, which the SDK's batch
+processor queues and the encoder copies as it is.
 """
 
 from __future__ import annotations
@@ -20,8 +26,27 @@ from typing import Any
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanKind, StatusCode
 
+from opentelemetry.trace import SpanContext, TraceFlags
+
 from .. import diagnostics, guard
 from ..payload import utf8_text
+from ..recording import record
+
+try:
+    from . import _otlp as _native
+except ImportError:  # built without a C compiler
+    _native = None
+else:
+    _native.configure({
+        "fields": record.FIELDS, "NAME": record.NAME, "TRACE_ID": record.TRACE_ID, "SPAN_ID": record.SPAN_ID,
+        "PARENT_ID": record.PARENT_ID, "PARENT_REMOTE": record.PARENT_REMOTE, "TRACE_STATE": record.TRACE_STATE,
+        "START": record.START, "END": record.END, "KIND": record.KIND, "EVENTS": record.EVENTS,
+        "LINKS": record.LINKS, "STATUS": record.STATUS, "STATUS_DESC": record.STATUS_DESC,
+    })
+
+#: The span field of a record (``record_span(rec, attrs)``), or ``None`` where the compiled
+#: encoder is not built; it returns ``None`` itself for a record it leaves to the SDK span.
+record_span = _native.span if _native is not None else None
 
 _FIXED64 = struct.Struct("<Q").pack
 _DOUBLE = struct.Struct("<d").pack
@@ -100,6 +125,24 @@ def _key_value(key: str, value: Any) -> bytes:
     return _field(b"\x0a", _utf8(key)) + _field(b"\x12", _any_value(value))
 
 
+class EncodedSpan:
+    """A sampled span already written as its OTLP span field (:data:`record_span`).
+
+    What the SDK's batch processor reads of a span is ``context.trace_flags.sampled``;
+    the encoder reads ``resource`` and ``instrumentation_scope`` to group it and copies
+    ``encoded``. Only otel_rl's own outputs ever get one (the exporter process).
+    """
+
+    __slots__ = ("encoded", "resource", "instrumentation_scope")
+    #: A sampled context: these spans are made for sampled records only.
+    context = SpanContext(1, 1, False, TraceFlags(TraceFlags.SAMPLED))
+
+    def __init__(self, encoded: bytes, resource: Any, scope: Any) -> None:
+        self.encoded = encoded
+        self.resource = resource
+        self.instrumentation_scope = scope
+
+
 class OtlpTraceEncoder:
     """Encodes batches of ``ReadableSpan`` into ``ExportTraceServiceRequest`` bytes.
 
@@ -120,7 +163,7 @@ class OtlpTraceEncoder:
         span_bytes = self._span
         for span in spans:
             try:
-                encoded = span_bytes(span)
+                encoded = span.encoded if type(span) is EncodedSpan else span_bytes(span)
             except Exception as exc:  # noqa: BLE001 - one bad span must not lose the batch
                 guard.report(diagnostics.EXPORT_ERROR, "a span could not be encoded for OTLP: %r", exc)
                 continue

@@ -120,7 +120,8 @@ class ReadableBuilder:
     def __init__(self, resource: Resource, thread_names: dict[int, str] | None = None) -> None:
         self.resource = resource
         self.thread_names = {} if thread_names is None else thread_names
-        self._own_scope = InstrumentationScope(keys.INSTRUMENTATION_NAME)
+        #: The instrumentation scope of otel_rl's own spans.
+        self.own_scope = InstrumentationScope(keys.INSTRUMENTATION_NAME)
         self._scopes: dict[Any, InstrumentationScope] = {}
 
     def build(self, rec: tuple) -> ExportSpan:
@@ -178,7 +179,7 @@ class ReadableBuilder:
             parent = SpanContext(trace_id, rec[PARENT_ID], rec[PARENT_REMOTE], flags, state)
         code = rec[STATUS]
         status = _UNSET if code == 0 else Status(_CODES[code], rec[STATUS_DESC])
-        scope = self._own_scope
+        scope = self.own_scope
         if rec[SCOPE] is not None:
             scope = self._scopes.get(rec[SCOPE])
             if scope is None:

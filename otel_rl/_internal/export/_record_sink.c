@@ -1,11 +1,12 @@
 /* The compiled twin of RecordSink's common case (record_sink.py).
  *
- * sink_records(records, thread_names, max_str, keep, slow) walks one batch of records in
- * order. A record whose flat attributes need nothing but copying (plain ids, attributes and
- * args of str, int64, float and bool; no content keys; no events, links or other library's
- * scope; nothing the session processor derives from) gets the dict ReadableBuilder.attributes
- * gives it built here, and, when sampled, goes to the trace file as the (record, attributes)
- * pair the file processor keeps. keep(pairs) hands those pairs on; every other record goes to
+ * sink_records(records, thread_names, max_str, keep, slow, each) walks one batch of records
+ * in order. A record whose flat attributes need nothing but copying (plain ids, attributes
+ * and args of str, int64, float and bool; no content keys; no events, links or other
+ * library's scope; nothing the session processor derives from) gets the dict
+ * ReadableBuilder.attributes gives it built here; when sampled it goes to the trace file as
+ * the (record, attributes) pair the file processor keeps, and each(record, attributes), when
+ * given, hands it to OTLP. keep(pairs) hands the pairs on; every other record goes to
  * slow(record), the Python step, after the pairs before it were kept, so the file sees the
  * records in their order.
  */
@@ -158,10 +159,10 @@ static int hand_on(PyObject *keep, PyObject **pairs) {
     return 0;
 }
 
-/* sink_records(records, thread_names, max_str, keep, slow) -> None */
+/* sink_records(records, thread_names, max_str, keep, slow, each) -> None */
 static PyObject *sink_records(PyObject *self, PyObject *const *argv, Py_ssize_t nargs) {
-    if (nargs != 5 || !PyList_CheckExact(argv[0]) || !PyDict_CheckExact(argv[1])) {
-        PyErr_SetString(PyExc_TypeError, "sink_records(records, thread_names, max_str, keep, slow)");
+    if (nargs != 6 || !PyList_CheckExact(argv[0]) || !PyDict_CheckExact(argv[1])) {
+        PyErr_SetString(PyExc_TypeError, "sink_records(records, thread_names, max_str, keep, slow, each)");
         return NULL;
     }
     if (!baggage_keys) {
@@ -169,6 +170,7 @@ static PyObject *sink_records(PyObject *self, PyObject *const *argv, Py_ssize_t 
         return NULL;
     }
     PyObject *records = argv[0], *thread_names = argv[1], *keep = argv[3], *slow = argv[4];
+    PyObject *each = argv[5] == Py_None ? NULL : argv[5];
     Py_ssize_t max_str = PyLong_AsSsize_t(argv[2]);
     if (max_str == -1 && PyErr_Occurred()) return NULL;
     PyObject *pairs = PyList_New(0);
@@ -199,6 +201,11 @@ static PyObject *sink_records(PyObject *self, PyObject *const *argv, Py_ssize_t 
                 goto failed;
             }
             Py_DECREF(pair);
+        }
+        if (each) {
+            PyObject *r = PyObject_CallFunctionObjArgs(each, rec, attrs, NULL);
+            if (!r) { Py_DECREF(attrs); goto failed; }
+            Py_DECREF(r);
         }
         Py_DECREF(attrs);
     }

@@ -22,6 +22,9 @@ class GrpcSpanExporter(OTLPSpanExporter):
     (in C, well under a microsecond per span) so the gRPC stub sends it as usual.
     """
 
+    #: It takes :class:`~..encode.otlp.EncodedSpan` objects (its encoder copies their bytes).
+    takes_encoded_spans = True
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._encoder = OtlpTraceEncoder()

@@ -35,6 +35,9 @@ class HttpSpanExporter(OTLPSpanExporter):
         self._send = getattr(client, "export", None)
         self._size_limit = getattr(self, "_max_request_size", None)
         self._self_metrics = getattr(self, "_metrics", None)
+        #: Whether it takes :class:`~..encode.otlp.EncodedSpan` objects: only where its own
+        #: export runs (the SDK's encoder, in the fallback, knows nothing of them).
+        self.takes_encoded_spans = self._send is not None and self._self_metrics is not None
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         if self._send is None or self._self_metrics is None:

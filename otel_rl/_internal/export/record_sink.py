@@ -9,19 +9,20 @@ it is, with its flat attributes computed once:
 
 - the session processor derives from the record (:meth:`SessionSpanProcessor.on_record`);
 - the trace file keeps ``(record, attributes)`` and its encoder reads the record;
-- OTLP, when configured, gets the SDK span built from the same attributes,
-  so it carries exactly what the span path would have given it.
+- OTLP, when configured, gets the record's span already encoded
+  (:class:`~..encode.otlp.EncodedSpan`, the bytes the SDK span built from the
+  same attributes would give), or that SDK span where the compiled encoder
+  leaves the record to it.
 
 A record with events, links or another library's instrumentation scope (rare)
 takes the span path through ``chain.sink()``, unchanged. Both paths feed the
 same processors in order, so the outputs are those of the span path (a test
 compares them byte for byte).
 
-Where the trace file is the only output that takes records whole (no OTLP),
 :meth:`RecordSink.on_records` hands a batch to the compiled twin
 (``_record_sink.c``): it builds the attributes of the plain records (most
-scopes) itself and keeps them for the file, and gives every other record to
-:meth:`RecordSink.on_record`, in order.
+scopes) itself, keeps them for the file and hands them to OTLP, and gives every
+other record to :meth:`RecordSink.on_record`, in order.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from __future__ import annotations
 from typing import Any
 
 from .. import diagnostics, guard, keys, payload
+from ..encode.otlp import EncodedSpan, record_span
 from ..encode.readable import ReadableBuilder
 from ..recording import privacy, record
 from ..recording.record import EVENTS, FLAGS, LINKS, SCOPE
@@ -63,9 +65,14 @@ class RecordSink:
         if self._file is not None:
             self._file.exporter.set_resource(builder.resource)
         self._thread_names = builder.thread_names
-        # The compiled common case, where nothing but the trace file takes plain records.
-        self._sink_records = _native.sink_records if _native is not None and self._otlp is None else None
+        self._sink_records = _native.sink_records if _native is not None else None
         self._keep = self._file.on_records if self._file is not None else _ignore
+        self._resource = builder.resource
+        self._scope = builder.own_scope
+        # Records' spans encoded without an SDK span, where the exporter copies their bytes.
+        takes = chain.otlp_exporter is not None and getattr(chain.otlp_exporter.inner, "takes_encoded_spans", False)
+        self._record_span = record_span if takes else None
+        self._each = self._to_otlp if self._otlp is not None else None
 
     def on_records(self, records: list[tuple]) -> None:
         """Exports a batch of records (without bundles: :func:`..recording.record.expand`), in order."""
@@ -74,7 +81,8 @@ class RecordSink:
                 self.on_record(rec)
             return
         try:
-            self._sink_records(records, self._thread_names, payload.max_str(), self._keep, self.on_record)
+            self._sink_records(records, self._thread_names, payload.max_str(), self._keep, self.on_record,
+                               self._each)
         except Exception as exc:  # noqa: BLE001 - only a failure of the interpreter itself
             guard.report(diagnostics.EXPORT_ERROR, "a batch could not be processed: %r", exc)
 
@@ -90,9 +98,20 @@ class RecordSink:
             if self._file is not None and rec[FLAGS] & 1:
                 self._file.on_record(rec, attrs)
             if self._otlp is not None:
-                self._otlp.on_end(self._span(rec, attrs))
+                self._to_otlp(rec, attrs)
         except Exception as exc:  # noqa: BLE001
             guard.report(diagnostics.EXPORT_ERROR, "a span could not be processed: %r", exc)
+
+    def _to_otlp(self, rec: tuple, attrs: dict[str, Any]) -> None:
+        """Hands the span of ``rec`` (with its flat ``attrs``) to the OTLP processor."""
+        if self._record_span is not None:
+            if not rec[FLAGS] & 1:
+                return  # not sampled: the batch processor would drop it
+            encoded = self._record_span(rec, attrs)
+            if encoded is not None:
+                self._otlp.on_end(EncodedSpan(encoded, self._resource, self._scope))
+                return
+        self._otlp.on_end(self._span(rec, attrs))
 
 
 def _ignore(pairs: list[tuple]) -> None:

@@ -1,0 +1,139 @@
+"""The compiled common case of the Chrome encoder (``_chrome_place.c``) places spans as the
+Python steps do.
+
+Two encoders take the same records in the same batches: one walks each batch with the
+compiled walk, which hands what it does not take to the Python step; the other runs the
+Python step on every item. Their trace files must be equal byte for byte, over plain
+scopes on several threads, nested spans (children first), sessions, remote parents,
+instants, counters, zero and negative durations and lanes pruned as they fill.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+
+import pytest
+from opentelemetry.sdk.resources import Resource
+
+from otel_rl._internal import keys
+from otel_rl._internal.encode import chrome_trace
+from otel_rl._internal.encode.chrome_trace import ChromeTraceEncoder
+from otel_rl._internal.export import file_exporter
+from otel_rl._internal.recording import record
+
+compiled = pytest.mark.skipif(chrome_trace._place_native is None, reason="built without a C compiler")
+
+_RESOURCE = Resource.create({"service.name": "t", keys.RANK: 1, keys.ROLE: "actor"})
+_T0 = 1_732_563_442_123_456_789
+
+
+def _rec(name, span_id, parent, start, end, *, remote=False, kind=0, trace=7, status=0):
+    fields = [None] * record.FIELDS
+    fields[record.NAME] = name
+    fields[record.TRACE_ID] = trace
+    fields[record.SPAN_ID] = span_id
+    fields[record.PARENT_ID] = parent
+    fields[record.PARENT_REMOTE] = remote
+    fields[record.FLAGS] = 1
+    fields[record.START] = start
+    fields[record.END] = end
+    fields[record.KIND] = kind
+    fields[record.STATUS] = status
+    return tuple(fields)
+
+
+def _attrs(thread, **extra):
+    return {keys.THREAD_ID: thread, keys.THREAD_NAME: f"t{thread}", **extra}
+
+
+def _workload(seed: int, count: int) -> list[tuple]:
+    """(record, attributes) pairs in the order they end, as the exporter gets them."""
+    rng = random.Random(seed)
+    ids = itertools.count(1)
+    now = _T0
+    out = []
+    while len(out) < count:
+        thread = rng.choice([1, 2, 3])
+        pick = rng.random()
+        start = now
+        end = start + 50
+        if pick < 0.5:  # a plain scope after the last one
+            end = start + rng.choice([0, 1, 999, 1500, 2_000_000, -3])
+            out.append((_rec("scope", next(ids), 0, start, end, trace=rng.choice([7, 8, (1 << 128) - 1])),
+                        _attrs(thread, **{keys.CATEGORY: rng.choice(["io", "", "compute"])})))
+        elif pick < 0.7:  # a parent with two children, which end first
+            parent = next(ids)
+            a, b = next(ids), next(ids)
+            out.append((_rec("child", a, parent, start + 10, start + 20), _attrs(thread)))
+            out.append((_rec("child", b, parent, start + 30, start + 40), _attrs(thread)))
+            out.append((_rec("parent", parent, 0, start, start + 50), _attrs(thread)))
+        elif pick < 0.8:  # a session: its phase ends before the session span
+            session_id = f"s{next(ids)}"
+            span, phase = next(ids), next(ids)
+            out.append((_rec("generate", phase, span, start + 5, start + 15),
+                        _attrs(thread, **{keys.SESSION_ID: session_id, keys.SPAN_KIND: keys.KIND_PHASE})))
+            out.append((_rec("session", span, 0, start, start + 20),
+                        _attrs(thread, **{keys.SESSION_ID: session_id, keys.SPAN_KIND: keys.KIND_SESSION})))
+        elif pick < 0.85:  # work for another process's span, and a client call
+            out.append((_rec("served", next(ids), rng.getrandbits(64) or 1, start, start + 9, remote=True, kind=1),
+                        _attrs(thread)))
+            out.append((_rec("call", next(ids), 0, start + 10, start + 12, kind=2), _attrs(thread)))
+        elif pick < 0.9:  # an instant and a gauge
+            out.append((_rec("tick", next(ids), 0, start, start),
+                        _attrs(thread, **{keys.SPAN_KIND: keys.KIND_INSTANT})))
+            out.append((_rec("mem", next(ids), 0, start, start + 1), _attrs(thread, **{keys.GAUGE_VALUE: 1.5})))
+        elif pick < 0.95:  # overlapping the last span of its thread: another lane
+            out.append((_rec("overlap", next(ids), 0, start - 500, start + 500), _attrs(thread)))
+        else:  # a thread seen for the first time
+            out.append((_rec("new", next(ids), 0, start, start + 3), _attrs(rng.randrange(10, 10_000))))
+        now = max(start, end) + rng.randrange(1, 3_000)
+    return out
+
+
+def _trace_file(monkeypatch, items: list[tuple], batch: int, *, compiled_walk: bool) -> tuple[bytes, int]:
+    """The trace file's bytes, and how many items the Python step took."""
+    monkeypatch.setattr(chrome_trace, "_encoder_numbers", itertools.count(1))  # the same tids in both
+    encoder = ChromeTraceEncoder(max_intervals_per_lane=64)  # lanes prune as they fill
+    encoder.set_resource(_RESOURCE)
+    if not compiled_walk:
+        encoder._encode_records = None
+    python_steps = 0
+    step = encoder._encode_one
+
+    def counted(item, out):
+        nonlocal python_steps
+        python_steps += 1
+        step(item, out)
+
+    encoder._encode_one = counted
+    data = bytearray()
+    for i in range(0, len(items), batch):
+        events = encoder.encode(items[i:i + batch])
+        if events:
+            data += file_exporter._batch(events)
+    events = encoder.finish()
+    if events:
+        data += file_exporter._batch(events)
+    return bytes(data), python_steps
+
+
+@compiled
+@pytest.mark.parametrize("seed", range(8))
+def test_the_compiled_walk_writes_the_python_steps_bytes(monkeypatch, seed):
+    items = _workload(seed, 3000)
+    walked, python_steps = _trace_file(monkeypatch, items, 101, compiled_walk=True)
+    stepped, all_steps = _trace_file(monkeypatch, items, 101, compiled_walk=False)
+    assert walked == stepped
+    assert all_steps == len(items)
+    assert python_steps < len(items) * 0.7  # the plain scopes took the compiled walk
+
+
+@compiled
+def test_a_run_of_plain_scopes_never_leaves_the_compiled_walk_after_its_lanes_exist(monkeypatch):
+    items = [(_rec("scope", n + 1, 0, _T0 + 10 * n, _T0 + 10 * n + 5), _attrs(1)) for n in range(500)]
+    walked, python_steps = _trace_file(monkeypatch, items, 100, compiled_walk=True)
+    stepped, _ = _trace_file(monkeypatch, items, 100, compiled_walk=False)
+    assert walked == stepped
+    assert python_steps == 1  # the first span makes the thread's lane
+    assert walked.count(b'"ph":"X"') == 500

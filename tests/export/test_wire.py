@@ -1,0 +1,110 @@
+"""Batches cross the pipe to the exporter process and come back as the records they were."""
+
+from __future__ import annotations
+
+import marshal
+import random
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from otel_rl._internal.export import wire
+from otel_rl._internal.recording import record
+
+packed = pytest.mark.skipif(wire._native is None, reason="built without a C compiler")
+
+_payload = st.one_of(st.none(), st.dictionaries(st.text(max_size=5), st.one_of(st.integers(), st.text(max_size=5),
+                                                                                st.floats(allow_nan=False)),
+                                                 max_size=3))
+
+
+@st.composite
+def records(draw, fits: bool = True) -> tuple:
+    """A record; with ``fits``, its ids, times and codes in the ranges a span gives them."""
+    ids = st.integers(0, (1 << 64) - 1)
+    fields = [None] * record.FIELDS
+    fields[record.NAME] = draw(st.text(max_size=8))
+    fields[record.TRACE_ID] = draw(st.integers(0, (1 << 128) - 1) if fits else st.integers())
+    fields[record.SPAN_ID] = draw(ids)
+    fields[record.PARENT_ID] = draw(ids)
+    fields[record.PARENT_REMOTE] = draw(st.booleans())
+    fields[record.FLAGS] = draw(st.sampled_from([0, 1]))
+    fields[record.TRACE_STATE] = draw(st.one_of(st.none(), st.just("k=v")))
+    fields[record.START] = draw(st.integers(-(1 << 63), (1 << 63) - 1))
+    fields[record.END] = draw(st.integers(-(1 << 63), (1 << 63) - 1))
+    fields[record.KIND] = draw(st.integers(0, 4))
+    fields[record.IDS] = draw(_payload)
+    fields[record.THREAD] = draw(st.one_of(st.none(), ids))
+    fields[record.CATEGORY] = draw(st.one_of(st.none(), st.text(max_size=4)))
+    fields[record.ATTRIBUTES] = draw(_payload)
+    fields[record.ARGS] = draw(_payload)
+    fields[record.EVENTS] = draw(st.one_of(st.none(), st.just([("e", None, 5)])))
+    fields[record.STATUS] = draw(st.integers(0, 2))
+    fields[record.STATUS_DESC] = draw(st.one_of(st.none(), st.text(max_size=4)))
+    return tuple(fields)
+
+
+def _typed(records: list[tuple]) -> list[tuple]:
+    """Records with each value's type beside it (``True == 1`` must not hide a change)."""
+    return [tuple((type(v), v) for v in rec) for rec in records]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(records(), max_size=20), st.dictionaries(st.integers(0, 1 << 40), st.text(max_size=6)))
+def test_a_batch_comes_back_as_the_records_it_was(batch, names):
+    got_names, got = wire.loads(wire.dumps(names, batch))
+    assert got_names == names
+    assert _typed(got) == _typed(batch)
+
+
+@packed
+@settings(max_examples=100, deadline=None)
+@given(st.lists(records(), min_size=1, max_size=20))
+def test_records_of_spans_travel_packed(batch):
+    assert wire.dumps({}, batch)[:1] == b"\x00"
+
+
+def _scopes(count: int, **changed) -> list[tuple]:
+    """Records of a run of scopes on one thread, with ``changed`` fields (by name) set."""
+    rng = random.Random(3)
+    batch = []
+    for n in range(count):
+        fields = [None] * record.FIELDS
+        start = 1_732_563_442_123_456_789 + 10_000 * n
+        fields[record.NAME:record.END + 1] = ["step", rng.getrandbits(128), rng.getrandbits(64), 0, False, 1, None,
+                                              start, start + 4_321]
+        fields[record.KIND], fields[record.THREAD], fields[record.STATUS] = 0, 140_663_752_559_488, 0
+        for name, value in changed.items():
+            fields[record.FIELD_NAMES.index(name)] = value
+        batch.append(tuple(fields))
+    return batch
+
+
+@packed
+def test_a_batch_of_scopes_is_smaller_packed_than_marshalled():
+    batch = _scopes(1000)
+    data = wire.dumps({140_663_752_559_488: "MainThread"}, batch)
+    assert len(data) < 0.7 * len(marshal.dumps(({140_663_752_559_488: "MainThread"}, batch)))
+    assert wire.loads(data)[1] == batch
+
+
+@packed
+def test_a_record_with_an_id_out_of_range_sends_its_batch_as_marshal():
+    batch = _scopes(3) + _scopes(1, trace_id=1 << 130)
+    data = wire.dumps({1: "main"}, batch)
+    assert data[:1] != b"\x00"
+    assert marshal.loads(data) == ({1: "main"}, batch)
+    assert wire.loads(data) == ({1: "main"}, batch)
+
+
+@packed
+def test_a_cut_batch_is_refused_with_a_value_error():
+    data = wire.dumps({}, _scopes(3))
+    with pytest.raises(ValueError, match="cut short"):
+        wire.loads(data[:20])
+
+
+def test_a_value_marshal_cannot_hold_raises_value_error_as_marshal_does():
+    with pytest.raises(ValueError):
+        wire.dumps({}, _scopes(1, args={"x": object()}))
