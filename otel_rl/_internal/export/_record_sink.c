@@ -1,10 +1,12 @@
 /* The compiled twin of RecordSink's common case (record_sink.py).
  *
- * sink_records(records, thread_names, max_str, keep, slow, each) walks one batch of records
- * in order. A record whose flat attributes need nothing but copying (plain ids, attributes
- * and args of str, int64, float and bool; no content keys; no events, links or other
- * library's scope; nothing the session processor derives from) gets the dict
- * ReadableBuilder.attributes gives it built here; when sampled it goes to the trace file as
+ * sink_records(records, thread_names, max_str, keep, slow, each, derive) walks one batch of
+ * records in order. A record whose flat attributes need nothing but copying (plain ids,
+ * attributes and args of str, int64, float and bool; no content keys; no events, links or
+ * other library's scope) gets the dict ReadableBuilder.attributes gives it built here;
+ * derive(record, attributes), when given, is the session processor's step for a record it
+ * derives from (a span kind or a gauge value: phases, sessions), and returns the
+ * attributes to go on with. When sampled the record goes to the trace file as
  * the (record, attributes) pair the file processor keeps, and each(record, attributes), when
  * given, hands it to OTLP. keep(pairs) hands the pairs on; every other record goes to
  * slow(record), the Python step, after the pairs before it were kept, so the file sees the
@@ -127,9 +129,6 @@ static PyObject *attributes(PyObject *rec, PyObject *thread_names, Py_ssize_t ma
     if (given != Py_None && (r = flatten(given, 0, attrs, max_str)) <= 0) goto done;
     PyObject *args = PyTuple_GET_ITEM(rec, i_args);
     if (args != Py_None && (r = flatten(args, 1, attrs, max_str)) <= 0) goto done;
-    /* What the session processor derives from: its Python step. */
-    if (PyDict_GetItemWithError(attrs, k_span_kind) || PyDict_GetItemWithError(attrs, k_gauge)) goto not_plain;
-    if (PyErr_Occurred()) goto failed;
     return attrs;
 done:
     if (r < 0) goto failed;
@@ -159,10 +158,10 @@ static int hand_on(PyObject *keep, PyObject **pairs) {
     return 0;
 }
 
-/* sink_records(records, thread_names, max_str, keep, slow, each) -> None */
+/* sink_records(records, thread_names, max_str, keep, slow, each, derive) -> None */
 static PyObject *sink_records(PyObject *self, PyObject *const *argv, Py_ssize_t nargs) {
-    if (nargs != 6 || !PyList_CheckExact(argv[0]) || !PyDict_CheckExact(argv[1])) {
-        PyErr_SetString(PyExc_TypeError, "sink_records(records, thread_names, max_str, keep, slow, each)");
+    if (nargs != 7 || !PyList_CheckExact(argv[0]) || !PyDict_CheckExact(argv[1])) {
+        PyErr_SetString(PyExc_TypeError, "sink_records(records, thread_names, max_str, keep, slow, each, derive)");
         return NULL;
     }
     if (!baggage_keys) {
@@ -171,6 +170,7 @@ static PyObject *sink_records(PyObject *self, PyObject *const *argv, Py_ssize_t 
     }
     PyObject *records = argv[0], *thread_names = argv[1], *keep = argv[3], *slow = argv[4];
     PyObject *each = argv[5] == Py_None ? NULL : argv[5];
+    PyObject *derive = argv[6] == Py_None ? NULL : argv[6];
     Py_ssize_t max_str = PyLong_AsSsize_t(argv[2]);
     if (max_str == -1 && PyErr_Occurred()) return NULL;
     PyObject *pairs = PyList_New(0);
@@ -189,6 +189,20 @@ static PyObject *sink_records(PyObject *self, PyObject *const *argv, Py_ssize_t 
             if (hand_on(keep, &pairs) < 0 || !(r = PyObject_CallOneArg(slow, rec))) goto failed;
             Py_DECREF(r);
             continue;
+        }
+        if (derive && (PyDict_GetItemWithError(attrs, k_span_kind) || PyDict_GetItemWithError(attrs, k_gauge))) {
+            PyObject *derived = PyObject_CallFunctionObjArgs(derive, rec, attrs, NULL);
+            Py_DECREF(attrs);
+            if (!derived) goto failed;
+            if (!PyDict_CheckExact(derived)) {
+                Py_DECREF(derived);
+                PyErr_SetString(PyExc_TypeError, "derive() must return a dict");
+                goto failed;
+            }
+            attrs = derived;
+        } else if (PyErr_Occurred()) {
+            Py_DECREF(attrs);
+            goto failed;
         }
         long flags = PyLong_AsLong(PyTuple_GET_ITEM(rec, i_flags));
         if (flags == -1 && PyErr_Occurred()) PyErr_Clear();

@@ -21,8 +21,9 @@ compares them byte for byte).
 
 :meth:`RecordSink.on_records` hands a batch to the compiled twin
 (``_record_sink.c``): it builds the attributes of the plain records (most
-scopes) itself, keeps them for the file and hands them to OTLP, and gives every
-other record to :meth:`RecordSink.on_record`, in order.
+scopes, phases and sessions) itself, has the session processor derive from
+them, keeps them for the file and hands them to OTLP, and gives every other
+record to :meth:`RecordSink.on_record`, in order.
 """
 
 from __future__ import annotations
@@ -73,6 +74,7 @@ class RecordSink:
         takes = chain.otlp_exporter is not None and getattr(chain.otlp_exporter.inner, "takes_encoded_spans", False)
         self._record_span = record_span if takes else None
         self._each = self._to_otlp if self._otlp is not None else None
+        self._derive = self._session.on_record if self._session is not None else None
 
     def on_records(self, records: list[tuple]) -> None:
         """Exports a batch of records (without bundles: :func:`..recording.record.expand`), in order."""
@@ -82,7 +84,7 @@ class RecordSink:
             return
         try:
             self._sink_records(records, self._thread_names, payload.max_str(), self._keep, self.on_record,
-                               self._each)
+                               self._each, self._derive)
         except Exception as exc:  # noqa: BLE001 - only a failure of the interpreter itself
             guard.report(diagnostics.EXPORT_ERROR, "a batch could not be processed: %r", exc)
 
