@@ -97,7 +97,7 @@ def _trace_file(monkeypatch, items: list[tuple], batch: int, *, compiled_walk: b
     encoder = ChromeTraceEncoder(max_intervals_per_lane=64)  # lanes prune as they fill
     encoder.set_resource(_RESOURCE)
     if not compiled_walk:
-        encoder._encode_records = None
+        encoder._encode_records = encoder._place_span = None
     python_steps = 0
     step = encoder._encode_one
 
@@ -137,3 +137,53 @@ def test_a_run_of_plain_scopes_never_leaves_the_compiled_walk_after_its_lanes_ex
     assert walked == stepped
     assert python_steps == 1  # the first span makes the thread's lane
     assert walked.count(b'"ph":"X"') == 500
+
+
+def _interleaved(seed: int, count: int) -> list[tuple]:
+    """Trees of spans ending children first, and sessions whose phases and spans overlap
+    other sessions' on one thread (asyncio), in end order."""
+    rng = random.Random(seed)
+    ids = itertools.count(1)
+    spans = []  # (end, record, attributes)
+
+    def tree(parent: int, start: int, end: int, depth: int, thread: int, extra: dict) -> None:
+        span_id = next(ids)
+        spans.append((end, _rec(f"d{depth}", span_id, parent, start, end), _attrs(thread, **extra)))
+        at = start
+        while depth < 5 and at < end and rng.random() < 0.7:
+            width = rng.randrange(1, max(2, (end - start) // 2))
+            lo = at + rng.randrange(0, 50)
+            hi = min(end, lo + width) if rng.random() < 0.9 else end + 100  # now and then past its parent
+            if hi > lo:
+                tree(span_id, lo, hi, depth + 1, thread, extra)
+            at = hi + 1
+
+    now = _T0
+    while len(spans) < count:
+        thread = rng.choice([1, 2])
+        if rng.random() < 0.5:
+            tree(0, now, now + rng.randrange(100, 5_000), 0, thread, {})
+        else:
+            session_id = f"s{next(ids)}"
+            span = next(ids)
+            length = rng.randrange(1_000, 20_000)
+            spans.append((now + length, _rec("session", span, 0, now, now + length),
+                          _attrs(thread, **{keys.SESSION_ID: session_id, keys.SPAN_KIND: keys.KIND_SESSION})))
+            for phase in range(rng.randrange(1, 4)):
+                lo = now + rng.randrange(0, length)
+                hi = min(now + length, lo + rng.randrange(1, 5_000))
+                spans.append((hi, _rec("phase", next(ids), span, lo, hi), _attrs(
+                    thread, **{keys.SESSION_ID: session_id, keys.SPAN_KIND: keys.KIND_PHASE})))
+        now += rng.randrange(1, 4_000)  # the next one may overlap this one
+    spans.sort(key=lambda item: item[0])
+    return [(rec, attrs) for _, rec, attrs in spans]
+
+
+@compiled
+@pytest.mark.parametrize("seed", range(12))
+def test_nested_and_interleaved_spans_nest_as_the_python_steps_nest_them(monkeypatch, seed):
+    items = _interleaved(seed, 2500)
+    walked, _ = _trace_file(monkeypatch, items, 67, compiled_walk=True)
+    stepped, _ = _trace_file(monkeypatch, items, 67, compiled_walk=False)
+    assert walked == stepped
+    assert walked.count(b"lane 3") >= 1  # overlaps made lanes beyond the thread's own

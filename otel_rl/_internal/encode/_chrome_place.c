@@ -29,7 +29,7 @@ static PyObject *kind_counter, *kind_instant, *kind_session, *default_cat;
 static long client_kind, producer_kind;
 static Py_ssize_t i_trace, i_span, i_parent, i_remote, i_start, i_end, i_kind, i_events, i_links, n_fields;
 static Py_ssize_t max_waiting;
-static PyObject *thousand, *hex_spec, *s_shorten, *s_release_stale;
+static PyObject *one, *thousand, *hex_spec, *s_shorten, *s_release_stale;
 static PyObject *a_placed, *a_parent_of, *a_waiting, *a_buffered, *a_newest_end, *a_clock, *a_trace_hex,
     *a_record_proc, *a_horizon, *a_max_intervals, *a_prune_step;
 
@@ -422,6 +422,512 @@ failed:
     return NULL;
 }
 
+/* --- any span: ChromeTraceEncoder._place ------------------------------------------------------
+ * place_span(encoder, rec, proc, attrs, out, prefer) -> (group, lane index), what _place returns,
+ * with its effects. Lanes nest here (Lane.insert, every case); what is rare and makes event dicts
+ * (a new thread or lane, a line the dict must give, gauges and events, flows) is the encoder's
+ * own Python, called back. */
+static PyObject *s_group, *s_new_lane, *s_slice, *s_link, *s_extras, *s_remote_flow, *s_flow_source,
+    *s_flows_dropped, *a_complete_line;
+
+static int ll_at(PyObject *list, Py_ssize_t k, long long *x) {
+    if (as_ll(PyList_GET_ITEM(list, k), x)) return 0;
+    PyErr_SetString(PyExc_TypeError, "lane times must be int64");
+    return -1;
+}
+
+/* The first index in [lo, len) whose value is > x (right) or >= x (left), as bisect does. */
+static int bisect_ll(PyObject *list, long long x, Py_ssize_t lo, int right, Py_ssize_t *at) {
+    Py_ssize_t hi = PyList_GET_SIZE(list);
+    while (lo < hi) {
+        Py_ssize_t mid = lo + (hi - lo) / 2;
+        long long v;
+        if (ll_at(list, mid, &v) < 0) return -1;
+        if (right ? x < v : !(v < x)) hi = mid;
+        else lo = mid + 1;
+    }
+    *at = lo;
+    return 0;
+}
+
+/* lanes.is_ancestor: whether `ancestor` is `span` or one of its ancestors (64 generations). */
+static int is_ancestor(PyObject *parent_of, PyObject *ancestor, PyObject *span) {
+    for (int depth = 0; depth < 64; depth++) {
+        int eq = PyObject_RichCompareBool(span, ancestor, Py_EQ);
+        if (eq) return eq;
+        span = map_get(parent_of, span);
+        if (!span) return PyErr_Occurred() ? -1 : 0;
+        int t = PyObject_IsTrue(span);
+        if (t <= 0) return t;
+    }
+    return 0;
+}
+
+static int level_lists(PyObject *level, PyObject **starts, PyObject **ends, PyObject **ids, PyObject **kids) {
+    if (Py_TYPE(level) != t_level) goto bad;
+    *starts = SLOT(level, o_level_starts);
+    *ends = SLOT(level, o_level_ends);
+    *ids = SLOT(level, o_level_ids);
+    *kids = SLOT(level, o_level_kids);
+    if (*starts && *ends && *ids && *kids && PyList_CheckExact(*starts) && PyList_CheckExact(*ends)
+        && PyList_CheckExact(*ids) && PyList_CheckExact(*kids))
+        return 0;
+bad:
+    PyErr_SetString(PyExc_TypeError, "a lane level without its lists");
+    return -1;
+}
+
+static int replace_slice(PyObject *list, Py_ssize_t i, Py_ssize_t j, PyObject *value) {
+    PyObject *one = PyList_New(1);
+    if (!one) return -1;
+    PyList_SET_ITEM(one, 0, Py_NewRef(value));
+    int r = PyList_SetSlice(list, i, j, one);
+    Py_DECREF(one);
+    return r;
+}
+
+/* Lane.insert: 1 inserted, 0 refused (the lane unchanged), -1 an error. */
+static int lane_insert(PyObject *lane, PyObject *start_o, long long start, PyObject *end_o, long long end,
+                       PyObject *span_id, PyObject *parent_of) {
+    if (Py_TYPE(lane) != t_lane) { PyErr_SetString(PyExc_TypeError, "not a Lane"); return -1; }
+    PyObject *pruned = SLOT(lane, o_lane_pruned);
+    if (!pruned) { PyErr_SetString(PyExc_TypeError, "a lane without pruned_before"); return -1; }
+    if (PyFloat_CheckExact(pruned)) {  /* -inf until the lane first prunes */
+        int lt = PyObject_RichCompareBool(start_o, pruned, Py_LT);
+        if (lt) return lt < 0 ? -1 : 0;
+    } else {
+        long long before;
+        if (!as_ll(pruned, &before)) { PyErr_SetString(PyExc_TypeError, "pruned_before must be int64"); return -1; }
+        if (start < before) return 0;
+    }
+    PyObject *level = SLOT(lane, o_lane_root), *starts, *ends, *ids, *kids;
+    if (!level || level_lists(level, &starts, &ends, &ids, &kids) < 0) return -1;
+    Py_ssize_t n = PyList_GET_SIZE(ends);
+    long long last = 0;
+    if (n && ll_at(ends, n - 1, &last) < 0) return -1;
+    if (!n || last <= start) {
+        if (PyList_Append(starts, start_o) < 0 || PyList_Append(ends, end_o) < 0 || PyList_Append(ids, span_id) < 0
+            || PyList_Append(kids, Py_None) < 0)
+            return -1;
+        goto inserted;
+    }
+    for (;;) {
+        Py_ssize_t i, j;
+        if (bisect_ll(ends, start, 0, 1, &i) < 0 || bisect_ll(starts, end, i, 0, &j) < 0) return -1;
+        if (i == j) {
+            if (PyList_Insert(starts, i, start_o) < 0 || PyList_Insert(ends, i, end_o) < 0
+                || PyList_Insert(ids, i, span_id) < 0 || PyList_Insert(kids, i, Py_None) < 0)
+                return -1;
+            break;
+        }
+        long long first_start, first_end, last_end;
+        if (ll_at(starts, i, &first_start) < 0 || ll_at(ends, i, &first_end) < 0 || ll_at(ends, j - 1, &last_end) < 0)
+            return -1;
+        if (j - i == 1 && first_start <= start && first_end >= end) {
+            int a = is_ancestor(parent_of, PyList_GET_ITEM(ids, i), span_id);
+            if (a < 0) return -1;
+            if (a) {
+                PyObject *kid = PyList_GET_ITEM(kids, i);
+                if (kid == Py_None) {
+                    kid = PyObject_CallNoArgs((PyObject *)t_level);
+                    if (!kid) return -1;
+                    PyList_SetItem(kids, i, kid);  /* steals it; the list keeps it alive below */
+                }
+                level = kid;
+                if (level_lists(level, &starts, &ends, &ids, &kids) < 0) return -1;
+                continue;
+            }
+        }
+        /* Otherwise the new span must enclose everything it touches, all its own descendants. */
+        if (first_start < start || last_end > end) return 0;
+        for (Py_ssize_t k = i; k < j; k++) {
+            int a = is_ancestor(parent_of, span_id, PyList_GET_ITEM(ids, k));
+            if (a <= 0) return a;
+        }
+        PyObject *adopted = PyObject_CallNoArgs((PyObject *)t_level);
+        if (!adopted) return -1;
+        PyObject *lists[4] = {starts, ends, ids, kids};
+        Py_ssize_t offs[4] = {o_level_starts, o_level_ends, o_level_ids, o_level_kids};
+        for (int k = 0; k < 4; k++) {
+            PyObject *part = PyList_GetSlice(lists[k], i, j);
+            if (!part) { Py_DECREF(adopted); return -1; }
+            set_slot(adopted, offs[k], part);
+        }
+        int r = replace_slice(starts, i, j, start_o) < 0 || replace_slice(ends, i, j, end_o) < 0
+                || replace_slice(ids, i, j, span_id) < 0 || replace_slice(kids, i, j, adopted) < 0;
+        Py_DECREF(adopted);
+        if (r) return -1;
+        break;
+    }
+inserted:;
+    long long count, max_end;
+    if (!as_ll(SLOT(lane, o_lane_count), &count) || !as_ll(SLOT(lane, o_lane_max_end), &max_end)) {
+        PyErr_SetString(PyExc_TypeError, "a lane's counts must be ints");
+        return -1;
+    }
+    PyObject *num = PyLong_FromLongLong(count + 1);
+    if (!num) return -1;
+    set_slot(lane, o_lane_count, num);
+    if (end > max_end) set_slot(lane, o_lane_max_end, Py_NewRef(end_o));
+    return 1;
+}
+
+static PyObject *attr(PyObject *obj, PyObject *name) { return PyObject_GetAttr(obj, name); }
+
+static int add_clock(PyObject *enc, PyObject *group) {
+    PyObject *clock = attr(enc, a_clock);
+    if (!clock) return -1;
+    PyObject *next = PyNumber_Add(clock, one);
+    Py_DECREF(clock);
+    if (!next) return -1;
+    int r = PyObject_SetAttr(enc, a_clock, next);
+    if (r == 0) set_slot(group, o_group_used, next);
+    else Py_DECREF(next);
+    return r;
+}
+
+/* dict.pop(key, None): a new reference or NULL (absent, or an error: check PyErr_Occurred). */
+static PyObject *dict_pop(PyObject *dict, PyObject *key) {
+    PyObject *v = PyDict_GetItemWithError(dict, key);
+    if (!v) return NULL;
+    Py_INCREF(v);
+    if (PyDict_DelItem(dict, key) < 0) { Py_DECREF(v); return NULL; }
+    return v;
+}
+
+static int in_tried(Py_ssize_t *tried, int n, Py_ssize_t index) {
+    for (int k = 0; k < n; k++) if (tried[k] == index) return 1;
+    return 0;
+}
+
+static Py_ssize_t lane_index(PyObject *lane) {
+    PyObject *index = SLOT(lane, o_lane_index);
+    return index ? PyLong_AsSsize_t(index) : -1;
+}
+
+static int call_out(PyObject *enc, PyObject *name, PyObject **args, size_t n) {  /* enc.name(*args) */
+    PyObject *r = PyObject_VectorcallMethod(name, args, n | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+    if (!r) return -1;
+    Py_DECREF(r);
+    (void)enc;
+    return 0;
+}
+
+static PyObject *place_span(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 6) {
+        PyErr_SetString(PyExc_TypeError, "place_span(encoder, rec, proc, attrs, out, prefer)");
+        return NULL;
+    }
+    PyObject *enc = args[0], *rec = args[1], *proc = args[2], *attrs = args[3], *out = args[4], *prefer = args[5];
+    if (!complete_fn || !PyTuple_CheckExact(rec) || PyTuple_GET_SIZE(rec) != n_fields || Py_TYPE(proc) != t_proc
+        || !PyList_CheckExact(out)) {
+        PyErr_SetString(PyExc_TypeError, "place_span: a record, a ProcessLanes and a list");
+        return NULL;
+    }
+    PyObject *result = NULL, *placed = NULL, *parent_of = NULL, *waiting = NULL, *children = NULL, *group = NULL;
+    PyObject *chosen = NULL, *ts = NULL, *dur = NULL, *line = NULL, *record = NULL, *trace_hex = NULL;
+    PyObject *start_o = PyTuple_GET_ITEM(rec, i_start), *end_o = PyTuple_GET_ITEM(rec, i_end);
+    PyObject *span_id = PyTuple_GET_ITEM(rec, i_span), *parent_id = PyTuple_GET_ITEM(rec, i_parent);
+    long long start, end;
+    if (!as_ll(start_o, &start) || !as_ll(end_o, &end)) {
+        PyErr_SetString(PyExc_TypeError, "span times must be int64");
+        return NULL;
+    }
+    if (end < start) { end = start; end_o = start_o; }
+    int remote = PyObject_IsTrue(PyTuple_GET_ITEM(rec, i_remote));
+    int has_parent = PyObject_IsTrue(parent_id);
+    if (remote < 0 || has_parent < 0) return NULL;
+    if (!(placed = attr(enc, a_placed)) || !(parent_of = attr(enc, a_parent_of)) || !(waiting = attr(enc, a_waiting)))
+        goto done;
+    if (Py_TYPE(placed) != t_map || Py_TYPE(parent_of) != t_map || Py_TYPE(waiting) != t_map) {
+        PyErr_SetString(PyExc_TypeError, "the encoder's maps must be TwoGenerationMaps");
+        goto done;
+    }
+
+    PyObject *thread = PyDict_GetItemWithError(attrs, k_thread_id);
+    if (!thread && PyErr_Occurred()) goto done;
+    PyObject *groups = SLOT(proc, o_proc_groups);
+    if (thread && thread != Py_None && groups && PyDict_CheckExact(groups)) {
+        group = Py_XNewRef(PyDict_GetItemWithError(groups, thread));
+        if (!group && PyErr_Occurred()) goto done;
+    }
+    if (group) {
+        if (add_clock(enc, group) < 0) goto done;
+    } else {
+        PyObject *call[4] = {enc, proc, attrs, rec};
+        group = PyObject_VectorcallMethod(s_group, call, 4 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+        if (!group) goto done;
+    }
+    if (Py_TYPE(group) != t_group) { PyErr_SetString(PyExc_TypeError, "not a LaneGroup"); goto done; }
+    PyObject *lanes = SLOT(group, o_group_lanes);
+    if (!lanes || !PyList_CheckExact(lanes)) { PyErr_SetString(PyExc_TypeError, "lanes must be a list"); goto done; }
+
+    PyObject *parent_rec = NULL;
+    if (has_parent && !remote) {
+        parent_rec = map_get(placed, parent_id);
+        if (!parent_rec && PyErr_Occurred()) goto done;
+        if (parent_rec && (!PyTuple_CheckExact(parent_rec) || PyTuple_GET_SIZE(parent_rec) < 5)) {
+            PyErr_SetString(PyExc_TypeError, "a placed span's entry must be a 5-tuple");
+            goto done;
+        }
+        Py_XINCREF(parent_rec);
+    }
+    if (!map_empty(waiting)) {  /* TwoGenerationMap.pop */
+        PyObject *young = SLOT(waiting, o_map_young), *old = SLOT(waiting, o_map_old);
+        PyObject *a = dict_pop(young, span_id);
+        PyObject *b = PyErr_Occurred() ? NULL : dict_pop(old, span_id);
+        if (PyErr_Occurred()) {
+            Py_XDECREF(a);
+            Py_XDECREF(b);
+            Py_XDECREF(parent_rec);
+            goto done;
+        }
+        if (a && a != Py_None) { children = a; Py_XDECREF(b); }
+        else { Py_XDECREF(a); children = b && b != Py_None ? b : (Py_XDECREF(b), NULL); }
+    }
+    int has_children = children && PyObject_IsTrue(children) > 0;
+    if (children && !PyList_CheckExact(children)) {
+        Py_XDECREF(parent_rec);
+        PyErr_SetString(PyExc_TypeError, "waiting children must be a list");
+        goto done;
+    }
+
+    Py_ssize_t n_lanes = PyList_GET_SIZE(lanes);
+    int r;
+    if (!parent_rec && prefer == Py_None && !has_children) {
+        for (Py_ssize_t k = 0; k < n_lanes && !chosen; k++) {
+            PyObject *lane = PyList_GET_ITEM(lanes, k);
+            r = lane_insert(lane, start_o, start, end_o, end, span_id, parent_of);
+            if (r < 0) { Py_XDECREF(parent_rec); goto done; }
+            if (r) chosen = Py_NewRef(lane);
+        }
+    } else {
+        Py_ssize_t tried[3];
+        int n_tried = 0;
+        if (parent_rec && PyTuple_GET_ITEM(parent_rec, 0) == group)
+            tried[n_tried++] = PyLong_AsSsize_t(PyTuple_GET_ITEM(parent_rec, 1));
+        if (prefer != Py_None && PyTuple_Check(prefer) && PyTuple_GET_SIZE(prefer) == 2
+            && PyTuple_GET_ITEM(prefer, 0) == group) {
+            Py_ssize_t index = PyLong_AsSsize_t(PyTuple_GET_ITEM(prefer, 1));
+            if (!in_tried(tried, n_tried, index)) tried[n_tried++] = index;
+        }
+        if (has_children) {
+            for (Py_ssize_t k = 0; k < PyList_GET_SIZE(children); k++) {
+                PyObject *child = PyList_GET_ITEM(children, k);
+                if (PyTuple_Check(child) && PyTuple_GET_SIZE(child) >= 6 && PyTuple_GET_ITEM(child, 0) == group) {
+                    Py_ssize_t index = PyLong_AsSsize_t(PyTuple_GET_ITEM(child, 1));
+                    if (!in_tried(tried, n_tried, index)) {
+                        tried[n_tried++] = index;
+                        break;
+                    }
+                }
+            }
+        }
+        if (PyErr_Occurred()) { Py_XDECREF(parent_rec); goto done; }
+        for (int k = 0; k < n_tried && !chosen; k++) {
+            if (tried[k] < 0 || tried[k] >= n_lanes) {  /* lanes[index] raises IndexError */
+                PyErr_SetString(PyExc_IndexError, "list index out of range");
+                Py_XDECREF(parent_rec);
+                goto done;
+            }
+            PyObject *lane = PyList_GET_ITEM(lanes, tried[k]);
+            r = lane_insert(lane, start_o, start, end_o, end, span_id, parent_of);
+            if (r < 0) { Py_XDECREF(parent_rec); goto done; }
+            if (r) chosen = Py_NewRef(lane);
+        }
+        for (Py_ssize_t k = 0; k < n_lanes && !chosen; k++) {
+            PyObject *lane = PyList_GET_ITEM(lanes, k);
+            if (in_tried(tried, n_tried, lane_index(lane))) continue;
+            r = lane_insert(lane, start_o, start, end_o, end, span_id, parent_of);
+            if (r < 0) { Py_XDECREF(parent_rec); goto done; }
+            if (r) chosen = Py_NewRef(lane);
+        }
+    }
+    if (!chosen) {
+        PyObject *call[4] = {enc, proc, group, out};
+        chosen = PyObject_VectorcallMethod(s_new_lane, call, 4 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+        if (!chosen || lane_insert(chosen, start_o, start, end_o, end, span_id, parent_of) < 0) {
+            Py_XDECREF(parent_rec);
+            goto done;
+        }
+    }
+    long long count, next_prune;
+    if (!as_ll(SLOT(chosen, o_lane_count), &count) || !as_ll(SLOT(chosen, o_lane_next), &next_prune)) {
+        PyErr_SetString(PyExc_TypeError, "a lane's counts must be ints");
+        Py_XDECREF(parent_rec);
+        goto done;
+    }
+    if (count >= next_prune) {
+        PyObject *h = attr(enc, a_horizon), *m = attr(enc, a_max_intervals), *p = attr(enc, a_prune_step), *got = NULL;
+        if (h && m && p) got = PyObject_CallMethodObjArgs(chosen, s_shorten, h, m, p, NULL);
+        Py_XDECREF(h);
+        Py_XDECREF(m);
+        Py_XDECREF(p);
+        if (!got) { Py_XDECREF(parent_rec); goto done; }
+        Py_DECREF(got);
+    }
+
+    PyObject *pid = SLOT(proc, o_proc_pid), *tid = SLOT(chosen, o_lane_tid);
+    PyObject *rank = SLOT(proc, o_proc_rank), *role = SLOT(proc, o_proc_role);
+    PyObject *index = SLOT(chosen, o_lane_index);
+    if (!pid || !tid || !rank || !role || !index) {
+        PyErr_SetString(PyExc_TypeError, "a lane or process without its fields");
+        Py_XDECREF(parent_rec);
+        goto done;
+    }
+    if (!(ts = PyNumber_TrueDivide(start_o, thousand))) { Py_XDECREF(parent_rec); goto done; }
+    PyObject *span_kind = PyDict_GetItemWithError(attrs, k_span_kind);
+    PyObject *cat = PyDict_GetItemWithError(attrs, k_category);
+    if (PyErr_Occurred()) { Py_XDECREF(parent_rec); goto done; }
+    int t = cat ? PyObject_IsTrue(cat) : 0;
+    if (t < 0) { Py_XDECREF(parent_rec); goto done; }
+    if (!t) {
+        t = span_kind ? PyObject_IsTrue(span_kind) : 0;
+        if (t < 0) { Py_XDECREF(parent_rec); goto done; }
+        cat = t ? span_kind : default_cat;
+    }
+    /* The latest trace id and its text, shared with the walk over batches. */
+    PyObject *trace_id = PyTuple_GET_ITEM(rec, i_trace), *cached = attr(enc, a_trace_hex);
+    if (!cached) { Py_XDECREF(parent_rec); goto done; }
+    int same = PyTuple_CheckExact(cached) && PyTuple_GET_SIZE(cached) == 2
+               ? PyObject_RichCompareBool(PyTuple_GET_ITEM(cached, 0), trace_id, Py_NE) : -2;
+    if (same == 0) {
+        trace_hex = Py_NewRef(PyTuple_GET_ITEM(cached, 1));
+    } else if (same == 1 || same == -2) {
+        if (same == -2) PyErr_Clear();
+        trace_hex = PyLong_CheckExact(trace_id) ? trace_text(trace_id) : PyObject_Format(trace_id, hex_spec);
+        PyObject *pair = trace_hex ? PyTuple_Pack(2, trace_id, trace_hex) : NULL;
+        if (!pair || PyObject_SetAttr(enc, a_trace_hex, pair) < 0) {
+            Py_XDECREF(pair);
+            Py_DECREF(cached);
+            Py_XDECREF(parent_rec);
+            goto done;
+        }
+        Py_DECREF(pair);
+    }
+    Py_DECREF(cached);
+    if (!trace_hex) { Py_XDECREF(parent_rec); goto done; }
+    int instant = span_kind && PyUnicode_CheckExact(span_kind) && PyUnicode_Compare(span_kind, kind_instant) == 0;
+    if (PyErr_Occurred()) { Py_XDECREF(parent_rec); goto done; }
+    PyObject *writer = attr(enc, a_complete_line);
+    if (!writer) { Py_XDECREF(parent_rec); goto done; }
+    if (writer != Py_None && !instant) {
+        dur = end - start < (1LL << 53) ? PyFloat_FromDouble((double)(end - start) / 1000.0) : NULL;
+        if (!dur) {
+            PyObject *d = PyLong_FromLongLong(end - start);
+            dur = d ? PyNumber_TrueDivide(d, thousand) : NULL;
+            Py_XDECREF(d);
+        }
+        if (dur) {
+            PyObject *call[10] = {rec, attrs, cat, ts, dur, pid, tid, rank, role, trace_hex};
+            line = PyObject_Vectorcall(writer, call, 10, NULL);
+        }
+    }
+    Py_DECREF(writer);
+    if (PyErr_Occurred()) { Py_XDECREF(parent_rec); goto done; }
+    if (line && line != Py_None) {
+        r = PyList_Append(out, line);
+    } else {
+        PyObject *call[13] = {enc, rec, attrs, span_kind ? span_kind : Py_None, cat, trace_hex, pid, tid, ts, end_o,
+                              rank, role, out};
+        r = call_out(enc, s_slice, call, 13);
+    }
+    if (r < 0) { Py_XDECREF(parent_rec); goto done; }
+    PyObject *events = PyTuple_GET_ITEM(rec, i_events);
+    int has_events = events != Py_None && PyObject_IsTrue(events);
+    int gauge = PyDict_Contains(attrs, k_gauge);
+    if (has_events < 0 || gauge < 0) { Py_XDECREF(parent_rec); goto done; }
+    if (gauge || has_events) {
+        PyObject *call[10] = {enc, rec, attrs, cat, pid, tid, ts, rank, role, out};
+        if (call_out(enc, s_extras, call, 10) < 0) { Py_XDECREF(parent_rec); goto done; }
+    }
+
+    if (!(record = PyTuple_Pack(5, group, index, pid, tid, ts)) || map_set(placed, span_id, record) < 0) {
+        Py_XDECREF(parent_rec);
+        goto done;
+    }
+    if (has_parent) {
+        if (remote) {
+            PyObject *call[7] = {enc, span_id, parent_id, pid, tid, ts, out};
+            r = call_out(enc, s_remote_flow, call, 7);
+        } else if (parent_rec) {
+            int same_pid = PyObject_RichCompareBool(PyTuple_GET_ITEM(parent_rec, 2), pid, Py_EQ);
+            int same_tid = same_pid > 0 ? PyObject_RichCompareBool(PyTuple_GET_ITEM(parent_rec, 3), tid, Py_EQ) : 0;
+            r = same_pid < 0 || same_tid < 0 ? -1 : 0;
+            if (r == 0 && !(same_pid && same_tid)) {
+                PyObject *call[5] = {enc, parent_rec, record, span_id, out};
+                r = call_out(enc, s_link, call, 5);
+            }
+        } else {
+            PyObject *siblings = map_get(waiting, parent_id);
+            PyObject *entry = NULL;
+            r = siblings || !PyErr_Occurred() ? 0 : -1;
+            if (r == 0 && siblings && PyList_CheckExact(siblings) && PyList_GET_SIZE(siblings) >= max_waiting) {
+                PyObject *call[1] = {enc};
+                r = call_out(enc, s_flows_dropped, call, 1);
+            } else if (r == 0) {
+                entry = PyTuple_Pack(6, group, index, pid, tid, ts, span_id);
+                if (!entry) r = -1;
+                else if (siblings) r = PyList_Append(siblings, entry);
+                else {
+                    PyObject *list = PyList_New(1);
+                    if (!list) r = -1;
+                    else {
+                        PyList_SET_ITEM(list, 0, Py_NewRef(entry));
+                        r = map_set(waiting, parent_id, list);
+                        Py_DECREF(list);
+                    }
+                }
+                Py_XDECREF(entry);
+            }
+        }
+        if (r < 0) { Py_XDECREF(parent_rec); goto done; }
+    }
+    Py_XDECREF(parent_rec);
+    if (has_children) {
+        for (Py_ssize_t k = 0; k < PyList_GET_SIZE(children); k++) {
+            PyObject *child = PyList_GET_ITEM(children, k);
+            if (!PyTuple_Check(child) || PyTuple_GET_SIZE(child) < 6) {
+                PyErr_SetString(PyExc_TypeError, "a waiting child must be a 6-tuple");
+                goto done;
+            }
+            int same_pid = PyObject_RichCompareBool(PyTuple_GET_ITEM(child, 2), pid, Py_EQ);
+            int same_tid = same_pid > 0 ? PyObject_RichCompareBool(PyTuple_GET_ITEM(child, 3), tid, Py_EQ) : 0;
+            if (same_pid < 0 || same_tid < 0) goto done;
+            if (same_pid && same_tid) continue;  /* same track: nesting already shows it */
+            PyObject *call[5] = {enc, record, child, PyTuple_GET_ITEM(child, 5), out};
+            if (call_out(enc, s_link, call, 5) < 0) goto done;
+        }
+    }
+    long long kind;
+    if (!as_ll(PyTuple_GET_ITEM(rec, i_kind), &kind)) kind = -1;
+    int sent = 0;
+    if (kind != client_kind && kind != producer_kind) {
+        PyObject *flag = PyDict_GetItemWithError(attrs, k_context_sent);
+        if (!flag && PyErr_Occurred()) goto done;
+        sent = flag ? PyObject_IsTrue(flag) : 0;
+        if (sent < 0) goto done;
+    }
+    if (kind == client_kind || kind == producer_kind || sent) {
+        PyObject *call[6] = {enc, span_id, pid, tid, ts, out};
+        if (call_out(enc, s_flow_source, call, 6) < 0) goto done;
+    }
+    result = PyTuple_Pack(2, group, index);
+done:
+    Py_XDECREF(placed);
+    Py_XDECREF(parent_of);
+    Py_XDECREF(waiting);
+    Py_XDECREF(children);
+    Py_XDECREF(group);
+    Py_XDECREF(chosen);
+    Py_XDECREF(ts);
+    Py_XDECREF(dur);
+    Py_XDECREF(line);
+    Py_XDECREF(record);
+    Py_XDECREF(trace_hex);
+    return result;
+}
+
 /* --- configure ---------------------------------------------------------------------------- */
 static int offset_of(PyTypeObject *cls, const char *name, Py_ssize_t *off) {
     PyObject *d = PyDict_GetItemString(cls->tp_dict, name);
@@ -509,6 +1015,8 @@ static PyObject *configure(PyObject *self, PyObject *config) {
 
 static PyMethodDef methods[] = {
     {"configure", configure, METH_O, "Sets the classes, keys and line writer encode_records() uses."},
+    {"place_span", (PyCFunction)(void (*)(void))place_span, METH_FASTCALL,
+     "ChromeTraceEncoder._place: places one span, returns (group, lane index)."},
     {"encode_records", (PyCFunction)(void (*)(void))encode_records, METH_FASTCALL,
      "Places a batch of (record, attributes) pairs, handing each item it does not take to slow(item, out)."},
     {NULL, NULL, 0, NULL},
@@ -521,7 +1029,7 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_chrome_place", NULL
 PyMODINIT_FUNC PyInit__chrome_place(void) {
     PyObject *m = PyModule_Create(&module);
     if (!m) return NULL;
-    if (!(thousand = PyLong_FromLong(1000))) goto failed;
+    if (!(thousand = PyLong_FromLong(1000)) || !(one = PyLong_FromLong(1))) goto failed;
     INTERN(hex_spec, "032x");
     INTERN(s_shorten, "shorten");
     INTERN(s_release_stale, "_release_stale");
@@ -536,6 +1044,15 @@ PyMODINIT_FUNC PyInit__chrome_place(void) {
     INTERN(a_horizon, "_horizon_ns");
     INTERN(a_max_intervals, "_max_intervals");
     INTERN(a_prune_step, "_prune_step");
+    INTERN(a_complete_line, "_complete_line");
+    INTERN(s_group, "_group");
+    INTERN(s_new_lane, "_new_lane");
+    INTERN(s_slice, "_slice");
+    INTERN(s_link, "_link");
+    INTERN(s_extras, "_extras");
+    INTERN(s_remote_flow, "_remote_flow");
+    INTERN(s_flow_source, "_flow_source");
+    INTERN(s_flows_dropped, "_flows_dropped");
     return m;
 failed:
     Py_DECREF(m);

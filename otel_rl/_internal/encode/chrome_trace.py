@@ -178,8 +178,10 @@ class ChromeTraceEncoder:
         # The compiled writer of complete events' lines, once records come (set_resource):
         # the file exporter writes those lines as they are; other users get dicts.
         self._complete_line: Any = None
-        # Its compiled twin's walk over a batch of records (the common case of _add and _place).
+        # Its compiled twin: the walk over a batch of records (the common case of _add and
+        # _place) and _place itself.
         self._encode_records: Any = None
+        self._place_span: Any = None
 
     # --- public API -------------------------------------------------------------------
     def encode(self, spans: Iterable[Any]) -> list[dict[str, Any] | bytes]:
@@ -230,8 +232,9 @@ class ChromeTraceEncoder:
         self._record_proc = None
         native = chrome_lines.native
         self._complete_line = native.complete if native is not None and not self._exact else None
-        self._encode_records = _place_native.encode_records if (
-            _place_native is not None and self._complete_line is not None) else None
+        fast = _place_native is not None and self._complete_line is not None
+        self._encode_records = _place_native.encode_records if fast else None
+        self._place_span = _place_native.place_span if fast else None
 
     def finish(self) -> list[dict[str, Any] | bytes]:
         """Releases every span still waiting for its session span.
@@ -401,6 +404,8 @@ class ChromeTraceEncoder:
     def _place(self, rec: tuple, proc: ProcessLanes, attrs: Mapping[str, Any],
                out: list[Any], prefer: tuple[LaneGroup, int] | None = None,
                ) -> tuple[LaneGroup, int]:
+        if self._place_span is not None:
+            return self._place_span(self, rec, proc, attrs, out, prefer)
         start = rec[START]
         end = rec[END]
         if end < start:
@@ -478,33 +483,14 @@ class ChromeTraceEncoder:
             out.append(line)
         else:
             self._slice(rec, attrs, span_kind, cat, trace_hex[1], pid, tid, ts, end, rank, role, out)
-        if _GAUGE_VALUE in attrs:
-            out.append(_counter(rec[NAME], attrs[_GAUGE_VALUE], pid, ts))
-        events = rec[EVENTS]
-        if events:
-            for event_name, event_attrs, timestamp in events:
-                event_args = chrome_args(event_attrs)
-                if rank is not None:
-                    event_args.setdefault("rank", rank)
-                if role is not None:
-                    event_args.setdefault("role", role)
-                event_ts = timestamp / 1000
-                out.append({"ph": "i", "s": "t", "name": event_name, "cat": cat,
-                            "ts": event_ts, "pid": pid, "tid": tid, "args": event_args})
-                if event_attrs and _GAUGE_VALUE in event_attrs:
-                    out.append(_counter(event_name, event_attrs[_GAUGE_VALUE], pid, event_ts))
+        if _GAUGE_VALUE in attrs or rec[EVENTS]:
+            self._extras(rec, attrs, cat, pid, tid, ts, rank, role, out)
 
         record = (group, chosen.index, pid, tid, ts)
         self._placed.set(span_id, record)
         if parent_id:
             if remote:
-                # The other side of a process boundary. Its parent is in another file:
-                # the converter adds the flow's start on the parent's slice (a
-                # FLOW_SOURCE line names it). One id per child, so a parent with
-                # several remote children (a broadcast) gets an arrow to each.
-                out.append({"ph": "f", "bp": "e", "name": FLOW_NAME, "cat": FLOW_CATEGORY,
-                            "id": _flow_id(span_id ^ _REMOTE_FLOW_MIX), "ts": ts, "pid": pid,
-                            "tid": tid, "args": {"parent_span_id": f"{parent_id:016x}"}})
+                self._remote_flow(span_id, parent_id, pid, tid, ts, out)
             elif parent_rec is not None:
                 if parent_rec[2] != pid or parent_rec[3] != tid:
                     self._link(parent_rec, record, span_id, out)
@@ -515,16 +501,51 @@ class ChromeTraceEncoder:
                 elif len(siblings) < _MAX_WAITING_CHILDREN:
                     siblings.append(record + (span_id,))
                 else:
-                    guard.count(diagnostics.CHROME_TRACE_FLOWS_DROPPED)
+                    self._flows_dropped()
         if children:
             for child in children:
                 self._link(record, child, child[5], out)
         kind = rec[KIND]
         if kind == _CLIENT or kind == _PRODUCER or attrs.get(_CONTEXT_SENT):
-            # A span whose context left the process: where remote children's flows start.
-            out.append({"ph": "M", "name": FLOW_SOURCE, "pid": pid, "tid": tid, "ts": ts,
-                        "args": {"span_id": f"{span_id:016x}"}})
+            self._flow_source(span_id, pid, tid, ts, out)
         return group, chosen.index
+
+    @staticmethod
+    def _extras(rec: tuple, attrs: Mapping[str, Any], cat: Any, pid: int, tid: int, ts: float, rank: Any,
+                role: Any, out: list[Any]) -> None:
+        """A placed span's gauge sample and its events (instants, and their gauge samples)."""
+        if _GAUGE_VALUE in attrs:
+            out.append(_counter(rec[NAME], attrs[_GAUGE_VALUE], pid, ts))
+        for event_name, event_attrs, timestamp in rec[EVENTS] or ():
+            event_args = chrome_args(event_attrs)
+            if rank is not None:
+                event_args.setdefault("rank", rank)
+            if role is not None:
+                event_args.setdefault("role", role)
+            event_ts = timestamp / 1000
+            out.append({"ph": "i", "s": "t", "name": event_name, "cat": cat,
+                        "ts": event_ts, "pid": pid, "tid": tid, "args": event_args})
+            if event_attrs and _GAUGE_VALUE in event_attrs:
+                out.append(_counter(event_name, event_attrs[_GAUGE_VALUE], pid, event_ts))
+
+    @staticmethod
+    def _remote_flow(span_id: int, parent_id: int, pid: int, tid: int, ts: float, out: list[Any]) -> None:
+        """The other side of a process boundary. Its parent is in another file: the converter
+        adds the flow's start on the parent's slice (a FLOW_SOURCE line names it). One id per
+        child, so a parent with several remote children (a broadcast) gets an arrow to each."""
+        out.append({"ph": "f", "bp": "e", "name": FLOW_NAME, "cat": FLOW_CATEGORY,
+                    "id": _flow_id(span_id ^ _REMOTE_FLOW_MIX), "ts": ts, "pid": pid,
+                    "tid": tid, "args": {"parent_span_id": f"{parent_id:016x}"}})
+
+    @staticmethod
+    def _flow_source(span_id: int, pid: int, tid: int, ts: float, out: list[Any]) -> None:
+        """A span whose context left the process: where remote children's flows start."""
+        out.append({"ph": "M", "name": FLOW_SOURCE, "pid": pid, "tid": tid, "ts": ts,
+                    "args": {"span_id": f"{span_id:016x}"}})
+
+    @staticmethod
+    def _flows_dropped() -> None:
+        guard.count(diagnostics.CHROME_TRACE_FLOWS_DROPPED)
 
     def _slice(self, rec: tuple, attrs: Mapping[str, Any], span_kind: Any, cat: Any, trace_hex: str,
                pid: int, tid: int, ts: float, end: int, rank: Any, role: Any, out: list[Any]) -> None:
