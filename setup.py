@@ -25,27 +25,32 @@ setup(
         Extension(
             "otel_rl._internal.encode._chrome_lines",
             sources=["otel_rl/_internal/encode/_chrome_lines.c"],
+            depends=["otel_rl/_internal/_cext.h"],
             extra_compile_args=["-ffp-contract=off"],
             optional=True,
         ),
         Extension(
             "otel_rl._internal.export._record_sink",
             sources=["otel_rl/_internal/export/_record_sink.c"],
+            depends=["otel_rl/_internal/_cext.h"],
             optional=True,
         ),
         Extension(
             "otel_rl._internal.export._wire",
             sources=["otel_rl/_internal/export/_wire.c"],
+            depends=["otel_rl/_internal/_cext.h"],
             optional=True,
         ),
         Extension(
             "otel_rl._internal.encode._otlp",
             sources=["otel_rl/_internal/encode/_otlp.c"],
+            depends=["otel_rl/_internal/_cext.h"],
             optional=True,
         ),
         Extension(
             "otel_rl._internal.encode._chrome_place",
             sources=["otel_rl/_internal/encode/_chrome_place.c"],
+            depends=["otel_rl/_internal/_cext.h"],
             extra_compile_args=["-ffp-contract=off"],
             optional=True,
         ),

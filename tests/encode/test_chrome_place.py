@@ -17,12 +17,12 @@ import pytest
 from opentelemetry.sdk.resources import Resource
 
 from otel_rl._internal import keys
-from otel_rl._internal.encode import chrome_trace
+from otel_rl._internal.encode import chrome_place, chrome_trace
 from otel_rl._internal.encode.chrome_trace import ChromeTraceEncoder
 from otel_rl._internal.export import file_exporter
 from otel_rl._internal.recording import record
 
-compiled = pytest.mark.skipif(chrome_trace._place_native is None, reason="built without a C compiler")
+compiled = pytest.mark.skipif(chrome_place.native is None, reason="built without a C compiler")
 
 _RESOURCE = Resource.create({"service.name": "t", keys.RANK: 1, keys.ROLE: "actor"})
 _T0 = 1_732_563_442_123_456_789

@@ -8,46 +8,9 @@
  * join(): the lines of one batch (bytes lines as they are, dicts through the dumps function
  * given), with the line count and the set of pids, as file_exporter._join gives them.
  */
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
-#include <string.h>
+#include "../_cext.h"
 #include <math.h>
 
-typedef struct {
-    char *p;
-    Py_ssize_t n, cap;
-    char local[1024];
-} Buf;
-
-static void buf_init(Buf *b) { b->p = b->local; b->n = 0; b->cap = sizeof(b->local); }
-
-static void buf_free(Buf *b) { if (b->p != b->local) PyMem_Free(b->p); }
-
-static int buf_grow(Buf *b, Py_ssize_t more) {
-    if (b->n + more <= b->cap) return 0;
-    Py_ssize_t cap = b->cap * 2;
-    while (cap < b->n + more) cap *= 2;
-    char *p;
-    if (b->p == b->local) {
-        p = PyMem_Malloc(cap);
-        if (p) memcpy(p, b->local, b->n);
-    } else {
-        p = PyMem_Realloc(b->p, cap);
-    }
-    if (!p) { PyErr_NoMemory(); return -1; }
-    b->p = p;
-    b->cap = cap;
-    return 0;
-}
-
-static int put(Buf *b, const char *s, Py_ssize_t len) {
-    if (buf_grow(b, len) < 0) return -1;
-    memcpy(b->p + b->n, s, len);
-    b->n += len;
-    return 0;
-}
-
-#define PUTS(b, s) put((b), (s), (Py_ssize_t)(sizeof(s) - 1))
 
 /* Set by configure(). */
 static PyObject *kind_names, *status_names, *arg_names, *dropped, *arg_name, *safe_value, *dumps;
@@ -498,23 +461,6 @@ failed:
     buf_free(&b);
     Py_DECREF(pids);
     return NULL;
-}
-
-static int take(PyObject *config, const char *key, PyObject **slot) {
-    PyObject *v = PyDict_GetItemString(config, key);
-    if (!v) { PyErr_Format(PyExc_KeyError, "%s", key); return -1; }
-    Py_INCREF(v);
-    Py_XSETREF(*slot, v);
-    return 0;
-}
-
-static int take_index(PyObject *config, const char *key, Py_ssize_t *slot) {
-    PyObject *v = PyDict_GetItemString(config, key);
-    if (!v) { PyErr_Format(PyExc_KeyError, "%s", key); return -1; }
-    Py_ssize_t i = PyLong_AsSsize_t(v);
-    if (i < 0) { if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, key); return -1; }
-    *slot = i;
-    return 0;
 }
 
 /* configure(dict): the names, functions and record indices complete() reads. */

@@ -1,4 +1,4 @@
-/* The compiled twin of the Chrome trace encoder's common case (chrome_trace.py).
+/* The compiled twin of the Chrome trace encoder's lane placement (chrome_place.py, chrome_trace.py).
  *
  * encode_records(encoder, items, out, slow) walks one batch of (record, flat attributes)
  * pairs in order. A span that simply follows what its thread's first open lane already
@@ -12,8 +12,7 @@
  * The lanes' state lives in Python objects with __slots__ (lanes.py); their slots are read
  * through the offsets of the classes' member descriptors, found once in configure().
  */
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
+#include "../_cext.h"
 #include <structmember.h>
 
 static PyObject *complete_fn;  /* _chrome_lines.complete */
@@ -944,27 +943,11 @@ static int offset_of(PyTypeObject *cls, const char *name, Py_ssize_t *off) {
     return 0;
 }
 
-static int take(PyObject *config, const char *key, PyObject **slot) {
-    PyObject *v = PyDict_GetItemString(config, key);
-    if (!v) { PyErr_Format(PyExc_KeyError, "%s", key); return -1; }
-    Py_XSETREF(*slot, Py_NewRef(v));
-    return 0;
-}
-
 static int take_type(PyObject *config, const char *key, PyTypeObject **slot) {
     PyObject *v = NULL;
     if (take(config, key, &v) < 0) return -1;
     if (!PyType_Check(v)) { Py_DECREF(v); PyErr_Format(PyExc_TypeError, "%s must be a class", key); return -1; }
     Py_XSETREF(*slot, (PyTypeObject *)v);
-    return 0;
-}
-
-static int take_index(PyObject *config, const char *key, Py_ssize_t *slot) {
-    PyObject *v = PyDict_GetItemString(config, key);
-    if (!v) { PyErr_Format(PyExc_KeyError, "%s", key); return -1; }
-    Py_ssize_t i = PyLong_AsSsize_t(v);
-    if (i < 0) { if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, key); return -1; }
-    *slot = i;
     return 0;
 }
 

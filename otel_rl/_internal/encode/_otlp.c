@@ -6,63 +6,27 @@
  * text that is not valid UTF-8, an attribute value that is not str, bool, int64 or float, a
  * status description the SDK's Status would drop) returns None: the caller builds the span.
  */
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
-#include <string.h>
-
-typedef struct {
-    unsigned char *p;
-    Py_ssize_t n, cap;
-    unsigned char local[512];
-} Buf;
-
-static void buf_init(Buf *b) { b->p = b->local; b->n = 0; b->cap = sizeof(b->local); }
-
-static void buf_free(Buf *b) { if (b->p != b->local) PyMem_Free(b->p); }
-
-static int grow(Buf *b, Py_ssize_t more) {
-    if (b->n + more <= b->cap) return 0;
-    Py_ssize_t cap = b->cap * 2;
-    while (cap < b->n + more) cap *= 2;
-    unsigned char *p;
-    if (b->p == b->local) {
-        p = PyMem_Malloc(cap);
-        if (p) memcpy(p, b->local, b->n);
-    } else {
-        p = PyMem_Realloc(b->p, cap);
-    }
-    if (!p) { PyErr_NoMemory(); return -1; }
-    b->p = p;
-    b->cap = cap;
-    return 0;
-}
-
-static int put(Buf *b, const void *s, Py_ssize_t len) {
-    if (grow(b, len) < 0) return -1;
-    memcpy(b->p + b->n, s, len);
-    b->n += len;
-    return 0;
-}
+#include "../_cext.h"
 
 static int put_varint(Buf *b, unsigned long long v) {
-    if (grow(b, 10) < 0) return -1;
+    if (buf_grow(b, 10) < 0) return -1;
     while (v >= 0x80) {
-        b->p[b->n++] = (unsigned char)(v | 0x80);
+        b->p[b->n++] = (char)(v | 0x80);
         v >>= 7;
     }
-    b->p[b->n++] = (unsigned char)v;
+    b->p[b->n++] = (char)v;
     return 0;
 }
 
 static int put_le(Buf *b, unsigned long long v, int bytes) {
-    if (grow(b, bytes) < 0) return -1;
-    for (int k = 0; k < bytes; k++, v >>= 8) b->p[b->n++] = (unsigned char)v;
+    if (buf_grow(b, bytes) < 0) return -1;
+    for (int k = 0; k < bytes; k++, v >>= 8) b->p[b->n++] = (char)v;
     return 0;
 }
 
 static int put_be64(Buf *b, unsigned long long v) {
-    if (grow(b, 8) < 0) return -1;
-    for (int k = 7; k >= 0; k--) b->p[b->n++] = (unsigned char)(v >> (8 * k));
+    if (buf_grow(b, 8) < 0) return -1;
+    for (int k = 7; k >= 0; k--) b->p[b->n++] = (char)(v >> (8 * k));
     return 0;
 }
 
@@ -119,7 +83,7 @@ static int wrap(Buf *b, Py_ssize_t from, unsigned char tag) {
     unsigned long long v = (unsigned long long)len;
     while (v >= 0x80) { head[h++] = (unsigned char)(v | 0x80); v >>= 7; }
     head[h++] = (unsigned char)v;
-    if (grow(b, h) < 0) return -1;
+    if (buf_grow(b, h) < 0) return -1;
     memmove(b->p + from + h, b->p + from, len);
     memcpy(b->p + from, head, h);
     b->n += h;
@@ -213,19 +177,10 @@ static PyObject *span(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     buf_init(&b);
     int r = write_span(&b, args[0], args[1]);
     PyObject *out = NULL;
-    if (r == 0) out = PyBytes_FromStringAndSize((const char *)b.p, b.n);
+    if (r == 0) out = PyBytes_FromStringAndSize(b.p, b.n);
     else if (r == SKIP) out = Py_NewRef(Py_None);
     buf_free(&b);
     return out;
-}
-
-static int take_index(PyObject *config, const char *key, Py_ssize_t *slot) {
-    PyObject *v = PyDict_GetItemString(config, key);
-    if (!v) { PyErr_Format(PyExc_KeyError, "%s", key); return -1; }
-    Py_ssize_t i = PyLong_AsSsize_t(v);
-    if (i < 0) { if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, key); return -1; }
-    *slot = i;
-    return 0;
 }
 
 /* configure(dict): the record's length and field indices span() reads. */

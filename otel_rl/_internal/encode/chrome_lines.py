@@ -14,7 +14,7 @@ import orjson
 from opentelemetry.trace import SpanKind
 from opentelemetry.trace.status import StatusCode
 
-from ..recording.record import KIND, LINKS, NAME, PARENT_ID, SPAN_ID, STATUS, STATUS_DESC, TRACE_ID
+from ..recording import record
 from .json_values import ARG_NAMES, DROPPED_ARG, arg_name, json_safe_value
 
 try:
@@ -36,9 +36,7 @@ if native is not None:
     native.configure({
         "kind_names": KIND_NAMES, "status_names": STATUS_NAMES, "arg_names": ARG_NAMES,
         "dropped": DROPPED_ARG, "arg_name": arg_name, "json_safe_value": json_safe_value,
-        "fixed_keys": FIXED_KEYS, "dumps": orjson.dumps, "NAME": NAME, "TRACE_ID": TRACE_ID,
-        "SPAN_ID": SPAN_ID, "PARENT_ID": PARENT_ID, "KIND": KIND, "STATUS": STATUS,
-        "STATUS_DESC": STATUS_DESC, "LINKS": LINKS,
+        "fixed_keys": FIXED_KEYS, "dumps": orjson.dumps, **record.layout(),
     })
 
 

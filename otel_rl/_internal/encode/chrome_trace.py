@@ -43,12 +43,13 @@ from .chrome_markers import (
     FLOW_NAME,
     FLOW_SOURCE,
 )
-from . import chrome_lines
+from . import chrome_lines, chrome_place
+from .chrome_place import MAX_WAITING_CHILDREN
 from .json_values import chrome_args, json_safe_value
 from .kineto_clock import kineto_shift_us
-from ..recording.record import (END, EVENTS, FIELDS, KIND, LINKS, NAME, PARENT_ID, PARENT_REMOTE, SCOPE,
-                                SPAN_ID, START, STATUS, STATUS_DESC, TRACE_ID)
-from .lanes import Lane, LaneGroup, LaneLevel, ProcessLanes, TwoGenerationMap, is_ancestor
+from ..recording.record import (END, EVENTS, KIND, LINKS, NAME, PARENT_ID, PARENT_REMOTE, SCOPE, SPAN_ID,
+                                START, STATUS, STATUS_DESC, TRACE_ID)
+from .lanes import Lane, LaneGroup, ProcessLanes, TwoGenerationMap, is_ancestor
 from .track_metadata import (
     TRAINING_ROLES,
     add_lane_metadata,
@@ -74,7 +75,6 @@ _LOCAL_FLOW_MIX = 0x9E3779B97F4A7C15
 _REMOTE_FLOW_MIX = 0xC2B2AE3D27D4EB4F
 
 _MAX_GROUPS = 1024  # source threads remembered per process
-_MAX_WAITING_CHILDREN = 4096  # children of one unplaced parent remembered for its flows
 _MAX_ANCESTRY = 64
 
 # Module-level copies of the keys read for every placed span (one lookup, not two).
@@ -91,25 +91,6 @@ _KIND_NAMES = chrome_lines.KIND_NAMES
 _STATUS_NAMES = chrome_lines.STATUS_NAMES
 _CLIENT = SpanKind.CLIENT.value
 _PRODUCER = SpanKind.PRODUCER.value
-
-
-try:
-    from . import _chrome_place as _place_native
-except ImportError:  # built without a C compiler
-    _place_native = None
-if chrome_lines.native is None:  # it writes its lines with the compiled line writer
-    _place_native = None
-if _place_native is not None:
-    _place_native.configure({
-        "TwoGenerationMap": TwoGenerationMap, "Lane": Lane, "LaneLevel": LaneLevel, "LaneGroup": LaneGroup,
-        "ProcessLanes": ProcessLanes, "SPAN_KIND": _SPAN_KIND, "SESSION_ID": _SESSION_ID,
-        "THREAD_ID": _THREAD_ID, "GAUGE_VALUE": _GAUGE_VALUE, "CONTEXT_SENT": _CONTEXT_SENT,
-        "CATEGORY": _CATEGORY, "KIND_COUNTER": _KIND_COUNTER, "KIND_INSTANT": _KIND_INSTANT,
-        "KIND_SESSION": _KIND_SESSION, "default_category": "span", "CLIENT": _CLIENT, "PRODUCER": _PRODUCER,
-        "TRACE_ID": TRACE_ID, "SPAN_ID": SPAN_ID, "PARENT_ID": PARENT_ID, "PARENT_REMOTE": PARENT_REMOTE,
-        "START": START, "END": END, "KIND": KIND, "EVENTS": EVENTS, "LINKS": LINKS, "fields": FIELDS,
-        "max_waiting_children": _MAX_WAITING_CHILDREN, "complete": chrome_lines.native.complete,
-    })
 
 
 def _flow_id(value: int) -> str:
@@ -232,9 +213,9 @@ class ChromeTraceEncoder:
         self._record_proc = None
         native = chrome_lines.native
         self._complete_line = native.complete if native is not None and not self._exact else None
-        fast = _place_native is not None and self._complete_line is not None
-        self._encode_records = _place_native.encode_records if fast else None
-        self._place_span = _place_native.place_span if fast else None
+        fast = chrome_place.native is not None and self._complete_line is not None
+        self._encode_records = chrome_place.native.encode_records if fast else None
+        self._place_span = chrome_place.native.place_span if fast else None
 
     def finish(self) -> list[dict[str, Any] | bytes]:
         """Releases every span still waiting for its session span.
@@ -498,7 +479,7 @@ class ChromeTraceEncoder:
                 siblings = waiting.get(parent_id)
                 if siblings is None:
                     waiting.set(parent_id, [record + (span_id,)])
-                elif len(siblings) < _MAX_WAITING_CHILDREN:
+                elif len(siblings) < MAX_WAITING_CHILDREN:
                     siblings.append(record + (span_id,))
                 else:
                     self._flows_dropped()

@@ -37,12 +37,7 @@ try:
 except ImportError:  # built without a C compiler
     _native = None
 else:
-    _native.configure({
-        "fields": record.FIELDS, "NAME": record.NAME, "TRACE_ID": record.TRACE_ID, "SPAN_ID": record.SPAN_ID,
-        "PARENT_ID": record.PARENT_ID, "PARENT_REMOTE": record.PARENT_REMOTE, "TRACE_STATE": record.TRACE_STATE,
-        "START": record.START, "END": record.END, "KIND": record.KIND, "EVENTS": record.EVENTS,
-        "LINKS": record.LINKS, "STATUS": record.STATUS, "STATUS_DESC": record.STATUS_DESC,
-    })
+    _native.configure(record.layout())
 
 #: The span field of a record (``record_span(rec, attrs)``), or ``None`` where the compiled
 #: encoder is not built; it returns ``None`` itself for a record it leaves to the SDK span.

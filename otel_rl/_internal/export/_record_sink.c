@@ -12,8 +12,7 @@
  * slow(record), the Python step, after the pairs before it were kept, so the file sees the
  * records in their order.
  */
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
+#include "../_cext.h"
 
 static PyObject *baggage_keys, *k_thread_id, *k_thread_name, *k_category, *k_span_kind, *k_gauge;
 static PyObject *args_prefix, *is_content_key;
@@ -48,7 +47,7 @@ static int content(PyObject *key) {
     return r;
 }
 
-static int put(PyObject *attrs, PyObject *name, PyObject *value) {
+static int put_attr(PyObject *attrs, PyObject *name, PyObject *value) {
     if (PyUnicode_CheckExact(value)) {
         int c = content(name);
         if (c) return c < 0 ? -1 : 0;
@@ -80,7 +79,7 @@ static int flatten(PyObject *values, int args, PyObject *attrs, Py_ssize_t max_s
                 }
             }
         }
-        int r = put(attrs, name, value);
+        int r = put_attr(attrs, name, value);
         if (args) Py_DECREF(name);
         if (r <= 0) return r;
     }
@@ -110,7 +109,7 @@ static PyObject *attributes(PyObject *rec, PyObject *thread_names, Py_ssize_t ma
             } else if (!plain_value(value, PY_SSIZE_T_MAX)) {
                 goto not_plain;
             }
-            r = put(attrs, key, value);
+            r = put_attr(attrs, key, value);
         }
         if (r < 0) goto failed;
         if (r == 0) goto not_plain;
@@ -121,10 +120,10 @@ static PyObject *attributes(PyObject *rec, PyObject *thread_names, Py_ssize_t ma
         if (!name) { if (PyErr_Occurred()) goto failed; goto not_plain; }
         if (!PyUnicode_CheckExact(name) || !PyUnicode_GET_LENGTH(name)) goto not_plain;
         if (PyDict_SetItem(attrs, k_thread_id, thread) < 0) goto failed;
-        if ((r = put(attrs, k_thread_name, name)) <= 0) goto done;
+        if ((r = put_attr(attrs, k_thread_name, name)) <= 0) goto done;
     }
     PyObject *category = PyTuple_GET_ITEM(rec, i_category);
-    if (category != Py_None && (r = put(attrs, k_category, category)) <= 0) goto done;
+    if (category != Py_None && (r = put_attr(attrs, k_category, category)) <= 0) goto done;
     PyObject *given = PyTuple_GET_ITEM(rec, i_attributes);
     if (given != Py_None && (r = flatten(given, 0, attrs, max_str)) <= 0) goto done;
     PyObject *args = PyTuple_GET_ITEM(rec, i_args);
@@ -229,22 +228,6 @@ static PyObject *sink_records(PyObject *self, PyObject *const *argv, Py_ssize_t 
 failed:
     Py_DECREF(pairs);
     return NULL;
-}
-
-static int take(PyObject *config, const char *key, PyObject **slot) {
-    PyObject *v = PyDict_GetItemString(config, key);
-    if (!v) { PyErr_Format(PyExc_KeyError, "%s", key); return -1; }
-    Py_XSETREF(*slot, Py_NewRef(v));
-    return 0;
-}
-
-static int take_index(PyObject *config, const char *key, Py_ssize_t *slot) {
-    PyObject *v = PyDict_GetItemString(config, key);
-    if (!v) { PyErr_Format(PyExc_KeyError, "%s", key); return -1; }
-    Py_ssize_t i = PyLong_AsSsize_t(v);
-    if (i < 0) { if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, key); return -1; }
-    *slot = i;
-    return 0;
 }
 
 /* configure(dict): the keys, record indices and content test sink_records uses. */

@@ -9,10 +9,8 @@
  *
  * Layout: MAGIC (3 bytes), record count (u32), the fixed blocks, then the marshal part.
  */
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
+#include "../_cext.h"
 #include <marshal.h>
-#include <string.h>
 
 #define MAGIC "\0W1"
 #define MAGIC_LEN 3
@@ -233,16 +231,11 @@ done:
     return out;
 }
 
-static int take_index(PyObject *config, const char *key, Py_ssize_t *slot) {
-    PyObject *v = PyDict_GetItemString(config, key);
-    if (!v) { PyErr_Format(PyExc_KeyError, "%s", key); return -1; }
-    Py_ssize_t i = PyLong_AsSsize_t(v);
-    if (i < 0 || i >= MAX_FIELDS) {
-        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, key);
-        return -1;
-    }
-    *slot = i;
-    return 0;
+static int take_field(PyObject *config, const char *key, Py_ssize_t *slot) {  /* an index below MAX_FIELDS */
+    if (take_index(config, key, slot) < 0) return -1;
+    if (*slot < MAX_FIELDS) return 0;
+    PyErr_SetString(PyExc_ValueError, key);
+    return -1;
 }
 
 /* configure(dict): the record's length and the index of each field written in binary. */
@@ -252,12 +245,12 @@ static PyObject *configure(PyObject *self, PyObject *config) {
         return NULL;
     }
     Py_ssize_t fields;
-    if (take_index(config, "fields", &fields) || take_index(config, "NAME", &i_name)
-        || take_index(config, "TRACE_ID", &i_trace) || take_index(config, "SPAN_ID", &i_span)
-        || take_index(config, "PARENT_ID", &i_parent) || take_index(config, "PARENT_REMOTE", &i_remote)
-        || take_index(config, "FLAGS", &i_flags) || take_index(config, "START", &i_start)
-        || take_index(config, "END", &i_end) || take_index(config, "KIND", &i_kind)
-        || take_index(config, "THREAD", &i_thread) || take_index(config, "STATUS", &i_status))
+    if (take_field(config, "fields", &fields) || take_field(config, "NAME", &i_name)
+        || take_field(config, "TRACE_ID", &i_trace) || take_field(config, "SPAN_ID", &i_span)
+        || take_field(config, "PARENT_ID", &i_parent) || take_field(config, "PARENT_REMOTE", &i_remote)
+        || take_field(config, "FLAGS", &i_flags) || take_field(config, "START", &i_start)
+        || take_field(config, "END", &i_end) || take_field(config, "KIND", &i_kind)
+        || take_field(config, "THREAD", &i_thread) || take_field(config, "STATUS", &i_status))
         return NULL;
     Py_ssize_t own[] = {i_name, i_trace, i_span, i_parent, i_remote, i_flags, i_start, i_end, i_kind, i_thread,
                         i_status};

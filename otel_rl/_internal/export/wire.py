@@ -20,12 +20,7 @@ try:
 except ImportError:  # built without a C compiler
     _native = None
 else:
-    _native.configure({
-        "fields": record.FIELDS, "NAME": record.NAME, "TRACE_ID": record.TRACE_ID, "SPAN_ID": record.SPAN_ID,
-        "PARENT_ID": record.PARENT_ID, "PARENT_REMOTE": record.PARENT_REMOTE, "FLAGS": record.FLAGS,
-        "START": record.START, "END": record.END, "KIND": record.KIND, "THREAD": record.THREAD,
-        "STATUS": record.STATUS,
-    })
+    _native.configure(record.layout())
 
 _PACKED = 0  # the first byte of a packed batch
 

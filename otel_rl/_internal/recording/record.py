@@ -238,6 +238,12 @@ def map_payloads(rec: tuple, args: Any, event_attributes: Any) -> tuple:
     return tuple(out)
 
 
+def layout() -> dict[str, int]:
+    """Each field's index under its constant's name (``"TRACE_ID": 1``) and the record's
+    length (``"fields"``): how the compiled twins that read records find their fields."""
+    return {"fields": FIELDS, **{name.upper(): index for index, name in enumerate(FIELD_NAMES)}}
+
+
 def make_marshalable(rec: tuple) -> tuple:
     """``rec`` with user payloads reduced to JSON-safe values (tensors summarised)
     and a name that is a ``str``: what ``marshal`` can always hold."""
