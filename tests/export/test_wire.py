@@ -58,6 +58,14 @@ def test_a_batch_comes_back_as_the_records_it_was(batch, names):
     assert _typed(got) == _typed(batch)
 
 
+def test_without_the_compiled_twin_a_batch_is_marshal(monkeypatch):
+    monkeypatch.setattr(wire, "_native", None)
+    batch = _scopes(5)
+    data = wire.dumps({7: "main"}, batch)
+    assert marshal.loads(data) == ({7: "main"}, batch)
+    assert wire.loads(data) == ({7: "main"}, batch)
+
+
 @packed
 @settings(max_examples=100, deadline=None)
 @given(st.lists(records(), min_size=1, max_size=20))
