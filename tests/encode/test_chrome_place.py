@@ -91,13 +91,14 @@ def _workload(seed: int, count: int) -> list[tuple]:
     return out
 
 
-def _trace_file(monkeypatch, items: list[tuple], batch: int, *, compiled_walk: bool) -> tuple[bytes, int]:
+def _trace_file(monkeypatch, items: list[tuple], batch: int, *, compiled_walk: bool,
+                **limits) -> tuple[bytes, int]:
     """The trace file's bytes, and how many items the Python step took."""
     monkeypatch.setattr(chrome_trace, "_encoder_numbers", itertools.count(1))  # the same tids in both
-    encoder = ChromeTraceEncoder(max_intervals_per_lane=64)  # lanes prune as they fill
+    encoder = ChromeTraceEncoder(max_intervals_per_lane=64, **limits)  # lanes prune as they fill
     encoder.set_resource(_RESOURCE)
     if not compiled_walk:
-        encoder._encode_records = encoder._place_span = None
+        encoder._encode_records = encoder._place_span = encoder._add_span = None
     python_steps = 0
     step = encoder._encode_one
 
@@ -172,7 +173,9 @@ def _interleaved(seed: int, count: int) -> list[tuple]:
             for phase in range(rng.randrange(1, 4)):
                 lo = now + rng.randrange(0, length)
                 hi = min(now + length, lo + rng.randrange(1, 5_000))
-                spans.append((hi, _rec("phase", next(ids), span, lo, hi), _attrs(
+                # now and then work for a session whose span is in another process (no parent here)
+                parent = span if rng.random() < 0.9 else 0
+                spans.append((hi, _rec("phase", next(ids), parent, lo, hi), _attrs(
                     thread, **{keys.SESSION_ID: session_id, keys.SPAN_KIND: keys.KIND_PHASE})))
         now += rng.randrange(1, 4_000)  # the next one may overlap this one
     spans.sort(key=lambda item: item[0])
@@ -187,3 +190,13 @@ def test_nested_and_interleaved_spans_nest_as_the_python_steps_nest_them(monkeyp
     stepped, _ = _trace_file(monkeypatch, items, 67, compiled_walk=False)
     assert walked == stepped
     assert walked.count(b"lane 3") >= 1  # overlaps made lanes beyond the thread's own
+
+
+@compiled
+@pytest.mark.parametrize("seed", range(6))
+def test_sessions_released_early_or_stale_are_laid_out_as_the_python_steps_lay_them_out(monkeypatch, seed):
+    items = _interleaved(seed, 2000)
+    limits = {"max_buffered_spans": 3, "session_wait_s": 4e-6}  # the bound and the wait both reached
+    walked, _ = _trace_file(monkeypatch, items, 53, compiled_walk=True, **limits)
+    stepped, _ = _trace_file(monkeypatch, items, 53, compiled_walk=False, **limits)
+    assert walked == stepped

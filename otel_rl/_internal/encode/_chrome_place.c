@@ -927,6 +927,231 @@ done:
     return result;
 }
 
+/* --- any span, sessions included: ChromeTraceEncoder._add -------------------------------------
+ * add_span(encoder, rec, attrs, proc, out): what _add does. A session's spans wait, in the
+ * encoder's _buffered dict, for their session span, and are laid out under it when it comes
+ * (sorted outer first by the encoder's own key function); the spans of a session whose span
+ * lives in another process are placed at once. A sampled counter's event is the encoder's
+ * Python (_counter_line), as is the count of sessions released early. */
+static PyObject *a_foreign, *a_session_lane, *a_buffered_count, *a_max_buffered, *a_session_wait;
+static PyObject *s_counter_line, *s_released_early, *s_sort, *outer_first, *sort_kwnames;
+
+static PyObject *place_one(PyObject *enc, PyObject *rec, PyObject *proc, PyObject *attrs, PyObject *out,
+                           PyObject *prefer) {
+    PyObject *argv[6] = {enc, rec, proc, attrs, out, prefer};
+    return place_span(NULL, argv, 6);
+}
+
+static int same_text(PyObject *v, PyObject *text) {  /* v == text, for a str text: only a str can be */
+    if (!v || !PyUnicode_Check(v)) return 0;
+    int r = PyUnicode_Compare(v, text);
+    if (r == -1 && PyErr_Occurred()) PyErr_Clear();
+    return r == 0;
+}
+
+static int add_count(PyObject *enc, Py_ssize_t delta) {  /* enc._buffered_count += delta */
+    PyObject *count = attr(enc, a_buffered_count);
+    if (!count) return -1;
+    PyObject *d = PyLong_FromSsize_t(delta), *next = d ? PyNumber_Add(count, d) : NULL;
+    Py_DECREF(count);
+    Py_XDECREF(d);
+    if (!next) return -1;
+    int r = PyObject_SetAttr(enc, a_buffered_count, next);
+    Py_DECREF(next);
+    return r;
+}
+
+/* The spans that waited for a session, outer first, each placed (under `prefer` when given). */
+static int place_waiting(PyObject *enc, PyObject *waiting, PyObject *out, PyObject *prefer) {
+    if (!PyList_CheckExact(waiting)) { PyErr_SetString(PyExc_TypeError, "waiting spans must be a list"); return -1; }
+    if (add_count(enc, -PyList_GET_SIZE(waiting)) < 0) return -1;
+    PyObject *argv[2] = {waiting, outer_first};
+    PyObject *r = PyObject_VectorcallMethod(s_sort, argv, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET, sort_kwnames);
+    if (!r) return -1;
+    Py_DECREF(r);
+    for (Py_ssize_t k = 0; k < PyList_GET_SIZE(waiting); k++) {
+        PyObject *item = PyList_GET_ITEM(waiting, k);
+        if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 3) {
+            PyErr_SetString(PyExc_TypeError, "a waiting span must be (record, attributes, process)");
+            return -1;
+        }
+        Py_INCREF(item);
+        PyObject *lane = place_one(enc, PyTuple_GET_ITEM(item, 0), PyTuple_GET_ITEM(item, 2), PyTuple_GET_ITEM(item, 1),
+                                   out, prefer);
+        Py_DECREF(item);
+        if (!lane) return -1;
+        Py_DECREF(lane);
+    }
+    return 0;
+}
+
+/* _release: the spans waiting under `key`, placed where they fit. */
+static int release(PyObject *enc, PyObject *buffered, PyObject *key, PyObject *out) {
+    PyObject *waiting = dict_pop(buffered, key);
+    if (!waiting) return PyErr_Occurred() ? -1 : 0;
+    int t = PyObject_IsTrue(waiting), r = t;
+    if (t > 0) r = place_waiting(enc, waiting, out, Py_None);
+    Py_DECREF(waiting);
+    return r < 0 ? -1 : 0;
+}
+
+static PyObject *first_key(PyObject *dict) {  /* next(iter(dict)), borrowed */
+    Py_ssize_t pos = 0;
+    PyObject *key, *value;
+    return PyDict_Next(dict, &pos, &key, &value) ? key : NULL;
+}
+
+static int release_stale(PyObject *enc, PyObject *buffered, PyObject *out) {
+    PyObject *newest = attr(enc, a_newest_end), *wait = attr(enc, a_session_wait);
+    PyObject *limit = newest && wait ? PyNumber_Subtract(newest, wait) : NULL;
+    Py_XDECREF(newest);
+    Py_XDECREF(wait);
+    if (!limit) return -1;
+    int r = 0;
+    while (r == 0 && PyDict_GET_SIZE(buffered)) {
+        PyObject *key = Py_NewRef(first_key(buffered));
+        PyObject *waiting = PyDict_GetItemWithError(buffered, key), *first;
+        if (!waiting || !PyList_Check(waiting) || !PyList_GET_SIZE(waiting)
+            || !PyTuple_Check(first = PyList_GET_ITEM(waiting, 0)) || !PyTuple_GET_SIZE(first)
+            || !PyTuple_Check(PyTuple_GET_ITEM(first, 0))) {
+            if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "a session's waiting spans must be a list");
+            r = -1;
+        } else {
+            int fresh = PyObject_RichCompareBool(PyTuple_GET_ITEM(PyTuple_GET_ITEM(first, 0), i_end), limit, Py_GE);
+            if (fresh > 0) {
+                Py_DECREF(key);
+                break;
+            }
+            r = fresh < 0 ? -1 : release(enc, buffered, key, out);
+        }
+        Py_DECREF(key);
+    }
+    Py_DECREF(limit);
+    return r;
+}
+
+/* _buffer: the span waits for its session span; past the bound the oldest session goes. */
+static int buffer(PyObject *enc, PyObject *buffered, PyObject *key, PyObject *item, PyObject *out) {
+    PyObject *waiting = PyDict_GetItemWithError(buffered, key);
+    if (!waiting) {
+        if (PyErr_Occurred() || !(waiting = PyList_New(0))) return -1;
+        int r = PyDict_SetItem(buffered, key, waiting);
+        Py_DECREF(waiting);
+        if (r < 0) return -1;
+    }
+    if (!PyList_Check(waiting) || PyList_Append(waiting, item) < 0 || add_count(enc, 1) < 0) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "a session's waiting spans must be a list");
+        return -1;
+    }
+    for (;;) {
+        PyObject *count = attr(enc, a_buffered_count), *bound = attr(enc, a_max_buffered);
+        int over = count && bound ? PyObject_RichCompareBool(count, bound, Py_GT) : -1;
+        Py_XDECREF(count);
+        Py_XDECREF(bound);
+        if (over <= 0) return over;
+        PyObject *argv[1] = {enc};
+        if (call_out(enc, s_released_early, argv, 1) < 0) return -1;
+        PyObject *oldest = first_key(buffered);
+        if (!oldest) return 0;
+        Py_INCREF(oldest);
+        int r = release(enc, buffered, oldest, out);
+        Py_DECREF(oldest);
+        if (r < 0) return -1;
+    }
+}
+
+static PyObject *add_span(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "add_span(encoder, rec, attrs, proc, out)");
+        return NULL;
+    }
+    PyObject *enc = args[0], *rec = args[1], *attrs = args[2], *proc = args[3], *out = args[4];
+    if (!PyTuple_CheckExact(rec) || PyTuple_GET_SIZE(rec) != n_fields || !PyDict_Check(attrs)
+        || Py_TYPE(proc) != t_proc) {
+        PyErr_SetString(PyExc_TypeError, "add_span: a record, its attributes and a ProcessLanes");
+        return NULL;
+    }
+    PyObject *span_kind = PyDict_GetItemWithError(attrs, k_span_kind);
+    if (!span_kind && PyErr_Occurred()) return NULL;
+    if (same_text(span_kind, kind_counter)) {
+        PyObject *argv[5] = {enc, rec, attrs, proc, out};
+        return call_out(enc, s_counter_line, argv, 5) < 0 ? NULL : Py_NewRef(Py_None);
+    }
+    PyObject *span_id = PyTuple_GET_ITEM(rec, i_span), *parent_id = PyTuple_GET_ITEM(rec, i_parent);
+    int has_parent = PyObject_IsTrue(parent_id);
+    int remote = has_parent > 0 ? PyObject_IsTrue(PyTuple_GET_ITEM(rec, i_remote)) : 0;
+    if (has_parent < 0 || remote < 0) return NULL;
+    int local_root = !has_parent || remote;
+    PyObject *result = NULL, *parent_of = NULL, *buffered = NULL, *key = NULL, *lane = NULL, *newest = NULL;
+    PyObject *foreign = NULL, *session_lane = NULL;
+    if (!(parent_of = attr(enc, a_parent_of)) || !(buffered = attr(enc, a_buffered))) goto done;
+    if (Py_TYPE(parent_of) != t_map || !PyDict_CheckExact(buffered)) {
+        PyErr_SetString(PyExc_TypeError, "the encoder's _parent_of and _buffered");
+        goto done;
+    }
+    if (!local_root && map_set(parent_of, span_id, parent_id) < 0) goto done;
+    PyObject *end = PyTuple_GET_ITEM(rec, i_end);
+    if (!(newest = attr(enc, a_newest_end))) goto done;
+    int later = PyObject_RichCompareBool(end, newest, Py_GT);
+    if (later < 0 || (later && PyObject_SetAttr(enc, a_newest_end, end) < 0)) goto done;
+    PyObject *session = PyDict_GetItemWithError(attrs, k_session_id);
+    if (!session && PyErr_Occurred()) goto done;
+    if (!session || session == Py_None) {
+        if (!(lane = place_one(enc, rec, proc, attrs, out, Py_None))) goto done;
+    } else {
+        PyObject *pid = SLOT(proc, o_proc_pid);
+        if (!pid || !(key = PyTuple_Pack(2, pid, session))) goto done;
+        if (!(foreign = attr(enc, a_foreign)) || !(session_lane = attr(enc, a_session_lane))) goto done;
+        if (Py_TYPE(foreign) != t_map || Py_TYPE(session_lane) != t_map) {
+            PyErr_SetString(PyExc_TypeError, "the encoder's session maps");
+            goto done;
+        }
+        int r;
+        if (same_text(span_kind, kind_session)) {
+            if (!(lane = place_one(enc, rec, proc, attrs, out, Py_None)) || map_set(session_lane, key, lane) < 0) goto done;
+            PyObject *waiting = dict_pop(buffered, key);
+            if (!waiting && PyErr_Occurred()) goto done;
+            int t = waiting ? PyObject_IsTrue(waiting) : 0;
+            r = t < 0 ? -1 : t ? place_waiting(enc, waiting, out, lane) : 0;
+            Py_XDECREF(waiting);
+            if (r < 0) goto done;
+        } else if ((r = map_has(foreign, key))) {
+            if (r < 0 || !(lane = place_one(enc, rec, proc, attrs, out, Py_None))) goto done;
+        } else {
+            PyObject *prefer = map_get(session_lane, key);
+            if (!prefer && PyErr_Occurred()) goto done;
+            if (prefer) {  /* outlived its session span */
+                Py_INCREF(prefer);
+                lane = place_one(enc, rec, proc, attrs, out, prefer);
+                Py_DECREF(prefer);
+                if (!lane) goto done;
+            } else if (local_root) {
+                /* A local root that is not the session span: this process works for a session
+                 * whose span lives elsewhere, so nothing is worth waiting for. */
+                if (map_set(foreign, key, Py_True) < 0) goto done;
+                if ((r = PyDict_Contains(buffered, key)) < 0 || (r && release(enc, buffered, key, out) < 0)) goto done;
+                if (!(lane = place_one(enc, rec, proc, attrs, out, Py_None))) goto done;
+            } else {
+                PyObject *item = PyTuple_Pack(3, rec, attrs, proc);
+                r = item ? buffer(enc, buffered, key, item, out) : -1;
+                Py_XDECREF(item);
+                if (r < 0) goto done;
+            }
+        }
+    }
+    if (PyDict_GET_SIZE(buffered) && release_stale(enc, buffered, out) < 0) goto done;
+    result = Py_NewRef(Py_None);
+done:
+    Py_XDECREF(parent_of);
+    Py_XDECREF(buffered);
+    Py_XDECREF(key);
+    Py_XDECREF(lane);
+    Py_XDECREF(newest);
+    Py_XDECREF(foreign);
+    Py_XDECREF(session_lane);
+    return result;
+}
+
 /* --- configure ---------------------------------------------------------------------------- */
 static int offset_of(PyTypeObject *cls, const char *name, Py_ssize_t *off) {
     PyObject *d = PyDict_GetItemString(cls->tp_dict, name);
@@ -983,7 +1208,7 @@ static PyObject *configure(PyObject *self, PyObject *config) {
         || take_index(config, "KIND", &i_kind) || take_index(config, "EVENTS", &i_events)
         || take_index(config, "LINKS", &i_links) || take_index(config, "fields", &n_fields)
         || take_index(config, "max_waiting_children", &max_waiting)
-        || take(config, "complete", &complete_fn))
+        || take(config, "outer_first", &outer_first) || take(config, "complete", &complete_fn))
         return NULL;
     client_kind = (long)client;
     producer_kind = (long)producer;
@@ -998,6 +1223,8 @@ static PyObject *configure(PyObject *self, PyObject *config) {
 
 static PyMethodDef methods[] = {
     {"configure", configure, METH_O, "Sets the classes, keys and line writer encode_records() uses."},
+    {"add_span", (PyCFunction)(void (*)(void))add_span, METH_FASTCALL,
+     "ChromeTraceEncoder._add: one span, held for its session span or placed."},
     {"place_span", (PyCFunction)(void (*)(void))place_span, METH_FASTCALL,
      "ChromeTraceEncoder._place: places one span, returns (group, lane index)."},
     {"encode_records", (PyCFunction)(void (*)(void))encode_records, METH_FASTCALL,
@@ -1036,6 +1263,15 @@ PyMODINIT_FUNC PyInit__chrome_place(void) {
     INTERN(s_remote_flow, "_remote_flow");
     INTERN(s_flow_source, "_flow_source");
     INTERN(s_flows_dropped, "_flows_dropped");
+    INTERN(a_foreign, "_foreign_sessions");
+    INTERN(a_session_lane, "_session_lane");
+    INTERN(a_buffered_count, "_buffered_count");
+    INTERN(a_max_buffered, "_max_buffered");
+    INTERN(a_session_wait, "_session_wait_ns");
+    INTERN(s_counter_line, "_counter_line");
+    INTERN(s_released_early, "_released_early");
+    INTERN(s_sort, "sort");
+    if (!(sort_kwnames = Py_BuildValue("(s)", "key"))) goto failed;
     return m;
 failed:
     Py_DECREF(m);

@@ -16,10 +16,18 @@ from ..recording import record
 from . import chrome_lines
 from .lanes import Lane, LaneGroup, LaneLevel, ProcessLanes, TwoGenerationMap
 
-__all__ = ["MAX_WAITING_CHILDREN", "native"]
+__all__ = ["MAX_WAITING_CHILDREN", "native", "outer_first"]
 
 #: Children of one parent not placed yet, remembered for their flow arrows.
 MAX_WAITING_CHILDREN = 4096
+
+
+def outer_first(item: tuple) -> tuple[int, int]:
+    """The order a session's waiting ``(record, attributes, process)`` items are placed in:
+    by start, the longer first, so each finds its parent already placed."""
+    rec = item[0]
+    return rec[record.START], -rec[record.END]
+
 
 try:
     from . import _chrome_place as native
@@ -38,5 +46,5 @@ if native is not None:
         "complete": chrome_lines.native.complete, "TRACE_ID": record.TRACE_ID, "SPAN_ID": record.SPAN_ID,
         "PARENT_ID": record.PARENT_ID, "PARENT_REMOTE": record.PARENT_REMOTE, "START": record.START,
         "END": record.END, "KIND": record.KIND, "EVENTS": record.EVENTS, "LINKS": record.LINKS,
-        "fields": record.FIELDS,
+        "fields": record.FIELDS, "outer_first": outer_first,
     })

@@ -44,7 +44,7 @@ from .chrome_markers import (
     FLOW_SOURCE,
 )
 from . import chrome_lines, chrome_place
-from .chrome_place import MAX_WAITING_CHILDREN
+from .chrome_place import MAX_WAITING_CHILDREN, outer_first
 from .json_values import chrome_args, json_safe_value
 from .kineto_clock import kineto_shift_us
 from ..recording.record import (END, EVENTS, KIND, LINKS, NAME, PARENT_ID, PARENT_REMOTE, SCOPE, SPAN_ID,
@@ -163,6 +163,7 @@ class ChromeTraceEncoder:
         # _place) and _place itself.
         self._encode_records: Any = None
         self._place_span: Any = None
+        self._add_span: Any = None
 
     # --- public API -------------------------------------------------------------------
     def encode(self, spans: Iterable[Any]) -> list[dict[str, Any] | bytes]:
@@ -216,6 +217,7 @@ class ChromeTraceEncoder:
         fast = chrome_place.native is not None and self._complete_line is not None
         self._encode_records = chrome_place.native.encode_records if fast else None
         self._place_span = chrome_place.native.place_span if fast else None
+        self._add_span = chrome_place.native.add_span if fast else None
 
     def finish(self) -> list[dict[str, Any] | bytes]:
         """Releases every span still waiting for its session span.
@@ -238,9 +240,11 @@ class ChromeTraceEncoder:
 
     # --- sessions -------------------------------------------------------------------------
     def _add(self, rec: tuple, attrs: Mapping[str, Any], proc: ProcessLanes, out: list[Any]) -> None:
+        if self._add_span is not None:
+            self._add_span(self, rec, attrs, proc, out)
+            return
         if attrs.get(_SPAN_KIND) == _KIND_COUNTER:
-            # A sampled counter: a point on the process's counter track, no slice.
-            out.append(_counter(rec[NAME], attrs.get(_GAUGE_VALUE), proc.pid, rec[START] / 1000))
+            self._counter_line(rec, attrs, proc, out)
             return
         span_id = rec[SPAN_ID]
         parent_id = rec[PARENT_ID]
@@ -276,6 +280,15 @@ class ChromeTraceEncoder:
         if self._buffered:
             self._release_stale(out)
 
+    @staticmethod
+    def _counter_line(rec: tuple, attrs: Mapping[str, Any], proc: ProcessLanes, out: list[Any]) -> None:
+        """A sampled counter: a point on the process's counter track, no slice."""
+        out.append(_counter(rec[NAME], attrs.get(_GAUGE_VALUE), proc.pid, rec[START] / 1000))
+
+    @staticmethod
+    def _released_early() -> None:
+        guard.count(diagnostics.CHROME_TRACE_SESSIONS_RELEASED_EARLY)
+
     def _buffer(self, key: tuple, item: tuple, out: list[Any]) -> None:
         waiting = self._buffered.get(key)
         if waiting is None:
@@ -283,7 +296,7 @@ class ChromeTraceEncoder:
         waiting.append(item)
         self._buffered_count += 1
         while self._buffered_count > self._max_buffered:
-            guard.count(diagnostics.CHROME_TRACE_SESSIONS_RELEASED_EARLY)
+            self._released_early()
             self._release(next(iter(self._buffered)), out)
 
     def _release_stale(self, out: list[Any]) -> None:
@@ -300,7 +313,7 @@ class ChromeTraceEncoder:
         if not waiting:
             return
         self._buffered_count -= len(waiting)
-        waiting.sort(key=_outer_first)
+        waiting.sort(key=outer_first)
         for rec, attrs, proc in waiting:
             self._place(rec, proc, attrs, out)
 
@@ -314,7 +327,7 @@ class ChromeTraceEncoder:
         self._buffered_count -= len(waiting)
         # Outer spans first, so each span finds its parent already placed and
         # can sit under it in the session's lane.
-        waiting.sort(key=_outer_first)
+        waiting.sort(key=outer_first)
         for child, child_attrs, child_proc in waiting:
             self._place(child, child_proc, child_attrs, out, prefer=lane)
 
@@ -586,11 +599,6 @@ def _counter(name: Any, value: Any, pid: int, ts: float) -> dict[str, Any]:
 
 def _last_used(group: LaneGroup) -> int:
     return group.used
-
-
-def _outer_first(item: tuple) -> tuple[int, int]:
-    rec = item[0]
-    return rec[START], -rec[END]
 
 
 def _span_record(span: Any) -> tuple:
