@@ -36,6 +36,12 @@ setup(
             optional=True,
         ),
         Extension(
+            "otel_rl._internal.export._session_processor",
+            sources=["otel_rl/_internal/export/_session_processor.c"],
+            depends=["otel_rl/_internal/_cext.h"],
+            optional=True,
+        ),
+        Extension(
             "otel_rl._internal.export._wire",
             sources=["otel_rl/_internal/export/_wire.c"],
             depends=["otel_rl/_internal/_cext.h"],

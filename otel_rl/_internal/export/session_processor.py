@@ -22,10 +22,13 @@ from .. import diagnostics, guard, keys
 from ..encode.readable import ExportSpan
 from .jsonl import JsonlAppender
 from ..payload import INT64_MAX, INT64_MIN, utf8_text
-from ..recording.record import END, FLAGS, NAME, SPAN_ID, START, STATUS, TRACE_ID
+from ..recording.record import END, FLAGS, NAME, SPAN_ID, START, STATUS, TRACE_ID, layout
 
 #: Phases every record carries, even at zero (AReaL's fields).
 BUILTIN_PHASES = ("generate", "reward", "toolcall")
+#: Session span attributes copied into the record when set, and their record fields.
+_OPTIONAL_FIELDS = ((keys.SESSION_CONSUMED_STEP, "consumed_step"), (keys.SESSION_STALENESS, "staleness"),
+                    (keys.SESSION_REWARD, "reward"))
 
 _NS_PER_S = 1e9
 _SPAN_KIND = keys.SPAN_KIND
@@ -34,6 +37,21 @@ _KIND_SESSION = keys.KIND_SESSION
 _SESSION_ID = keys.SESSION_ID
 _GAUGE_VALUE = keys.GAUGE_VALUE
 _ERROR = StatusCode.ERROR.value
+
+try:
+    from . import _session_processor as _native
+except ImportError:  # built without a C compiler
+    _native = None
+else:
+    _native.configure({
+        "SESSION_ID": keys.SESSION_ID, "PHASE": keys.PHASE, "PHASE_INTERRUPTED": keys.PHASE_INTERRUPTED,
+        "POLICY_VERSION": keys.POLICY_VERSION, "SESSION_STATUS": keys.SESSION_STATUS,
+        "SESSION_REASON": keys.SESSION_REASON, "TASK_ID": keys.TASK_ID, "STEP": keys.STEP,
+        "SESSION_SUBMIT_STEP": keys.SESSION_SUBMIT_STEP, "SESSION_TOTAL_S": keys.SESSION_TOTAL_S,
+        "SESSION_PREFIX": keys.SESSION_PREFIX, "SESSION_COUNTER_PREFIX": keys.SESSION_COUNTER_PREFIX,
+        "STATUS_PENDING": keys.STATUS_PENDING, "KIND_PHASE": keys.KIND_PHASE, "BUILTIN_PHASES": BUILTIN_PHASES,
+        "OPTIONAL_FIELDS": _OPTIONAL_FIELDS, "ERROR": _ERROR, **layout(),
+    })
 
 
 class SessionSpanProcessor(SpanProcessor):
@@ -100,6 +118,11 @@ class SessionSpanProcessor(SpanProcessor):
         kind = attrs.get(_SPAN_KIND)
         try:
             if kind == _KIND_PHASE or kind == _KIND_SESSION:
+                if _native is not None and _GAUGE_VALUE not in attrs:
+                    # The compiled step, where it takes the span (None: this one is Python's).
+                    done = _native.derive(self, rec, attrs, kind)
+                    if done is not None:
+                        return done
                 derived = self._derive(kind, attrs, rec[NAME], rec[START], rec[END], rec[STATUS] == _ERROR,
                                        rec[TRACE_ID], rec[SPAN_ID], rec[FLAGS])
                 if derived:
@@ -230,20 +253,31 @@ class SessionSpanProcessor(SpanProcessor):
                 record[field] = _plain(value)
         record["trace_id"] = f"{trace_id:032x}"
         record["span_id"] = f"{span_id:016x}"
+        self._write_record(record)
+        if not pending:
+            self._session_metrics(total_s, record["status"], reason, trace_id, span_id, flags)
+        return derived
+
+    def _write_record(self, record: dict[str, Any]) -> None:
+        """Appends a session's record to the records file (the compiled step calls it too)."""
         if self._records is not None:
             try:
                 self._records.add(record)
             except Exception as exc:  # noqa: BLE001 - the span goes on without its record
                 guard.count(diagnostics.SESSION_RECORDS_LINES_LOST)
                 guard.report(diagnostics.SESSION_RECORDS_WRITE_ERROR, "a session record could not be written: %r", exc)
-        if self._metrics is not None and not pending:
-            try:
-                self._metrics.session(total_s, record["status"], trace_id, span_id, flags)
-                if type(reason) is str and keys.STALE_REASON_MARK in reason.lower():
-                    self._metrics.stale(record["status"])
-            except Exception as exc:  # noqa: BLE001
-                guard.report(diagnostics.METRICS_ERROR, "session metrics could not be recorded: %r", exc)
-        return derived
+
+    def _session_metrics(self, total_s: float, status: Any, reason: Any, trace_id: int, span_id: int,
+                         flags: int) -> None:
+        """A finalized session's duration and status metrics (the compiled step calls it too)."""
+        if self._metrics is None:
+            return
+        try:
+            self._metrics.session(total_s, status, trace_id, span_id, flags)
+            if type(reason) is str and keys.STALE_REASON_MARK in reason.lower():
+                self._metrics.stale(status)
+        except Exception as exc:  # noqa: BLE001
+            guard.report(diagnostics.METRICS_ERROR, "session metrics could not be recorded: %r", exc)
 
     def flush(self) -> None:
         if self._records is not None:
@@ -256,11 +290,6 @@ class SessionSpanProcessor(SpanProcessor):
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         self.flush()
         return True
-
-
-#: Session span attributes copied into the record when set, and their record fields.
-_OPTIONAL_FIELDS = ((keys.SESSION_CONSUMED_STEP, "consumed_step"), (keys.SESSION_STALENESS, "staleness"),
-                    (keys.SESSION_REWARD, "reward"))
 
 
 def _distinct(first: Any, versions: list[tuple[int, Any]] | None) -> list[Any]:

@@ -1,0 +1,464 @@
+/* The compiled twin of the session processor's derivation (session_processor.py).
+ *
+ * derive(processor, rec, attrs) -> dict, or None: what SessionSpanProcessor.on_record does for
+ * a phase span (its instance kept under its session, its duration metric) or a session span
+ * (its record appended, its metrics, and the attributes it gains), or None, having changed
+ * nothing, for anything this file leaves to the Python step: policy versions, an eviction
+ * (the pending-sessions bound reached), values the record would have to convert (text that is
+ * not UTF-8, integers past int64, a phase name that is not text, a status that is not text).
+ * Writing the record and recording the session's metrics are the processor's own methods
+ * (_write_record, _session_metrics), so their error handling is the Python step's.
+ */
+#include "../_cext.h"
+
+static PyObject *k_session_id, *k_phase, *k_interrupted, *k_version, *k_status, *k_reason, *k_task, *k_step,
+    *k_submit_step, *k_total_s, *session_prefix, *counter_prefix, *status_pending, *builtin_phases,
+    *optional_fields, *kind_phase;
+static Py_ssize_t i_name, i_trace, i_span, i_start, i_end, i_status, i_flags, n_fields = -1;
+static long error_code;
+static PyObject *s_ok, *s_error, *s_interrupted, *s_phase, *s_write_record, *s_session_metrics;
+static PyObject *a_phases, *a_versions, *a_statuses, *a_max_pending, *a_metrics, *a_rank, *a_role;
+static PyObject *f_task_id, *f_session_id, *f_rank, *f_role, *f_step, *f_status, *f_reason, *f_submit_ts,
+    *f_finalized_ts, *f_total_s, *f_submit_step, *f_phase_counts, *f_phases, *f_counters, *f_trace_id, *f_span_id,
+    *f_start_ts, *f_end_ts, *hex32, *hex16;
+static PyObject *phase_keys;  /* phase name -> (name_s, prefix name_s, prefix name_count), bounded */
+#define MAX_PHASE_KEYS 4096
+
+/* Whether _plain(v) is v: text that is valid UTF-8, an integer within int64, anything else. */
+static int plain(PyObject *v) {
+    if (PyUnicode_Check(v)) {
+        if (!PyUnicode_CheckExact(v)) return 0;
+        if (PyUnicode_IS_ASCII(v)) return 1;
+        if (PyUnicode_AsUTF8AndSize(v, NULL)) return 1;
+        PyErr_Clear();
+        return 0;
+    }
+    if (PyLong_CheckExact(v)) {
+        int overflow;
+        long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
+        if (x == -1 && PyErr_Occurred()) { PyErr_Clear(); return 0; }
+        return !overflow;
+    }
+    return !PyLong_Check(v) || PyBool_Check(v);
+}
+
+static PyObject *get(PyObject *attrs, PyObject *key) {  /* attrs.get(key), borrowed (None when absent) */
+    PyObject *v = PyDict_GetItemWithError(attrs, key);
+    return v ? v : (PyErr_Occurred() ? NULL : Py_None);
+}
+
+static PyObject *seconds(long long ns) { return PyFloat_FromDouble((double)ns / 1e9); }
+
+static int as_ll(PyObject *v, long long *x) {
+    if (!PyLong_CheckExact(v)) return 0;
+    int overflow;
+    *x = PyLong_AsLongLongAndOverflow(v, &overflow);
+    if (*x == -1 && PyErr_Occurred()) { PyErr_Clear(); return 0; }
+    return !overflow;
+}
+
+/* 1 handled, 0 left to Python (nothing changed), -1 error. */
+static int on_phase(PyObject *sp, PyObject *rec, PyObject *attrs) {
+    int has = PyDict_Contains(attrs, k_version);
+    if (has) return has < 0 ? -1 : 0;
+    PyObject *session_id = get(attrs, k_session_id), *phase = PyDict_GetItemWithError(attrs, k_phase);
+    if (!session_id || (!phase && PyErr_Occurred())) return -1;
+    if (!phase) phase = PyTuple_GET_ITEM(rec, i_name);
+    if (!plain(phase)) return 0;
+    long long start, end;
+    if (!as_ll(PyTuple_GET_ITEM(rec, i_start), &start) || !as_ll(PyTuple_GET_ITEM(rec, i_end), &end)) return 0;
+    PyObject *flag = get(attrs, k_interrupted);
+    if (!flag) return -1;
+    int interrupted = PyObject_IsTrue(flag);
+    if (interrupted < 0) return -1;
+    PyObject *phases = PyObject_GetAttr(sp, a_phases), *inner = NULL, *metrics = NULL;
+    int rc = -1;
+    if (!phases) return -1;
+    if (!PyDict_Check(phases)) { rc = 0; goto done; }
+    inner = Py_XNewRef(PyDict_GetItemWithError(phases, session_id));
+    if (!inner) {
+        if (PyErr_Occurred()) goto done;
+        PyObject *bound = PyObject_GetAttr(sp, a_max_pending);
+        if (!bound) goto done;
+        Py_ssize_t max_pending = PyLong_AsSsize_t(bound);
+        Py_DECREF(bound);
+        if (max_pending == -1 && PyErr_Occurred()) goto done;
+        if (PyDict_GET_SIZE(phases) >= max_pending) { rc = 0; goto done; }  /* an eviction: Python's */
+        if (!(inner = PyDict_New()) || PyObject_SetItem(phases, session_id, inner) < 0) goto done;
+    }
+    if (!PyDict_CheckExact(inner)) { PyErr_SetString(PyExc_TypeError, "a session's phases must be a dict"); goto done; }
+    PyObject *instances = PyDict_GetItemWithError(inner, phase);
+    if (!instances) {
+        if (PyErr_Occurred() || !(instances = PyList_New(0))) goto done;
+        int r = PyDict_SetItem(inner, phase, instances);
+        Py_DECREF(instances);
+        if (r < 0) goto done;
+    }
+    PyObject *entry = PyTuple_Pack(2, PyTuple_GET_ITEM(rec, i_start), interrupted ? Py_None : PyTuple_GET_ITEM(rec, i_end));
+    int r = entry && PyList_Check(instances) ? PyList_Append(instances, entry) : -1;
+    Py_XDECREF(entry);
+    if (r < 0) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "a phase's instances must be a list");
+        goto done;
+    }
+    if (!(metrics = PyObject_GetAttr(sp, a_metrics))) goto done;
+    if (metrics != Py_None) {
+        long long code;
+        int error = as_ll(PyTuple_GET_ITEM(rec, i_status), &code) && code == error_code;
+        PyObject *secs = seconds(end - start);
+        if (!secs) goto done;
+        PyObject *argv[7] = {metrics, secs, phase, interrupted ? s_interrupted : (error ? s_error : s_ok),
+                             PyTuple_GET_ITEM(rec, i_trace), PyTuple_GET_ITEM(rec, i_span), PyTuple_GET_ITEM(rec, i_flags)};
+        PyObject *got = PyObject_VectorcallMethod(s_phase, argv, 7 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+        Py_DECREF(secs);
+        if (!got) goto done;
+        Py_DECREF(got);
+    }
+    rc = 1;
+done:
+    Py_XDECREF(phases);
+    Py_XDECREF(inner);
+    Py_XDECREF(metrics);
+    return rc;
+}
+
+/* (name_s, prefix name_s, prefix name_count) for a phase name (text). */
+static PyObject *keys_of(PyObject *name) {
+    PyObject *found = PyDict_GetItemWithError(phase_keys, name);
+    if (found) return Py_NewRef(found);
+    if (PyErr_Occurred()) return NULL;
+    PyObject *a = PyUnicode_FromFormat("%U_s", name);
+    PyObject *b = PyUnicode_FromFormat("%U%U_s", session_prefix, name);
+    PyObject *c = PyUnicode_FromFormat("%U%U_count", session_prefix, name);
+    PyObject *out = a && b && c ? PyTuple_Pack(3, a, b, c) : NULL;
+    Py_XDECREF(a);
+    Py_XDECREF(b);
+    Py_XDECREF(c);
+    if (out && PyDict_GET_SIZE(phase_keys) < MAX_PHASE_KEYS && PyDict_SetItem(phase_keys, name, out) < 0) Py_CLEAR(out);
+    return out;
+}
+
+static int set(PyObject *d, PyObject *key, PyObject *value) {  /* d[key] = value, taking value */
+    if (!value) return -1;
+    int r = PyDict_SetItem(d, key, value);
+    Py_DECREF(value);
+    return r;
+}
+
+/* The record's phase fields and the derived attributes, for the session's phases. */
+static int phase_fields(PyObject *phases, PyObject *record, PyObject *derived) {
+    PyObject *names = PyList_New(0), *counts = PyDict_New(), *spans = PyDict_New();
+    int rc = -1;
+    if (!names || !counts || !spans) goto done;
+    for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(builtin_phases); k++)
+        if (PyList_Append(names, PyTuple_GET_ITEM(builtin_phases, k)) < 0) goto done;
+    Py_ssize_t pos = 0;
+    PyObject *name, *instances;
+    while (PyDict_Next(phases, &pos, &name, &instances)) {
+        int builtin = PySequence_Contains(builtin_phases, name);
+        if (builtin < 0 || (!builtin && PyList_Append(names, name) < 0)) goto done;
+    }
+    for (Py_ssize_t k = 0; k < PyList_GET_SIZE(names); k++) {
+        name = PyList_GET_ITEM(names, k);
+        instances = PyDict_GetItemWithError(phases, name);
+        if (!instances && PyErr_Occurred()) goto done;
+        Py_ssize_t n = instances ? PyList_GET_SIZE(instances) : 0;
+        long long total = 0;
+        for (Py_ssize_t j = 0; j < n; j++) {
+            PyObject *pair = PyList_GET_ITEM(instances, j);
+            long long s, e;
+            if (PyTuple_GET_ITEM(pair, 1) == Py_None) continue;
+            if (!as_ll(PyTuple_GET_ITEM(pair, 0), &s) || !as_ll(PyTuple_GET_ITEM(pair, 1), &e)) {
+                PyErr_SetString(PyExc_TypeError, "phase times must be int64");
+                goto done;
+            }
+            total += e - s;
+        }
+        PyObject *names3 = keys_of(name);
+        if (!names3) goto done;
+        PyObject *secs = seconds(total), *count = PyLong_FromSsize_t(n);
+        int r = !secs || !count || PyDict_SetItem(record, PyTuple_GET_ITEM(names3, 0), secs) < 0
+                || PyDict_SetItem(counts, name, count) < 0
+                || (n && (PyDict_SetItem(derived, PyTuple_GET_ITEM(names3, 1), secs) < 0
+                          || PyDict_SetItem(derived, PyTuple_GET_ITEM(names3, 2), count) < 0));
+        Py_XDECREF(secs);
+        Py_XDECREF(count);
+        Py_DECREF(names3);
+        if (r) goto done;
+    }
+    pos = 0;
+    while (PyDict_Next(phases, &pos, &name, &instances)) {
+        Py_ssize_t n = PyList_GET_SIZE(instances);
+        PyObject *list = PyList_New(n);
+        if (!list || PyDict_SetItem(spans, name, list) < 0) { Py_XDECREF(list); goto done; }
+        Py_DECREF(list);
+        for (Py_ssize_t j = 0; j < n; j++) {
+            PyObject *pair = PyList_GET_ITEM(instances, j), *one = PyDict_New();
+            long long s, e = 0;
+            if (!one) goto done;
+            PyList_SET_ITEM(list, j, one);
+            int open = PyTuple_GET_ITEM(pair, 1) == Py_None;
+            if (!as_ll(PyTuple_GET_ITEM(pair, 0), &s) || (!open && !as_ll(PyTuple_GET_ITEM(pair, 1), &e))) {
+                PyErr_SetString(PyExc_TypeError, "phase times must be int64");
+                goto done;
+            }
+            if (set(one, f_start_ts, seconds(s)) < 0 || set(one, f_end_ts, open ? Py_NewRef(Py_None) : seconds(e)) < 0)
+                goto done;
+        }
+    }
+    if (PyDict_SetItem(record, f_phase_counts, counts) < 0 || PyDict_SetItem(record, f_phases, spans) < 0) goto done;
+    rc = 0;
+done:
+    Py_XDECREF(names);
+    Py_XDECREF(counts);
+    Py_XDECREF(spans);
+    return rc;
+}
+
+/* Whether a session's phases hold only what this file writes as Python would: text names,
+ * lists of (int, int or None). */
+static int phases_plain(PyObject *phases) {
+    Py_ssize_t pos = 0;
+    PyObject *name, *instances;
+    while (PyDict_Next(phases, &pos, &name, &instances)) {
+        if (!PyUnicode_CheckExact(name) || !plain(name) || !PyList_CheckExact(instances)) return 0;
+        for (Py_ssize_t j = 0; j < PyList_GET_SIZE(instances); j++) {
+            PyObject *pair = PyList_GET_ITEM(instances, j);
+            long long x;
+            if (!PyTuple_CheckExact(pair) || PyTuple_GET_SIZE(pair) != 2 || !as_ll(PyTuple_GET_ITEM(pair, 0), &x)
+                || (PyTuple_GET_ITEM(pair, 1) != Py_None && !as_ll(PyTuple_GET_ITEM(pair, 1), &x)))
+                return 0;
+        }
+    }
+    return 1;
+}
+
+/* The attributes of the session span (a new dict with what it gained), NULL and no error when
+ * it is left to Python. */
+static PyObject *on_session(PyObject *sp, PyObject *rec, PyObject *attrs) {
+    int has = PyDict_Contains(attrs, k_version);
+    if (has) return NULL;
+    PyObject *session_id = get(attrs, k_session_id), *reason = get(attrs, k_reason), *task = get(attrs, k_task);
+    PyObject *step = get(attrs, k_step), *submit_step = get(attrs, k_submit_step);
+    PyObject *status = PyDict_GetItemWithError(attrs, k_status);
+    if (!session_id || !reason || !task || !step || !submit_step || (!status && PyErr_Occurred())) return NULL;
+    if (!status) status = status_pending;
+    long long start, end;
+    if (!PyUnicode_CheckExact(status) || !plain(status) || !plain(session_id) || !plain(reason) || !plain(task)
+        || !plain(step) || !plain(submit_step) || !as_ll(PyTuple_GET_ITEM(rec, i_start), &start)
+        || !as_ll(PyTuple_GET_ITEM(rec, i_end), &end))
+        return NULL;
+    Py_ssize_t plen = PyUnicode_GET_LENGTH(counter_prefix);
+    Py_ssize_t pos = 0;
+    PyObject *key, *value;
+    while (PyDict_Next(attrs, &pos, &key, &value)) {
+        if (PyUnicode_Check(key) && PyUnicode_Tailmatch(key, counter_prefix, 0, plen, -1) == 1
+            && (!PyUnicode_CheckExact(key) || !plain(key) || !plain(value)))
+            return NULL;
+    }
+    for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(optional_fields); k++) {
+        PyObject *v = get(attrs, PyTuple_GET_ITEM(PyTuple_GET_ITEM(optional_fields, k), 0));
+        if (!v || !plain(v)) return NULL;
+    }
+    PyObject *phases_map = NULL, *versions = NULL, *statuses = NULL, *phases = NULL, *record = NULL;
+    PyObject *derived = NULL, *counters = NULL, *result = NULL, *rank = NULL, *role = NULL, *text = NULL;
+    if (!(phases_map = PyObject_GetAttr(sp, a_phases)) || !(versions = PyObject_GetAttr(sp, a_versions))
+        || !(statuses = PyObject_GetAttr(sp, a_statuses)) || !(rank = PyObject_GetAttr(sp, a_rank))
+        || !(role = PyObject_GetAttr(sp, a_role)))
+        goto done;
+    if (!PyDict_Check(phases_map) || !PyDict_Check(versions) || !PyDict_Check(statuses)) goto done;
+    if ((has = PyDict_Contains(versions, session_id))) goto done;  /* policy versions: Python's */
+    phases = Py_XNewRef(PyDict_GetItemWithError(phases_map, session_id));
+    if (!phases && PyErr_Occurred()) goto done;
+    if (phases && (!PyDict_CheckExact(phases) || !phases_plain(phases))) goto done;
+
+    /* From here on the session is this file's. */
+    if (phases && PyObject_DelItem(phases_map, session_id) < 0) goto done;
+    if (!phases && !(phases = PyDict_New())) goto done;
+    PyObject *seen = PyDict_GetItemWithError(statuses, status);
+    if (!seen && PyErr_Occurred()) goto done;
+    {
+        PyObject *one = PyLong_FromLong(1);
+        PyObject *next = one && seen ? PyNumber_Add(seen, one) : Py_XNewRef(one);
+        Py_XDECREF(one);
+        if (!next || PyObject_SetItem(statuses, status, next) < 0) { Py_XDECREF(next); goto done; }
+        Py_DECREF(next);
+    }
+    int pending = PyUnicode_Compare(status, status_pending) == 0;
+    if (!(record = PyDict_New()) || !(derived = PyDict_New()) || !(counters = PyDict_New())) goto done;
+    PyObject *total = pending ? Py_NewRef(Py_None) : seconds(end - start);
+    if (!total) goto done;
+    if (!pending && PyDict_SetItem(derived, k_total_s, total) < 0) { Py_DECREF(total); goto done; }
+    if (PyDict_SetItem(record, f_task_id, task) < 0 || PyDict_SetItem(record, f_session_id, session_id) < 0
+        || PyDict_SetItem(record, f_rank, rank) < 0 || PyDict_SetItem(record, f_role, role) < 0
+        || PyDict_SetItem(record, f_step, step) < 0 || PyDict_SetItem(record, f_status, status) < 0
+        || PyDict_SetItem(record, f_reason, reason) < 0 || set(record, f_submit_ts, seconds(start)) < 0
+        || set(record, f_finalized_ts, pending ? Py_NewRef(Py_None) : seconds(end)) < 0
+        || PyDict_SetItem(record, f_total_s, total) < 0
+        || (submit_step != Py_None && PyDict_SetItem(record, f_submit_step, submit_step) < 0)
+        || phase_fields(phases, record, derived) < 0) {
+        Py_DECREF(total);
+        goto done;
+    }
+    pos = 0;
+    while (PyDict_Next(attrs, &pos, &key, &value)) {
+        if (!PyUnicode_Check(key) || PyUnicode_Tailmatch(key, counter_prefix, 0, plen, -1) != 1) continue;
+        PyObject *name = PyUnicode_Substring(key, plen, PyUnicode_GET_LENGTH(key));
+        if (set(counters, name, Py_NewRef(value)) < 0) { Py_XDECREF(name); Py_DECREF(total); goto done; }
+        Py_DECREF(name);
+    }
+    if (PyDict_SetItem(record, f_counters, counters) < 0) { Py_DECREF(total); goto done; }
+    for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(optional_fields); k++) {
+        PyObject *pair = PyTuple_GET_ITEM(optional_fields, k), *v = get(attrs, PyTuple_GET_ITEM(pair, 0));
+        if (!v || (v != Py_None && PyDict_SetItem(record, PyTuple_GET_ITEM(pair, 1), v) < 0)) { Py_DECREF(total); goto done; }
+    }
+    PyObject *trace_id = PyTuple_GET_ITEM(rec, i_trace), *span_id = PyTuple_GET_ITEM(rec, i_span);
+    if (set(record, f_trace_id, PyObject_Format(trace_id, hex32)) < 0
+        || set(record, f_span_id, PyObject_Format(span_id, hex16)) < 0) {
+        Py_DECREF(total);
+        goto done;
+    }
+    PyObject *argv[2] = {sp, record};
+    PyObject *got = PyObject_VectorcallMethod(s_write_record, argv, 2 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+    if (got && !pending) {
+        Py_DECREF(got);
+        PyObject *margs[7] = {sp, total, status, reason, trace_id, span_id, PyTuple_GET_ITEM(rec, i_flags)};
+        got = PyObject_VectorcallMethod(s_session_metrics, margs, 7 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+    }
+    Py_DECREF(total);
+    if (!got) goto done;
+    Py_DECREF(got);
+    if (PyDict_GET_SIZE(derived)) {
+        result = PyDict_Copy(attrs);
+        if (result && PyDict_Update(result, derived) < 0) Py_CLEAR(result);
+    } else {
+        result = Py_NewRef(attrs);
+    }
+done:
+    Py_XDECREF(phases_map);
+    Py_XDECREF(versions);
+    Py_XDECREF(statuses);
+    Py_XDECREF(phases);
+    Py_XDECREF(record);
+    Py_XDECREF(derived);
+    Py_XDECREF(counters);
+    Py_XDECREF(rank);
+    Py_XDECREF(role);
+    Py_XDECREF(text);
+    return result;
+}
+
+/* derive(processor, rec, attrs, kind) -> attributes, or None where the Python step must run */
+static PyObject *derive(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "derive(processor, rec, attrs, kind)");
+        return NULL;
+    }
+    if (n_fields < 0) {
+        PyErr_SetString(PyExc_RuntimeError, "configure() was not called");
+        return NULL;
+    }
+    PyObject *sp = args[0], *rec = args[1], *attrs = args[2], *kind = args[3];
+    if (!PyTuple_CheckExact(rec) || PyTuple_GET_SIZE(rec) != n_fields || !PyDict_CheckExact(attrs)) Py_RETURN_NONE;
+    if (kind == kind_phase || (PyUnicode_CheckExact(kind) && PyUnicode_Compare(kind, kind_phase) == 0)) {
+        int r = on_phase(sp, rec, attrs);
+        if (r < 0) return NULL;
+        return Py_NewRef(r ? attrs : Py_None);
+    }
+    PyObject *out = on_session(sp, rec, attrs);
+    if (!out && PyErr_Occurred()) return NULL;
+    return out ? out : Py_NewRef(Py_None);
+}
+
+static int take_str(PyObject *config, const char *key, PyObject **slot) {
+    if (take(config, key, slot) < 0) return -1;
+    if (PyUnicode_CheckExact(*slot)) return 0;
+    PyErr_Format(PyExc_TypeError, "configure(): %s must be a str", key);
+    return -1;
+}
+
+/* configure(dict): the keys, record fields and names derive() reads. */
+static PyObject *configure(PyObject *self, PyObject *config) {
+    if (!PyDict_Check(config)) {
+        PyErr_SetString(PyExc_TypeError, "configure() takes a dict");
+        return NULL;
+    }
+    Py_ssize_t fields, error;
+    if (take_str(config, "SESSION_ID", &k_session_id) || take_str(config, "PHASE", &k_phase)
+        || take_str(config, "PHASE_INTERRUPTED", &k_interrupted) || take_str(config, "POLICY_VERSION", &k_version)
+        || take_str(config, "SESSION_STATUS", &k_status) || take_str(config, "SESSION_REASON", &k_reason)
+        || take_str(config, "TASK_ID", &k_task) || take_str(config, "STEP", &k_step)
+        || take_str(config, "SESSION_SUBMIT_STEP", &k_submit_step) || take_str(config, "SESSION_TOTAL_S", &k_total_s)
+        || take_str(config, "SESSION_PREFIX", &session_prefix)
+        || take_str(config, "SESSION_COUNTER_PREFIX", &counter_prefix)
+        || take_str(config, "STATUS_PENDING", &status_pending) || take_str(config, "KIND_PHASE", &kind_phase)
+        || take(config, "BUILTIN_PHASES", &builtin_phases) || take(config, "OPTIONAL_FIELDS", &optional_fields)
+        || take_index(config, "ERROR", &error) || take_index(config, "fields", &fields)
+        || take_index(config, "NAME", &i_name) || take_index(config, "TRACE_ID", &i_trace)
+        || take_index(config, "SPAN_ID", &i_span) || take_index(config, "START", &i_start)
+        || take_index(config, "END", &i_end) || take_index(config, "STATUS", &i_status)
+        || take_index(config, "FLAGS", &i_flags))
+        return NULL;
+    if (!PyTuple_CheckExact(builtin_phases) || !PyTuple_CheckExact(optional_fields)) {
+        PyErr_SetString(PyExc_TypeError, "configure(): BUILTIN_PHASES and OPTIONAL_FIELDS must be tuples");
+        return NULL;
+    }
+    error_code = (long)error;
+    n_fields = fields;
+    PyDict_Clear(phase_keys);
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef methods[] = {
+    {"configure", configure, METH_O, "Sets the keys, record fields and names derive() reads."},
+    {"derive", (PyCFunction)(void (*)(void))derive, METH_FASTCALL,
+     "SessionSpanProcessor.on_record for a phase or session span, or None where Python must run it."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_session_processor", NULL, -1, methods};
+
+#define INTERN(var, text) if (!((var) = PyUnicode_InternFromString(text))) goto failed
+
+PyMODINIT_FUNC PyInit__session_processor(void) {
+    PyObject *m = PyModule_Create(&module);
+    if (!m) return NULL;
+    if (!(phase_keys = PyDict_New())) goto failed;
+    INTERN(s_ok, "ok");
+    INTERN(s_error, "error");
+    INTERN(s_interrupted, "interrupted");
+    INTERN(s_phase, "phase");
+    INTERN(s_write_record, "_write_record");
+    INTERN(s_session_metrics, "_session_metrics");
+    INTERN(a_phases, "_phases");
+    INTERN(a_versions, "_versions");
+    INTERN(a_statuses, "statuses");
+    INTERN(a_max_pending, "_max_pending");
+    INTERN(a_metrics, "_metrics");
+    INTERN(a_rank, "_rank");
+    INTERN(a_role, "_role");
+    INTERN(f_task_id, "task_id");
+    INTERN(f_session_id, "session_id");
+    INTERN(f_rank, "rank");
+    INTERN(f_role, "role");
+    INTERN(f_step, "step");
+    INTERN(f_status, "status");
+    INTERN(f_reason, "reason");
+    INTERN(f_submit_ts, "submit_ts");
+    INTERN(f_finalized_ts, "finalized_ts");
+    INTERN(f_total_s, "total_s");
+    INTERN(f_submit_step, "submit_step");
+    INTERN(f_phase_counts, "phase_counts");
+    INTERN(f_phases, "phases");
+    INTERN(f_counters, "counters");
+    INTERN(f_trace_id, "trace_id");
+    INTERN(f_span_id, "span_id");
+    INTERN(f_start_ts, "start_ts");
+    INTERN(f_end_ts, "end_ts");
+    INTERN(hex32, "032x");
+    INTERN(hex16, "016x");
+    return m;
+failed:
+    Py_DECREF(m);
+    return NULL;
+}

@@ -1,0 +1,138 @@
+"""The compiled session step (``_session_processor.c``) derives what the Python step derives.
+
+Two session processors take the same phase and session records, one with the compiled step
+and one without: the attributes each returns, the session records file, the statuses and the
+metrics' points must be equal, over the common shapes (interrupted and failed phases, pending
+sessions, counters, optional fields, stale reasons, phases of other names) and the ones the
+compiled step leaves to Python (policy versions, gauges, text that is not UTF-8, integers
+past int64, eviction at the pending-sessions bound).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import random
+
+import pytest
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.resources import Resource
+
+from otel_rl._internal import keys
+from otel_rl._internal.export import session_processor
+from otel_rl._internal.export.jsonl import JsonlAppender
+from otel_rl._internal.export.session_metrics import AggregatedSessionMetrics
+from otel_rl._internal.export.session_processor import SessionSpanProcessor
+from otel_rl._internal.recording import record
+
+compiled = pytest.mark.skipif(session_processor._native is None, reason="built without a C compiler")
+_T0 = 1_732_563_442_123_456_789
+
+
+def _rec(name, span_id, start, end, status=0):
+    fields = [None] * record.FIELDS
+    fields[record.NAME:record.END + 1] = [name, (span_id << 64) | 7, span_id, 0, False, span_id % 2, None, start, end]
+    fields[record.KIND], fields[record.STATUS] = 0, status
+    return tuple(fields)
+
+
+def _workload(seed: int, sessions: int) -> list[tuple]:
+    """(record, attributes) of phases, then their session, as the exporter gets them."""
+    rng = random.Random(seed)
+    out = []
+    span_id = 1
+    for n in range(sessions):
+        sid = rng.choice([n, f"s-{n}", f"é-{n}"])
+        start = _T0 + n * 1_000_000
+        base = {keys.SESSION_ID: sid, keys.TASK_ID: n // 4, keys.STEP: rng.choice([None, n % 3])}
+        for k in range(rng.randrange(0, 4)):
+            span_id += 1
+            lo = start + rng.randrange(0, 500_000)
+            attrs = {**base, keys.SPAN_KIND: keys.KIND_PHASE,
+                     keys.PHASE: rng.choice(["generate", "reward", "toolcall", "judge", "ünï"])}
+            if rng.random() < 0.2:
+                attrs[keys.PHASE_INTERRUPTED] = True
+            odd = rng.random()
+            if odd < 0.03:
+                attrs[keys.POLICY_VERSION] = rng.randrange(3)
+            elif odd < 0.05:
+                attrs[keys.GAUGE_VALUE] = 1.5
+            elif odd < 0.07:
+                attrs[keys.PHASE] = "bad \udc80 phase"
+            elif odd < 0.09:
+                del attrs[keys.PHASE]  # named by the span
+            out.append((_rec(rng.choice(["generate", "tool"]), span_id, lo, lo + rng.randrange(1, 300_000),
+                             status=rng.choice([0, 0, 2])), attrs))
+        span_id += 1
+        attrs = {**base, keys.SPAN_KIND: keys.KIND_SESSION}
+        status = rng.choice([None, "accepted", "rejected", "dropped"])
+        if status is not None:
+            attrs[keys.SESSION_STATUS] = status
+        if rng.random() < 0.5:
+            attrs[keys.SESSION_REASON] = rng.choice(["stale policy", "too long", "Stale"])
+        if rng.random() < 0.5:
+            attrs[keys.SESSION_COUNTER_PREFIX + rng.choice(["tokens", "tool_calls"])] = rng.randrange(100)
+        for key in (keys.SESSION_CONSUMED_STEP, keys.SESSION_STALENESS, keys.SESSION_REWARD, keys.SESSION_SUBMIT_STEP):
+            if rng.random() < 0.3:
+                attrs[key] = rng.choice([1, 0.5, 2])
+        odd = rng.random()
+        if odd < 0.03:
+            attrs[keys.POLICY_VERSION] = 1
+        elif odd < 0.05:
+            attrs[keys.TASK_ID] = 1 << 70
+        out.append((_rec("session", span_id, start, start + 900_000), attrs))
+    return out
+
+
+def _run(tmp_path, name: str, items: list[tuple], native, max_pending: int, monkeypatch) -> dict:
+    monkeypatch.setattr(session_processor, "_native", native)
+    path = os.path.join(tmp_path, f"{name}.jsonl")
+    reader = InMemoryMetricReader()
+    metrics = AggregatedSessionMetrics(Resource({"service.name": "t"}), {})
+    metrics.attach(reader)
+    processor = SessionSpanProcessor(None, rank=2, role="actor", records=JsonlAppender(path), metrics=metrics,
+                                     max_pending_sessions=max_pending)
+    returned = [list(processor.on_record(rec, attrs).items()) for rec, attrs in items]
+    processor.shutdown()
+    points = []
+    for rm in reader.get_metrics_data().resource_metrics:
+        for sm in rm.scope_metrics:
+            for metric in sm.metrics:
+                for point in metric.data.data_points:
+                    plain = dataclasses.asdict(point)
+                    plain.pop("start_time_unix_nano"), plain.pop("time_unix_nano")
+                    plain["exemplars"] = sorted((e.value, e.span_id) for e in point.exemplars)
+                    points.append((metric.name, repr(sorted(plain.items()))))
+    with open(path, "rb") as fh:
+        return {"returned": returned, "records": fh.read(), "statuses": dict(processor.statuses),
+                "points": sorted(points)}
+
+
+@compiled
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("max_pending", [100_000, 3])
+def test_the_compiled_step_derives_what_the_python_step_derives(tmp_path, monkeypatch, seed, max_pending):
+    items = _workload(seed, 300)
+    native = session_processor._native
+    compiled_run = _run(tmp_path, "compiled", items, native, max_pending, monkeypatch)
+    python_run = _run(tmp_path, "python", items, None, max_pending, monkeypatch)
+    assert compiled_run == python_run
+    assert compiled_run["records"].count(b"\n") > 250
+
+
+@compiled
+def test_the_compiled_step_takes_the_common_sessions(monkeypatch):
+    taken = []
+    derive = session_processor._native.derive
+
+    def counting(*args):
+        got = derive(*args)
+        taken.append(got is not None)
+        return got
+
+    monkeypatch.setattr(session_processor, "_native", type("N", (), {"derive": staticmethod(counting)}))
+    processor = SessionSpanProcessor(None, rank=0, role="actor", records=None, metrics=None,
+                                     max_pending_sessions=1000)
+    for rec, attrs in _workload(1, 200):
+        processor.on_record(rec, attrs)
+    assert sum(taken) > 0.8 * len(taken)
