@@ -7,6 +7,11 @@ flushing at the end of each chunk as a training step would
 with the resident set size after every chunk. Flat numbers after the first
 chunks mean memory does not grow with the number of sessions.
 
+``--rate N`` paces the loop at ``N`` sessions a second (a rollout producing
+sessions at that rate) instead of running it flat out; with otel_rl the line
+also says how many spans were dropped (the exporter process falling behind
+drops spans at its backlog bound, counted) and the exporter's CPU.
+
 The suite runs it with ``--memory-sessions`` (default 100,000); one million
 sessions takes a few minutes and is the figure to quote for long runs.
 """
@@ -19,12 +24,37 @@ import json
 import os
 import sys
 import time
+from typing import Any
 
 from .harness import max_rss_kib, rss_kib, scrub_environment
+from .totals import descendants_cpu_s
 from .workloads import SESSIONS_PER_TASK, jsonl_session_loop, otel_session_loop
 
 
-def run_series(kind: str, sessions: int, chunks: int, fileroot: str, file_export: bool) -> dict:
+def _paced(loop: Any, rate: float | None) -> Any:
+    """``loop(tasks)`` run in slices of 25 tasks, each started no earlier than ``rate`` allows."""
+    if not rate:
+        return loop
+    state = {"t0": None, "done": 0}
+
+    def run(tasks: int) -> None:
+        if state["t0"] is None:
+            state["t0"] = time.perf_counter()
+        while tasks > 0:
+            step = min(25, tasks)
+            due = state["t0"] + state["done"] * SESSIONS_PER_TASK / rate
+            wait = due - time.perf_counter()
+            if wait > 0:
+                time.sleep(wait)
+            loop(step)
+            state["done"] += step
+            tasks -= step
+
+    return run
+
+
+def run_series(kind: str, sessions: int, chunks: int, fileroot: str, file_export: bool,
+               rate: float | None = None) -> dict:
     tasks_total = max(chunks, sessions // SESSIONS_PER_TASK)
     per_chunk = max(1, tasks_total // chunks)
     if kind == "otel_rl":
@@ -53,6 +83,8 @@ def run_series(kind: str, sessions: int, chunks: int, fileroot: str, file_export
     loop(10)
     flush()
     gc.collect()
+    loop = _paced(loop, rate)
+    exporter_cpu0 = descendants_cpu_s()
     start_rss = rss_kib()
     out_chunks = []
     t0 = time.perf_counter()
@@ -74,10 +106,16 @@ def run_series(kind: str, sessions: int, chunks: int, fileroot: str, file_export
             if len(rss) >= 2 else 0
         result["late_bytes_per_session"] = (result["late_growth_kib"] * 1024 / late_sessions
                                             if late_sessions else None)
+    if rate:
+        result["rate_sessions_per_s"] = rate
+        result["achieved_sessions_per_s"] = round(result["sessions"] / out_chunks[-1]["elapsed_s"], 1)
     if kind == "otel_rl":
         import otel_rl
 
         result["diagnostics"] = otel_rl.diagnostics()
+        result["spans_dropped"] = sum(v for k, v in result["diagnostics"].items() if k.startswith("spans_dropped"))
+        result["exporter_cpu_us_per_session"] = round(
+            (descendants_cpu_s() - exporter_cpu0) / result["sessions"] * 1e6, 1)
         otel_rl.reset()
     return result
 
@@ -90,13 +128,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--chunks", type=int, default=10)
     parser.add_argument("--fileroot", required=True)
     parser.add_argument("--file-export", choices=("0", "1"), default="1")
+    parser.add_argument("--rate", type=float, default=None, help="sessions a second (default: flat out)")
     args = parser.parse_args(argv)
     scrub_environment()
     import logging
 
     logging.getLogger("opentelemetry").setLevel(logging.ERROR)
     logging.getLogger("otel_rl").setLevel(logging.ERROR)
-    result = run_series(args.kind, args.sessions, max(2, args.chunks), args.fileroot, args.file_export == "1")
+    result = run_series(args.kind, args.sessions, max(2, args.chunks), args.fileroot, args.file_export == "1",
+                        args.rate)
     sys.stdout.write(json.dumps(result) + "\n")
     return 0
 
