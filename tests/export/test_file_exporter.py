@@ -16,6 +16,7 @@ from opentelemetry.sdk.trace.export import SpanExportResult
 from otel_rl._internal import guard, keys
 from otel_rl._internal.encode.chrome_markers import BATCH_MARKER
 from otel_rl._internal.export.file_exporter import ChromeTraceFileExporter, InPlaceBatchProcessor
+from otel_rl._internal.recording import record
 from support import SpanFactory, read_trace
 
 RESOURCE = Resource({keys.SERVICE_NAME: "trainer", keys.PROCESS_PID: 31337, keys.RANK: 2})
@@ -135,6 +136,24 @@ def test_a_full_buffer_drops_new_spans_and_counts_them(tmp_path):
     processor = InPlaceBatchProcessor(ChromeTraceFileExporter(str(path)), max_buffered=5)
     for i in range(8):
         processor.on_end(make_span(f"s{i}", i, i + 1))
+    processor.flush_batch()
+    assert names(read_events(path)) == [f"s{i}" for i in range(5)]
+    assert guard.diagnostics()["spans_dropped_file_buffer"] == 3
+
+
+def test_a_full_buffer_drops_the_records_a_batch_brings_past_it_and_counts_them(tmp_path):
+    path = tmp_path / "traces.jsonl"
+    exporter = ChromeTraceFileExporter(str(path))
+    exporter.set_resource(Resource.create({"service.name": "t"}))
+    processor = InPlaceBatchProcessor(exporter, max_buffered=5)
+    pairs = []
+    for i in range(8):
+        rec = [None] * record.FIELDS
+        rec[record.NAME:record.END + 1] = [f"s{i}", 7, i + 1, 0, False, 1, None, i * 1000, i * 1000 + 500]
+        rec[record.KIND], rec[record.STATUS] = 0, 0
+        pairs.append((tuple(rec), {keys.THREAD_ID: 1, keys.THREAD_NAME: "main"}))
+    processor.on_records(pairs[:3])
+    processor.on_records(pairs[3:])
     processor.flush_batch()
     assert names(read_events(path)) == [f"s{i}" for i in range(5)]
     assert guard.diagnostics()["spans_dropped_file_buffer"] == 3

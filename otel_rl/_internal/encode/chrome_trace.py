@@ -159,8 +159,8 @@ class ChromeTraceEncoder:
         # The compiled writer of complete events' lines, once records come (set_resource):
         # the file exporter writes those lines as they are; other users get dicts.
         self._complete_line: Any = None
-        # Its compiled twin: the walk over a batch of records (the common case of _add and
-        # _place) and _place itself.
+        # Its compiled twin (records only): the walk over a batch (the common case), _add
+        # and _place.
         self._encode_records: Any = None
         self._place_span: Any = None
         self._add_span: Any = None

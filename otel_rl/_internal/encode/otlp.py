@@ -24,9 +24,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from opentelemetry.sdk.trace import ReadableSpan
-from opentelemetry.trace import SpanKind, StatusCode
-
-from opentelemetry.trace import SpanContext, TraceFlags
+from opentelemetry.trace import SpanContext, SpanKind, StatusCode, TraceFlags
 
 from .. import diagnostics, guard
 from ..payload import utf8_text

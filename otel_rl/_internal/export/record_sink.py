@@ -105,15 +105,19 @@ class RecordSink:
             guard.report(diagnostics.EXPORT_ERROR, "a span could not be processed: %r", exc)
 
     def _to_otlp(self, rec: tuple, attrs: dict[str, Any]) -> None:
-        """Hands the span of ``rec`` (with its flat ``attrs``) to the OTLP processor."""
-        if self._record_span is not None:
-            if not rec[FLAGS] & 1:
-                return  # not sampled: the batch processor would drop it
-            encoded = self._record_span(rec, attrs)
-            if encoded is not None:
-                self._otlp.on_end(EncodedSpan(encoded, self._resource, self._scope))
-                return
-        self._otlp.on_end(self._span(rec, attrs))
+        """Hands the span of ``rec`` (with its flat ``attrs``) to the OTLP processor; never raises
+        (the compiled walk calls it for each plain record)."""
+        try:
+            if self._record_span is not None:
+                if not rec[FLAGS] & 1:
+                    return  # not sampled: the batch processor would drop it
+                encoded = self._record_span(rec, attrs)
+                if encoded is not None:
+                    self._otlp.on_end(EncodedSpan(encoded, self._resource, self._scope))
+                    return
+            self._otlp.on_end(self._span(rec, attrs))
+        except Exception as exc:  # noqa: BLE001
+            guard.report(diagnostics.EXPORT_ERROR, "a span could not be processed: %r", exc)
 
 
 def _ignore(pairs: list[tuple]) -> None:
