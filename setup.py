@@ -6,59 +6,30 @@ Python paths (the modules' importers fall back when the extension is missing).
 
 from setuptools import Extension, setup
 
+_SHARED = "otel_rl/_internal/_cext.h"  # the byte buffer and configure() readers most of them share
+
+
+def twin(module: str, *headers: str) -> Extension:
+    """The compiled twin ``otel_rl.<module>``, built from ``otel_rl/<module as a path>.c``."""
+    return Extension(
+        f"otel_rl.{module}",
+        sources=[f"otel_rl/{module.replace('.', '/')}.c"],
+        depends=list(headers),
+        # Floats combined exactly as Python combines them (no fused multiply-add).
+        extra_compile_args=["-ffp-contract=off"],
+        optional=True,
+    )
+
+
 setup(
     ext_modules=[
-        # Floats combined exactly as Python combines them (no fused multiply-add), in every one.
-        Extension(
-            "otel_rl._internal.encode.perfetto._native",
-            sources=["otel_rl/_internal/encode/perfetto/_native.c"],
-            extra_compile_args=["-ffp-contract=off"],
-            optional=True,
-        ),
-        Extension(
-            "otel_rl._internal.read._facts_native",
-            sources=["otel_rl/_internal/read/_facts_native.c"],
-            depends=["otel_rl/_internal/read/_facts_scan.h"],
-            extra_compile_args=["-ffp-contract=off"],
-            optional=True,
-        ),
-        Extension(
-            "otel_rl._internal.encode._chrome_lines",
-            sources=["otel_rl/_internal/encode/_chrome_lines.c"],
-            depends=["otel_rl/_internal/_cext.h"],
-            extra_compile_args=["-ffp-contract=off"],
-            optional=True,
-        ),
-        Extension(
-            "otel_rl._internal.export._record_sink",
-            sources=["otel_rl/_internal/export/_record_sink.c"],
-            depends=["otel_rl/_internal/_cext.h"],
-            optional=True,
-        ),
-        Extension(
-            "otel_rl._internal.export._session_processor",
-            sources=["otel_rl/_internal/export/_session_processor.c"],
-            depends=["otel_rl/_internal/_cext.h"],
-            optional=True,
-        ),
-        Extension(
-            "otel_rl._internal.export._wire",
-            sources=["otel_rl/_internal/export/_wire.c"],
-            depends=["otel_rl/_internal/_cext.h"],
-            optional=True,
-        ),
-        Extension(
-            "otel_rl._internal.encode._otlp",
-            sources=["otel_rl/_internal/encode/_otlp.c"],
-            depends=["otel_rl/_internal/_cext.h"],
-            optional=True,
-        ),
-        Extension(
-            "otel_rl._internal.encode._chrome_place",
-            sources=["otel_rl/_internal/encode/_chrome_place.c"],
-            depends=["otel_rl/_internal/_cext.h"],
-            extra_compile_args=["-ffp-contract=off"],
-            optional=True,
-        ),
+        twin("_internal.encode.perfetto._native"),
+        twin("_internal.read._facts_native", "otel_rl/_internal/read/_facts_scan.h"),
+        twin("_internal.encode._chrome_lines", _SHARED),
+        twin("_internal.encode._chrome_place", _SHARED),
+        twin("_internal.encode._otlp", _SHARED),
+        twin("_internal.export._record_sink", _SHARED),
+        twin("_internal.export._session_processor", _SHARED),
+        twin("_internal.export._wire", _SHARED),
     ],
 )
