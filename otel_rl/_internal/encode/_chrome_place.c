@@ -5,9 +5,9 @@
  * holds (no session to wait for, no children placed before it, no flows to draw, no
  * counter, no events) is placed here, with the effects ChromeTraceEncoder._add and _place
  * have on the encoder's state, and its line comes from _chrome_lines.complete(). Any other
- * item goes to slow(item, out), the encoder's own Python step, so the order of placement,
- * and with it the output, is the Python encoder's. The checks come before any change, so
- * an item handed on has changed nothing.
+ * item goes, in order, to add_span below (a record, once the encoder has its process) or to
+ * slow(item, out), the encoder's own Python step. The checks come before any change, so an
+ * item handed on has changed nothing.
  *
  * The lanes' state lives in Python objects with __slots__ (lanes.py); their slots are read
  * through the offsets of the classes' member descriptors, found once in configure().
@@ -374,6 +374,35 @@ static int get_map(PyObject *enc, PyObject *name, PyObject **slot) {
     return 0;
 }
 
+static PyObject *add_span(PyObject *self, PyObject *const *args, Py_ssize_t nargs);  /* below */
+static PyObject *s_encode_error;
+
+/* The step for an item the walk does not take: a record goes to add_span once the encoder
+ * has its process (a failure reported as _encode_one reports it), anything else to slow(). */
+static int step(Batch *b, PyObject *item, PyObject *slow) {
+    if (store(b) < 0) return -1;
+    PyObject *done;
+    if (b->proc && PyTuple_CheckExact(item) && PyTuple_GET_SIZE(item) == 2) {
+        PyObject *argv[5] = {b->enc, PyTuple_GET_ITEM(item, 0), PyTuple_GET_ITEM(item, 1), b->proc, b->out};
+        done = add_span(NULL, argv, 5);
+        if (!done) {
+            PyObject *type, *value, *tb;
+            PyErr_Fetch(&type, &value, &tb);
+            PyErr_NormalizeException(&type, &value, &tb);
+            PyObject *report[2] = {b->enc, value ? value : Py_None};
+            done = PyObject_VectorcallMethod(s_encode_error, report, 2 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+            Py_XDECREF(type);
+            Py_XDECREF(value);
+            Py_XDECREF(tb);
+        }
+    } else {
+        done = PyObject_CallFunctionObjArgs(slow, item, b->out, NULL);
+    }
+    if (!done) return -1;
+    Py_DECREF(done);
+    return load(b) < 0 ? -1 : 1;
+}
+
 /* encode_records(encoder, items, out, slow) -> None */
 static PyObject *encode_records(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 4 || !PyList_CheckExact(args[1]) || !PyList_CheckExact(args[2])) {
@@ -406,9 +435,7 @@ static PyObject *encode_records(PyObject *self, PyObject *const *args, Py_ssize_
             if (store(&b) < 0 || !(done = PyObject_CallMethodOneArg(b.enc, s_release_stale, b.out))) r = -1;
             else { Py_DECREF(done); r = load(&b) < 0 ? -1 : 1; }
         } else if (r == 0) {
-            PyObject *done;
-            if (store(&b) < 0 || !(done = PyObject_CallFunctionObjArgs(slow, item, b.out, NULL))) r = -1;
-            else { Py_DECREF(done); r = load(&b) < 0 ? -1 : 1; }
+            r = step(&b, item, slow);
         }
         Py_DECREF(item);
         if (r < 0) goto failed;
@@ -1270,6 +1297,7 @@ PyMODINIT_FUNC PyInit__chrome_place(void) {
     INTERN(a_session_wait, "_session_wait_ns");
     INTERN(s_counter_line, "_counter_line");
     INTERN(s_released_early, "_released_early");
+    INTERN(s_encode_error, "_encode_error");
     INTERN(s_sort, "sort");
     if (!(sort_kwnames = Py_BuildValue("(s)", "key"))) goto failed;
     return m;

@@ -206,7 +206,8 @@ class ChromeTraceEncoder:
             else:
                 self._add(_span_record(span), span.attributes, self._process(span.resource, out), out)
         except Exception as exc:  # noqa: BLE001 - one odd span must not lose the rest
-            guard.report(diagnostics.CHROME_TRACE_ENCODE_ERROR, "a span could not be encoded: %r", exc)
+            self._encode_error(exc)
+
 
     def set_resource(self, resource: Any) -> None:
         """The resource of the records :meth:`encode` is given (otel_rl's own process)."""
@@ -284,10 +285,6 @@ class ChromeTraceEncoder:
     def _counter_line(rec: tuple, attrs: Mapping[str, Any], proc: ProcessLanes, out: list[Any]) -> None:
         """A sampled counter: a point on the process's counter track, no slice."""
         out.append(_counter(rec[NAME], attrs.get(_GAUGE_VALUE), proc.pid, rec[START] / 1000))
-
-    @staticmethod
-    def _released_early() -> None:
-        guard.count(diagnostics.CHROME_TRACE_SESSIONS_RELEASED_EARLY)
 
     def _buffer(self, key: tuple, item: tuple, out: list[Any]) -> None:
         waiting = self._buffered.get(key)
@@ -524,9 +521,8 @@ class ChromeTraceEncoder:
 
     @staticmethod
     def _remote_flow(span_id: int, parent_id: int, pid: int, tid: int, ts: float, out: list[Any]) -> None:
-        """The other side of a process boundary. Its parent is in another file: the converter
-        adds the flow's start on the parent's slice (a FLOW_SOURCE line names it). One id per
-        child, so a parent with several remote children (a broadcast) gets an arrow to each."""
+        """The other side of a process boundary: the converter adds the flow's start on the
+        parent's slice, in another file. One id per child: a broadcast gets an arrow each."""
         out.append({"ph": "f", "bp": "e", "name": FLOW_NAME, "cat": FLOW_CATEGORY,
                     "id": _flow_id(span_id ^ _REMOTE_FLOW_MIX), "ts": ts, "pid": pid,
                     "tid": tid, "args": {"parent_span_id": f"{parent_id:016x}"}})
@@ -537,9 +533,11 @@ class ChromeTraceEncoder:
         out.append({"ph": "M", "name": FLOW_SOURCE, "pid": pid, "tid": tid, "ts": ts,
                     "args": {"span_id": f"{span_id:016x}"}})
 
-    @staticmethod
-    def _flows_dropped() -> None:
-        guard.count(diagnostics.CHROME_TRACE_FLOWS_DROPPED)
+    # What the Python steps and the compiled twin count and report through.
+    _flows_dropped = staticmethod(functools.partial(guard.count, diagnostics.CHROME_TRACE_FLOWS_DROPPED))
+    _released_early = staticmethod(functools.partial(guard.count, diagnostics.CHROME_TRACE_SESSIONS_RELEASED_EARLY))
+    _encode_error = staticmethod(functools.partial(guard.report, diagnostics.CHROME_TRACE_ENCODE_ERROR,
+                                                   "a span could not be encoded: %r"))
 
     def _slice(self, rec: tuple, attrs: Mapping[str, Any], span_kind: Any, cat: Any, trace_hex: str,
                pid: int, tid: int, ts: float, end: int, rank: Any, role: Any, out: list[Any]) -> None:

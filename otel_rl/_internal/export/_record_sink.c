@@ -6,7 +6,10 @@
  * other library's scope) gets the dict ReadableBuilder.attributes gives it built here;
  * derive(record, attributes), when given, is the session processor's step for a record it
  * derives from (a span kind or a gauge value: phases, sessions), and returns the
- * attributes to go on with. When sampled the record goes to the trace file as
+ * attributes to go on with; for a phase or session span without a gauge, compiled(processor,
+ * record, attributes, kind), the processor's compiled step, is tried first (None back: the
+ * Python step's; an error is the processor's derive_failed() to report, as its own step
+ * reports one). When sampled the record goes to the trace file as
  * the (record, attributes) pair the file processor keeps, and each(record, attributes), when
  * given, hands it to OTLP. keep(pairs) hands the pairs on; every other record goes to
  * slow(record), the Python step, after the pairs before it were kept, so the file sees the
@@ -15,6 +18,7 @@
 #include "../_cext.h"
 
 static PyObject *baggage_keys, *k_thread_id, *k_thread_name, *k_category, *k_span_kind, *k_gauge;
+static PyObject *kind_phase, *kind_session, *s_derive_failed;
 static PyObject *args_prefix, *is_content_key;
 static Py_ssize_t i_ids, i_thread, i_category, i_attributes, i_args, i_events, i_links, i_scope, i_flags, n_fields;
 static PyObject *content_cache;  /* attribute key -> bool */
@@ -145,6 +149,52 @@ static int truthy(PyObject *v) {  /* events or links: None or a list; anything e
     return 1;
 }
 
+static int is_text(PyObject *v, PyObject *text) {
+    if (!PyUnicode_CheckExact(v)) return 0;
+    int r = PyUnicode_Compare(v, text);
+    if (r == -1 && PyErr_Occurred()) PyErr_Clear();
+    return r == 0;
+}
+
+/* The attributes the session processor's step gives rec (a new reference), or NULL on error. */
+static PyObject *derived(PyObject *rec, PyObject *attrs, PyObject *derive, PyObject *compiled, PyObject *processor) {
+    PyObject *kind = PyDict_GetItemWithError(attrs, k_span_kind);
+    if (!kind && PyErr_Occurred()) return NULL;
+    if (compiled && kind && (is_text(kind, kind_phase) || is_text(kind, kind_session))) {
+        int gauge = PyDict_Contains(attrs, k_gauge);
+        if (gauge < 0) return NULL;
+        if (!gauge) {
+            Py_INCREF(kind);
+            PyObject *argv[4] = {processor, rec, attrs, kind};
+            PyObject *got = PyObject_Vectorcall(compiled, argv, 4, NULL);
+            if (!got) {
+                PyObject *type, *value, *tb;
+                PyErr_Fetch(&type, &value, &tb);
+                PyErr_NormalizeException(&type, &value, &tb);
+                PyObject *report[3] = {processor, kind, value ? value : Py_None};
+                PyObject *r = PyObject_VectorcallMethod(s_derive_failed, report, 3 | PY_VECTORCALL_ARGUMENTS_OFFSET,
+                                                        NULL);
+                Py_XDECREF(type);
+                Py_XDECREF(value);
+                Py_XDECREF(tb);
+                got = NULL;
+                if (r) {
+                    Py_DECREF(r);
+                    got = Py_NewRef(attrs);
+                }
+            } else if (got == Py_None) {
+                Py_CLEAR(got);
+                if (PyErr_Occurred()) { Py_DECREF(kind); return NULL; }
+                Py_DECREF(kind);
+                return PyObject_CallFunctionObjArgs(derive, rec, attrs, NULL);
+            }
+            Py_DECREF(kind);
+            return got;
+        }
+    }
+    return PyObject_CallFunctionObjArgs(derive, rec, attrs, NULL);
+}
+
 /* Hands the pairs gathered so far to keep(); a new list in *pairs. */
 static int hand_on(PyObject *keep, PyObject **pairs) {
     if (!PyList_GET_SIZE(*pairs)) return 0;
@@ -157,10 +207,11 @@ static int hand_on(PyObject *keep, PyObject **pairs) {
     return 0;
 }
 
-/* sink_records(records, thread_names, max_str, keep, slow, each, derive) -> None */
+/* sink_records(records, thread_names, max_str, keep, slow, each, derive, compiled, processor) -> None */
 static PyObject *sink_records(PyObject *self, PyObject *const *argv, Py_ssize_t nargs) {
-    if (nargs != 7 || !PyList_CheckExact(argv[0]) || !PyDict_CheckExact(argv[1])) {
-        PyErr_SetString(PyExc_TypeError, "sink_records(records, thread_names, max_str, keep, slow, each, derive)");
+    if (nargs != 9 || !PyList_CheckExact(argv[0]) || !PyDict_CheckExact(argv[1])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "sink_records(records, thread_names, max_str, keep, slow, each, derive, compiled, processor)");
         return NULL;
     }
     if (!baggage_keys) {
@@ -170,6 +221,7 @@ static PyObject *sink_records(PyObject *self, PyObject *const *argv, Py_ssize_t 
     PyObject *records = argv[0], *thread_names = argv[1], *keep = argv[3], *slow = argv[4];
     PyObject *each = argv[5] == Py_None ? NULL : argv[5];
     PyObject *derive = argv[6] == Py_None ? NULL : argv[6];
+    PyObject *compiled = argv[7] == Py_None ? NULL : argv[7], *processor = argv[8];
     Py_ssize_t max_str = PyLong_AsSsize_t(argv[2]);
     if (max_str == -1 && PyErr_Occurred()) return NULL;
     PyObject *pairs = PyList_New(0);
@@ -190,15 +242,15 @@ static PyObject *sink_records(PyObject *self, PyObject *const *argv, Py_ssize_t 
             continue;
         }
         if (derive && (PyDict_GetItemWithError(attrs, k_span_kind) || PyDict_GetItemWithError(attrs, k_gauge))) {
-            PyObject *derived = PyObject_CallFunctionObjArgs(derive, rec, attrs, NULL);
+            PyObject *given = derived(rec, attrs, derive, compiled, processor);
             Py_DECREF(attrs);
-            if (!derived) goto failed;
-            if (!PyDict_CheckExact(derived)) {
-                Py_DECREF(derived);
+            if (!given) goto failed;
+            if (!PyDict_CheckExact(given)) {
+                Py_DECREF(given);
                 PyErr_SetString(PyExc_TypeError, "derive() must return a dict");
                 goto failed;
             }
-            attrs = derived;
+            attrs = given;
         } else if (PyErr_Occurred()) {
             Py_DECREF(attrs);
             goto failed;
@@ -240,6 +292,7 @@ static PyObject *configure(PyObject *self, PyObject *config) {
     if (take(config, "BAGGAGE_KEYS", &keys) || take(config, "THREAD_ID", &k_thread_id)
         || take(config, "THREAD_NAME", &k_thread_name) || take(config, "CATEGORY", &k_category)
         || take(config, "SPAN_KIND", &k_span_kind) || take(config, "GAUGE_VALUE", &k_gauge)
+        || take(config, "KIND_PHASE", &kind_phase) || take(config, "KIND_SESSION", &kind_session)
         || take(config, "ARGS_PREFIX", &args_prefix) || take(config, "is_content_key", &is_content_key)
         || take_index(config, "IDS", &i_ids) || take_index(config, "THREAD", &i_thread)
         || take_index(config, "CATEGORY_FIELD", &i_category) || take_index(config, "ATTRIBUTES", &i_attributes)
@@ -272,6 +325,7 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_record_sink", NULL,
 PyMODINIT_FUNC PyInit__record_sink(void) {
     PyObject *m = PyModule_Create(&module);
     if (!m) return NULL;
+    if (!(s_derive_failed = PyUnicode_InternFromString("derive_failed"))) { Py_DECREF(m); return NULL; }
     content_cache = PyDict_New();
     arg_names = PyDict_New();
     if (!content_cache || !arg_names) { Py_DECREF(m); return NULL; }

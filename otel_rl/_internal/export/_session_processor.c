@@ -10,6 +10,7 @@
  * (_write_record, _session_metrics), so their error handling is the Python step's.
  */
 #include "../_cext.h"
+#include <time.h>
 
 static PyObject *k_session_id, *k_phase, *k_interrupted, *k_version, *k_status, *k_reason, *k_task, *k_step,
     *k_submit_step, *k_total_s, *session_prefix, *counter_prefix, *status_pending, *builtin_phases,
@@ -55,6 +56,209 @@ static int as_ll(PyObject *v, long long *x) {
     *x = PyLong_AsLongLongAndOverflow(v, &overflow);
     if (*x == -1 && PyErr_Occurred()) { PyErr_Clear(); return 0; }
     return !overflow;
+}
+
+/* --- the aggregated metrics (session_metrics.AggregatedSessionMetrics), when they are those ---
+ * Its phase() and session() under its lock, with _histogram and _add as the Python writes them:
+ * the points are the same lists, so its collection reads them unchanged. */
+static PyTypeObject *t_aggregated;
+static PyObject *a_m_phase, *a_m_session, *a_m_sessions, *a_m_lock, *a_m_exemplars, *a_bounds, *a_points;
+static PyObject *s_acquire, *s_release, *s_stale, *s_lower, *s_metrics_failed, *f_status_attr, *stale_mark, *one,
+    *zero_int;
+
+static PyObject *list_of(Py_ssize_t n, PyObject **items) {  /* a new list holding new references */
+    PyObject *list = PyList_New(n);
+    if (list) for (Py_ssize_t k = 0; k < n; k++) PyList_SET_ITEM(list, k, Py_NewRef(items[k]));
+    return list;
+}
+
+static PyObject *now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return PyLong_FromLongLong((long long)ts.tv_sec * 1000000000LL + ts.tv_nsec);
+}
+
+static int bump(PyObject *list, Py_ssize_t k, PyObject *by) {  /* list[k] += by */
+    PyObject *sum = PyNumber_Add(PyList_GET_ITEM(list, k), by);
+    return sum ? PyList_SetItem(list, k, sum) : -1;
+}
+
+static int histogram(PyObject *instrument, PyObject *key, PyObject *attributes, PyObject *value,
+                     PyObject *trace_id, PyObject *span_id, PyObject *flags, long exemplars) {
+    PyObject *bounds = PyObject_GetAttr(instrument, a_bounds), *points = PyObject_GetAttr(instrument, a_points);
+    PyObject *now = now_ns(), *point = NULL;
+    int rc = -1;
+    if (!bounds || !points || !now) goto done;
+    if (!PyTuple_Check(bounds) || !PyDict_Check(points) || !PyFloat_Check(value)) {
+        PyErr_SetString(PyExc_TypeError, "histogram points of an unexpected shape");
+        goto done;
+    }
+    double x = PyFloat_AS_DOUBLE(value);
+    Py_ssize_t lo = 0, hi = PyTuple_GET_SIZE(bounds);
+    while (lo < hi) {  /* bisect_left(bounds, value) */
+        Py_ssize_t mid = (lo + hi) / 2;
+        double b = PyFloat_AsDouble(PyTuple_GET_ITEM(bounds, mid));
+        if (b == -1.0 && PyErr_Occurred()) goto done;
+        if (b < x) lo = mid + 1;
+        else hi = mid;
+    }
+    point = Py_XNewRef(PyDict_GetItemWithError(points, key));
+    if (!point) {
+        if (PyErr_Occurred()) goto done;
+        Py_ssize_t n = PyTuple_GET_SIZE(bounds) + 1;
+        PyObject *counts = PyList_New(n), *by_bucket = PyDict_New(), *zero = PyFloat_FromDouble(0.0);
+        if (counts) for (Py_ssize_t k = 0; k < n; k++) PyList_SET_ITEM(counts, k, Py_NewRef(zero_int));
+        PyObject *fields[9] = {attributes, now, zero_int, zero, value, value, counts, by_bucket, zero};
+        point = counts && by_bucket && zero ? list_of(9, fields) : NULL;
+        Py_XDECREF(counts);
+        Py_XDECREF(by_bucket);
+        Py_XDECREF(zero);
+        if (!point || PyDict_SetItem(points, key, point) < 0) goto done;
+    }
+    if (!PyList_CheckExact(point) || PyList_GET_SIZE(point) != 9 || !PyList_CheckExact(PyList_GET_ITEM(point, 6))) {
+        PyErr_SetString(PyExc_TypeError, "a histogram point of an unexpected shape");
+        goto done;
+    }
+    if (bump(point, 2, one) < 0 || bump(point, 3, value) < 0) goto done;
+    int lt = PyObject_RichCompareBool(value, PyList_GET_ITEM(point, 4), Py_LT);
+    if (lt < 0 || (lt && PyList_SetItem(point, 4, Py_NewRef(value)) < 0)) goto done;
+    int gt = PyObject_RichCompareBool(value, PyList_GET_ITEM(point, 5), Py_GT);
+    if (gt < 0 || (gt && PyList_SetItem(point, 5, Py_NewRef(value)) < 0)) goto done;
+    if (bump(PyList_GET_ITEM(point, 6), lo, one) < 0) goto done;
+    int has_span = PyObject_IsTrue(span_id);
+    long sampled = PyLong_AsLong(flags) & 1;
+    if (has_span < 0 || (sampled == -1 && PyErr_Occurred())) goto done;
+    if (has_span && (exemplars == 2 || (exemplars && sampled))) {
+        PyObject *bucket = PyLong_FromSsize_t(lo), *exemplar = PyTuple_Pack(4, value, now, span_id, trace_id);
+        int r = bucket && exemplar ? PyObject_SetItem(PyList_GET_ITEM(point, 7), bucket, exemplar) : -1;
+        Py_XDECREF(bucket);
+        Py_XDECREF(exemplar);
+        if (r < 0) goto done;
+    }
+    rc = 0;
+done:
+    Py_XDECREF(bounds);
+    Py_XDECREF(points);
+    Py_XDECREF(now);
+    Py_XDECREF(point);
+    return rc;
+}
+
+static int add_one(PyObject *instrument, PyObject *key, PyObject *attributes) {  /* _add(points, key, attrs, 1) */
+    PyObject *points = PyObject_GetAttr(instrument, a_points), *point = NULL, *now = NULL;
+    int rc = -1;
+    if (!points) return -1;
+    if (!PyDict_Check(points)) { PyErr_SetString(PyExc_TypeError, "counter points must be a dict"); goto done; }
+    point = Py_XNewRef(PyDict_GetItemWithError(points, key));
+    if (!point) {
+        if (PyErr_Occurred() || !(now = now_ns())) goto done;
+        PyObject *fields[3] = {attributes, now, one};
+        point = list_of(3, fields);
+        rc = point ? PyDict_SetItem(points, key, point) : -1;
+        goto done;
+    }
+    rc = PyList_CheckExact(point) && PyList_GET_SIZE(point) == 3 ? bump(point, 2, one) : -1;
+    if (rc < 0 && !PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "a counter point of an unexpected shape");
+done:
+    Py_XDECREF(points);
+    Py_XDECREF(point);
+    Py_XDECREF(now);
+    return rc;
+}
+
+/* Runs what(metrics, ...) under the metrics' lock. */
+static int locked(PyObject *metrics, int (*what)(PyObject *, void *), void *arg) {
+    PyObject *lock = PyObject_GetAttr(metrics, a_m_lock);
+    if (!lock) return -1;
+    PyObject *got = PyObject_CallMethodNoArgs(lock, s_acquire);
+    if (!got) { Py_DECREF(lock); return -1; }
+    Py_DECREF(got);
+    int r = what(metrics, arg);
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);  /* released whatever happened */
+    got = PyObject_CallMethodNoArgs(lock, s_release);
+    Py_DECREF(lock);
+    if (!got) {
+        Py_XDECREF(type);
+        Py_XDECREF(value);
+        Py_XDECREF(tb);
+        return -1;
+    }
+    Py_DECREF(got);
+    PyErr_Restore(type, value, tb);
+    return r;
+}
+
+static long exemplar_mode(PyObject *metrics) {
+    PyObject *mode = PyObject_GetAttr(metrics, a_m_exemplars);
+    long m = mode ? PyLong_AsLong(mode) : -1;
+    Py_XDECREF(mode);
+    return m;
+}
+
+typedef struct { PyObject *seconds, *phase, *status, *trace_id, *span_id, *flags; } Values;
+
+static int phase_point(PyObject *metrics, void *arg) {
+    Values *v = arg;
+    long mode = exemplar_mode(metrics);
+    PyObject *instrument = PyObject_GetAttr(metrics, a_m_phase);
+    PyObject *key = PyTuple_Pack(2, v->phase, v->status);
+    PyObject *attributes = PyTuple_Pack(4, k_phase, v->phase, f_status_attr, v->status);
+    int r = mode >= 0 && instrument && key && attributes
+            ? histogram(instrument, key, attributes, v->seconds, v->trace_id, v->span_id, v->flags, mode) : -1;
+    Py_XDECREF(instrument);
+    Py_XDECREF(key);
+    Py_XDECREF(attributes);
+    return r;
+}
+
+static int session_points(PyObject *metrics, void *arg) {
+    Values *v = arg;
+    long mode = exemplar_mode(metrics);
+    PyObject *durations = PyObject_GetAttr(metrics, a_m_session), *counts = PyObject_GetAttr(metrics, a_m_sessions);
+    PyObject *attributes = PyTuple_Pack(2, k_status, v->status);
+    int r = mode >= 0 && durations && counts && attributes
+            ? histogram(durations, v->status, attributes, v->seconds, v->trace_id, v->span_id, v->flags, mode) : -1;
+    if (r == 0) r = add_one(counts, v->status, attributes);
+    Py_XDECREF(durations);
+    Py_XDECREF(counts);
+    Py_XDECREF(attributes);
+    return r;
+}
+
+/* A finalized session's metrics: _session_metrics, with the aggregated points written here. */
+static int session_metrics(PyObject *sp, PyObject *metrics, Values *v, PyObject *reason) {
+    if (Py_TYPE(metrics) != t_aggregated) {
+        PyObject *argv[7] = {sp, v->seconds, v->status, reason, v->trace_id, v->span_id, v->flags};
+        PyObject *got = PyObject_VectorcallMethod(s_session_metrics, argv, 7 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+        Py_XDECREF(got);
+        return got ? 0 : -1;
+    }
+    int r = locked(metrics, session_points, v);
+    if (r == 0 && PyUnicode_CheckExact(reason)) {
+        PyObject *lower = PyObject_CallMethodNoArgs(reason, s_lower);
+        int stale = lower ? PySequence_Contains(lower, stale_mark) : -1;
+        Py_XDECREF(lower);
+        if (stale > 0) {
+            PyObject *got = PyObject_CallMethodOneArg(metrics, s_stale, v->status);
+            Py_XDECREF(got);
+            if (!got) stale = -1;
+        }
+        if (stale < 0) r = -1;
+    }
+    if (r < 0) {  /* as _session_metrics reports it */
+        PyObject *type, *value, *tb;
+        PyErr_Fetch(&type, &value, &tb);
+        PyErr_NormalizeException(&type, &value, &tb);
+        PyObject *argv[2] = {sp, value ? value : Py_None};
+        PyObject *got = PyObject_VectorcallMethod(s_metrics_failed, argv, 2 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+        Py_XDECREF(type);
+        Py_XDECREF(value);
+        Py_XDECREF(tb);
+        Py_XDECREF(got);
+        return got ? 0 : -1;
+    }
+    return 0;
 }
 
 /* 1 handled, 0 left to Python (nothing changed), -1 error. */
@@ -107,12 +311,19 @@ static int on_phase(PyObject *sp, PyObject *rec, PyObject *attrs) {
         int error = as_ll(PyTuple_GET_ITEM(rec, i_status), &code) && code == error_code;
         PyObject *secs = seconds(end - start);
         if (!secs) goto done;
-        PyObject *argv[7] = {metrics, secs, phase, interrupted ? s_interrupted : (error ? s_error : s_ok),
-                             PyTuple_GET_ITEM(rec, i_trace), PyTuple_GET_ITEM(rec, i_span), PyTuple_GET_ITEM(rec, i_flags)};
-        PyObject *got = PyObject_VectorcallMethod(s_phase, argv, 7 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+        Values v = {secs, phase, interrupted ? s_interrupted : (error ? s_error : s_ok), PyTuple_GET_ITEM(rec, i_trace),
+                    PyTuple_GET_ITEM(rec, i_span), PyTuple_GET_ITEM(rec, i_flags)};
+        int r;
+        if (Py_TYPE(metrics) == t_aggregated) {
+            r = locked(metrics, phase_point, &v);
+        } else {
+            PyObject *argv[7] = {metrics, v.seconds, v.phase, v.status, v.trace_id, v.span_id, v.flags};
+            PyObject *got = PyObject_VectorcallMethod(s_phase, argv, 7 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+            Py_XDECREF(got);
+            r = got ? 0 : -1;
+        }
         Py_DECREF(secs);
-        if (!got) goto done;
-        Py_DECREF(got);
+        if (r < 0) goto done;
     }
     rc = 1;
 done:
@@ -320,14 +531,15 @@ static PyObject *on_session(PyObject *sp, PyObject *rec, PyObject *attrs) {
     }
     PyObject *argv[2] = {sp, record};
     PyObject *got = PyObject_VectorcallMethod(s_write_record, argv, 2 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+    Py_XDECREF(got);
     if (got && !pending) {
-        Py_DECREF(got);
-        PyObject *margs[7] = {sp, total, status, reason, trace_id, span_id, PyTuple_GET_ITEM(rec, i_flags)};
-        got = PyObject_VectorcallMethod(s_session_metrics, margs, 7 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+        PyObject *metrics = PyObject_GetAttr(sp, a_metrics);
+        Values v = {total, status, status, trace_id, span_id, PyTuple_GET_ITEM(rec, i_flags)};
+        if (!metrics || (metrics != Py_None && session_metrics(sp, metrics, &v, reason) < 0)) got = NULL;
+        Py_XDECREF(metrics);
     }
     Py_DECREF(total);
     if (!got) goto done;
-    Py_DECREF(got);
     if (PyDict_GET_SIZE(derived)) {
         result = PyDict_Copy(attrs);
         if (result && PyDict_Update(result, derived) < 0) Py_CLEAR(result);
@@ -393,6 +605,8 @@ static PyObject *configure(PyObject *self, PyObject *config) {
         || take_str(config, "SESSION_COUNTER_PREFIX", &counter_prefix)
         || take_str(config, "STATUS_PENDING", &status_pending) || take_str(config, "KIND_PHASE", &kind_phase)
         || take(config, "BUILTIN_PHASES", &builtin_phases) || take(config, "OPTIONAL_FIELDS", &optional_fields)
+        || take(config, "AggregatedSessionMetrics", (PyObject **)&t_aggregated)
+        || take_str(config, "STALE_REASON_MARK", &stale_mark)
         || take_index(config, "ERROR", &error) || take_index(config, "fields", &fields)
         || take_index(config, "NAME", &i_name) || take_index(config, "TRACE_ID", &i_trace)
         || take_index(config, "SPAN_ID", &i_span) || take_index(config, "START", &i_start)
@@ -457,6 +671,20 @@ PyMODINIT_FUNC PyInit__session_processor(void) {
     INTERN(f_end_ts, "end_ts");
     INTERN(hex32, "032x");
     INTERN(hex16, "016x");
+    INTERN(a_m_phase, "_phase");
+    INTERN(a_m_session, "_session");
+    INTERN(a_m_sessions, "_sessions");
+    INTERN(a_m_lock, "_lock");
+    INTERN(a_m_exemplars, "_exemplars");
+    INTERN(a_bounds, "bounds");
+    INTERN(a_points, "points");
+    INTERN(s_acquire, "acquire");
+    INTERN(s_release, "release");
+    INTERN(s_stale, "stale");
+    INTERN(s_lower, "lower");
+    INTERN(s_metrics_failed, "metrics_failed");
+    INTERN(f_status_attr, "status");
+    if (!(one = PyLong_FromLong(1)) || !(zero_int = PyLong_FromLong(0))) goto failed;
     return m;
 failed:
     Py_DECREF(m);

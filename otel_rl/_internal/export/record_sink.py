@@ -35,6 +35,7 @@ from ..encode.otlp import EncodedSpan, record_span
 from ..encode.readable import ReadableBuilder
 from ..recording import privacy, record
 from ..recording.record import EVENTS, FLAGS, LINKS, SCOPE
+from .session_processor import compiled_derive
 
 try:
     from . import _record_sink as _native
@@ -44,6 +45,7 @@ else:
     _native.configure({
         "BAGGAGE_KEYS": keys.BAGGAGE_KEYS, "THREAD_ID": keys.THREAD_ID, "THREAD_NAME": keys.THREAD_NAME,
         "CATEGORY": keys.CATEGORY, "SPAN_KIND": keys.SPAN_KIND, "GAUGE_VALUE": keys.GAUGE_VALUE,
+        "KIND_PHASE": keys.KIND_PHASE, "KIND_SESSION": keys.KIND_SESSION,
         "ARGS_PREFIX": keys.ARGS_PREFIX, "is_content_key": privacy.is_content_key, "IDS": record.IDS,
         "THREAD": record.THREAD, "CATEGORY_FIELD": record.CATEGORY, "ATTRIBUTES": record.ATTRIBUTES,
         "ARGS": record.ARGS, "EVENTS": EVENTS, "LINKS": LINKS, "SCOPE": SCOPE, "FLAGS": FLAGS,
@@ -75,6 +77,7 @@ class RecordSink:
         self._record_span = record_span if takes else None
         self._each = self._to_otlp if self._otlp is not None else None
         self._derive = self._session.on_record if self._session is not None else None
+        self._compiled_derive = compiled_derive if self._session is not None else None
 
     def on_records(self, records: list[tuple]) -> None:
         """Exports a batch of records (without bundles: :func:`..recording.record.expand`), in order."""
@@ -84,7 +87,7 @@ class RecordSink:
             return
         try:
             self._sink_records(records, self._thread_names, payload.max_str(), self._keep, self.on_record,
-                               self._each, self._derive)
+                               self._each, self._derive, self._compiled_derive, self._session)
         except Exception as exc:  # noqa: BLE001 - only a failure of the interpreter itself
             guard.report(diagnostics.EXPORT_ERROR, "a batch could not be processed: %r", exc)
 

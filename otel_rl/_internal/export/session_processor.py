@@ -21,6 +21,7 @@ from opentelemetry.trace.status import StatusCode
 from .. import diagnostics, guard, keys
 from ..encode.readable import ExportSpan
 from .jsonl import JsonlAppender
+from .session_metrics import AggregatedSessionMetrics
 from ..payload import INT64_MAX, INT64_MIN, utf8_text
 from ..recording.record import END, FLAGS, NAME, SPAN_ID, START, STATUS, TRACE_ID, layout
 
@@ -50,8 +51,13 @@ else:
         "SESSION_SUBMIT_STEP": keys.SESSION_SUBMIT_STEP, "SESSION_TOTAL_S": keys.SESSION_TOTAL_S,
         "SESSION_PREFIX": keys.SESSION_PREFIX, "SESSION_COUNTER_PREFIX": keys.SESSION_COUNTER_PREFIX,
         "STATUS_PENDING": keys.STATUS_PENDING, "KIND_PHASE": keys.KIND_PHASE, "BUILTIN_PHASES": BUILTIN_PHASES,
-        "OPTIONAL_FIELDS": _OPTIONAL_FIELDS, "ERROR": _ERROR, **layout(),
+        "OPTIONAL_FIELDS": _OPTIONAL_FIELDS, "ERROR": _ERROR, "AggregatedSessionMetrics": AggregatedSessionMetrics,
+        "STALE_REASON_MARK": keys.STALE_REASON_MARK, **layout(),
     })
+
+#: ``derive(processor, rec, attrs, kind)``: the compiled step for a phase or session span
+#: without a gauge value (``None`` back: the Python step's), or ``None`` where not built.
+compiled_derive = _native.derive if _native is not None else None
 
 
 class SessionSpanProcessor(SpanProcessor):
@@ -134,10 +140,15 @@ class SessionSpanProcessor(SpanProcessor):
                 if value is not None:
                     self._metrics.gauge(_plain(rec[NAME]), value)
         except Exception as exc:  # noqa: BLE001 - what was derived is lost, never the span
-            if kind == _KIND_SESSION:
-                guard.count(diagnostics.SESSION_RECORDS_LINES_LOST)
-            guard.report(diagnostics.EXPORT_ERROR, "a session's durations could not be derived: %r", exc)
+            self.derive_failed(kind, exc)
         return attrs
+
+    @staticmethod
+    def derive_failed(kind: Any, exc: BaseException) -> None:
+        """Counts and reports a span whose derivation failed (the compiled record sink's too)."""
+        if kind == _KIND_SESSION:
+            guard.count(diagnostics.SESSION_RECORDS_LINES_LOST)
+        guard.report(diagnostics.EXPORT_ERROR, "a session's durations could not be derived: %r", exc)
 
     def _derive(self, kind: str, attrs: Any, name: Any, start: int, end: int, error: bool, trace_id: int,
                 span_id: int, flags: int) -> dict[str, Any] | None:
@@ -277,7 +288,12 @@ class SessionSpanProcessor(SpanProcessor):
             if type(reason) is str and keys.STALE_REASON_MARK in reason.lower():
                 self._metrics.stale(status)
         except Exception as exc:  # noqa: BLE001
-            guard.report(diagnostics.METRICS_ERROR, "session metrics could not be recorded: %r", exc)
+            self.metrics_failed(exc)
+
+    @staticmethod
+    def metrics_failed(exc: BaseException) -> None:
+        """Reports a session's metrics that could not be recorded (the compiled step's too)."""
+        guard.report(diagnostics.METRICS_ERROR, "session metrics could not be recorded: %r", exc)
 
     def flush(self) -> None:
         if self._records is not None:
