@@ -1,5 +1,6 @@
-/* What otel_rl's compiled twins share: a growable byte buffer, and reading the dict each
- * module's configure() takes (so a key the Python side forgot fails loudly, by name). */
+/* What otel_rl's compiled twins share: a growable byte buffer, reading the dict each module's
+ * configure() takes (so a key the Python side forgot fails loudly, by name), exact integer
+ * conversions, and handing a failure to the Python method that reports it. */
 #ifndef OTEL_RL_CEXT_H
 #define OTEL_RL_CEXT_H
 
@@ -59,6 +60,58 @@ static inline int take_index(PyObject *config, const char *key, Py_ssize_t *slot
     if (i < 0) { if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, key); return -1; }
     *slot = i;
     return 0;
+}
+
+/* 1 when v is an exact int within int64 (its value in *x); 0 otherwise, with no error set. */
+static inline int as_int64(PyObject *v, long long *x) {
+    if (!PyLong_CheckExact(v)) return 0;
+    int overflow;
+    *x = PyLong_AsLongLongAndOverflow(v, &overflow);
+    if (*x == -1 && PyErr_Occurred()) { PyErr_Clear(); return 0; }
+    return !overflow;
+}
+
+/* 1 when v is an exact int in [0, 2^64) (its value in *x); 0 otherwise, with no error set. */
+static inline int as_uint64(PyObject *v, unsigned long long *x) {
+    if (!PyLong_CheckExact(v)) return 0;
+    *x = PyLong_AsUnsignedLongLong(v);
+    if (*x == (unsigned long long)-1 && PyErr_Occurred()) { PyErr_Clear(); return 0; }
+    return 1;
+}
+
+/* An int in [0, 2^(8n)) as n bytes; 0, or -1 (no error set) for a value out of that range. */
+static inline int uint_bytes(PyObject *v, unsigned char *out, size_t n, int little_endian) {
+#if PY_VERSION_HEX >= 0x030D0000
+    int r = _PyLong_AsByteArray((PyLongObject *)v, out, n, little_endian, 0, 0);
+#else
+    int r = _PyLong_AsByteArray((PyLongObject *)v, out, n, little_endian, 0);
+#endif
+    if (r < 0) PyErr_Clear();
+    return r < 0 ? -1 : 0;
+}
+
+/* Whether v == text, for a str text (only a str can be); no error set. */
+static inline int is_text(PyObject *v, PyObject *text) {
+    if (!v || !PyUnicode_Check(v)) return 0;
+    int r = PyUnicode_Compare(v, text);
+    if (r == -1 && PyErr_Occurred()) PyErr_Clear();
+    return r == 0;
+}
+
+/* self.method([arg,] exc) with the exception raised now (which it clears): how a compiled
+ * twin hands a failure to the Python method that reports it. NULL when that call fails. */
+static inline PyObject *report_raised(PyObject *self, PyObject *method, PyObject *arg) {
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyErr_NormalizeException(&type, &value, &tb);
+    PyObject *argv[3] = {self, arg, value ? value : Py_None};
+    size_t n = arg ? 3 : 2;
+    if (!arg) argv[1] = argv[2];
+    PyObject *got = PyObject_VectorcallMethod(method, argv, n | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+    Py_XDECREF(type);
+    Py_XDECREF(value);
+    Py_XDECREF(tb);
+    return got;
 }
 
 #endif

@@ -84,23 +84,15 @@ typedef struct {
     PyObject *trace_id, *trace_hex;  /* new references: the latest trace id and its text */
 } Batch;
 
-static int as_ll(PyObject *v, long long *x) {  /* 1 when v is an int that fits */
-    if (!PyLong_CheckExact(v)) return 0;
-    int overflow;
-    *x = PyLong_AsLongLongAndOverflow(v, &overflow);
-    if (*x == -1 && PyErr_Occurred()) { PyErr_Clear(); return 0; }
-    return !overflow;
-}
-
 static int load(Batch *b) {  /* the encoder's state that Python may have changed */
     PyObject *v;
     long long x = 0;
     if (!(v = PyObject_GetAttr(b->enc, a_clock))) return -1;
-    int ok = as_ll(v, &x);
+    int ok = as_int64(v, &x);
     Py_DECREF(v);
     b->clock = x;
     if (!(v = PyObject_GetAttr(b->enc, a_newest_end))) return -1;
-    ok = ok && as_ll(v, &x);
+    ok = ok && as_int64(v, &x);
     Py_DECREF(v);
     b->newest = x;
     if (!ok) { PyErr_SetString(PyExc_OverflowError, "encoder clock out of range"); return -1; }
@@ -135,16 +127,7 @@ static int store(Batch *b) {  /* what this file changed, back into the encoder *
 /* f"{trace_id:032x}" */
 static PyObject *trace_text(PyObject *trace_id) {
     unsigned char raw[16];
-    int r;
-#if PY_VERSION_HEX >= 0x030D0000
-    r = _PyLong_AsByteArray((PyLongObject *)trace_id, raw, 16, 0, 0, 0);
-#else
-    r = _PyLong_AsByteArray((PyLongObject *)trace_id, raw, 16, 0, 0);
-#endif
-    if (r < 0) {
-        PyErr_Clear();
-        return PyObject_Format(trace_id, hex_spec);
-    }
+    if (uint_bytes(trace_id, raw, 16, 0) < 0) return PyObject_Format(trace_id, hex_spec);
     static const char hex[] = "0123456789abcdef";
     char text[32];
     for (int k = 0; k < 16; k++) {
@@ -158,6 +141,26 @@ static int truthy_list(PyObject *v) {  /* events or links: None or a list, anyth
     if (v == Py_None) return 0;
     if (PyList_CheckExact(v)) return PyList_GET_SIZE(v) != 0;
     return 1;
+}
+
+/* attrs.get(CATEGORY) or span_kind or "span", as _place picks a slice's category (borrowed;
+ * NULL with an error set on failure). */
+static PyObject *category(PyObject *attrs, PyObject *span_kind) {
+    PyObject *cat = PyDict_GetItemWithError(attrs, k_category);
+    if (!cat && PyErr_Occurred()) return NULL;
+    int t = cat ? PyObject_IsTrue(cat) : 0;
+    if (t > 0) return cat;
+    if (t == 0) t = span_kind ? PyObject_IsTrue(span_kind) : 0;
+    if (t < 0) return NULL;
+    return t ? span_kind : default_cat;
+}
+
+/* ns / 1000 as Python's int division gives it (exact doubles below 2^53, Python's own above). */
+static PyObject *micros(long long ns) {
+    if (ns < (1LL << 53) && ns > -(1LL << 53)) return PyFloat_FromDouble((double)ns / 1000.0);
+    PyObject *d = PyLong_FromLongLong(ns), *out = d ? PyNumber_TrueDivide(d, thousand) : NULL;
+    Py_XDECREF(d);
+    return out;
 }
 
 /* 1: placed; 0: not this file's (nothing changed); -1: a Python error. */
@@ -184,7 +187,7 @@ static int place(Batch *b, PyObject *item) {
     PyObject *thread = PyDict_GetItemWithError(attrs, k_thread_id);
     if (!thread || thread == Py_None) return PyErr_Occurred() ? -1 : 0;
     long long kind;
-    if (!as_ll(PyTuple_GET_ITEM(rec, i_kind), &kind) || kind == client_kind || kind == producer_kind) return 0;
+    if (!as_int64(PyTuple_GET_ITEM(rec, i_kind), &kind) || kind == client_kind || kind == producer_kind) return 0;
     PyObject *groups = SLOT(proc, o_proc_groups);
     if (!groups || !PyDict_CheckExact(groups)) return 0;
     PyObject *group = PyDict_GetItemWithError(groups, thread);
@@ -193,8 +196,8 @@ static int place(Batch *b, PyObject *item) {
     PyObject *start_o = PyTuple_GET_ITEM(rec, i_start), *end_o = PyTuple_GET_ITEM(rec, i_end);
     PyObject *span_id = PyTuple_GET_ITEM(rec, i_span), *parent_id = PyTuple_GET_ITEM(rec, i_parent);
     long long start, end, parent;
-    if (!as_ll(start_o, &start) || !as_ll(end_o, &end) || !PyLong_CheckExact(span_id)) return 0;
-    if (!as_ll(parent_id, &parent)) {
+    if (!as_int64(start_o, &start) || !as_int64(end_o, &end) || !PyLong_CheckExact(span_id)) return 0;
+    if (!as_int64(parent_id, &parent)) {
         if (!PyLong_CheckExact(parent_id)) return 0;
         parent = 1;  /* an id past int64: not zero, which is all that is asked of it */
     }
@@ -226,7 +229,7 @@ static int place(Batch *b, PyObject *item) {
         if (PyFloat_CheckExact(pruned)) {
             double x = PyFloat_AS_DOUBLE(pruned);
             if (!(Py_IS_INFINITY(x) && x < 0)) return 0;
-        } else if (!as_ll(pruned, &before)) {
+        } else if (!as_int64(pruned, &before)) {
             return 0;
         } else if (start < before) {
             continue;  /* Lane.insert refuses it without looking further */
@@ -237,7 +240,7 @@ static int place(Batch *b, PyObject *item) {
         if (!ends || !PyList_CheckExact(ends)) return 0;
         Py_ssize_t n = PyList_GET_SIZE(ends);
         long long last;
-        if (n && (!as_ll(PyList_GET_ITEM(ends, n - 1), &last) || last > start)) return 0;  /* it would nest */
+        if (n && (!as_int64(PyList_GET_ITEM(ends, n - 1), &last) || last > start)) return 0;  /* it would nest */
         chosen = lane;
         root = level;
         break;
@@ -249,14 +252,8 @@ static int place(Batch *b, PyObject *item) {
     PyObject *pid = SLOT(proc, o_proc_pid), *tid = SLOT(chosen, o_lane_tid);
     PyObject *rank = SLOT(proc, o_proc_rank), *role = SLOT(proc, o_proc_role);
     if (!pid || !tid || !rank || !role) return 0;
-    PyObject *cat = PyDict_GetItemWithError(attrs, k_category);
-    if (!cat && PyErr_Occurred()) return -1;
-    int t = cat ? PyObject_IsTrue(cat) : 0;
-    if (t < 0) return -1;
-    if (!t) {
-        t = span_kind ? PyObject_IsTrue(span_kind) : 0;
-        cat = t ? span_kind : default_cat;
-    }
+    PyObject *cat = category(attrs, span_kind);
+    if (!cat) return -1;
     PyObject *trace_id = PyTuple_GET_ITEM(rec, i_trace);
     if (!PyLong_CheckExact(trace_id)) return 0;
     int same = PyObject_RichCompareBool(b->trace_id, trace_id, Py_EQ);
@@ -269,13 +266,7 @@ static int place(Batch *b, PyObject *item) {
     }
     PyObject *ts = PyNumber_TrueDivide(start_o, thousand);
     if (!ts) return -1;
-    PyObject *dur = PyFloat_FromDouble((double)(end_c - start) / 1000.0);
-    if (end_c - start >= (1LL << 53)) {  /* past exact doubles: Python's exact division */
-        Py_XDECREF(dur);
-        PyObject *d = PyLong_FromLongLong(end_c - start);
-        dur = d ? PyNumber_TrueDivide(d, thousand) : NULL;
-        Py_XDECREF(d);
-    }
+    PyObject *dur = micros(end_c - start);
     if (!dur) { Py_DECREF(ts); return -1; }
     PyObject *args[10] = {rec, attrs, cat, ts, dur, pid, tid, rank, role, b->trace_hex};
     PyObject *line = PyObject_Vectorcall(complete_fn, args, 10, NULL);
@@ -306,8 +297,8 @@ static int place(Batch *b, PyObject *item) {
         || PyList_Append(kids, Py_None) < 0)
         goto done;
     long long count, max_end, next_prune;
-    if (!as_ll(SLOT(chosen, o_lane_count), &count) || !as_ll(SLOT(chosen, o_lane_max_end), &max_end)
-        || !as_ll(SLOT(chosen, o_lane_next), &next_prune)) {
+    if (!as_int64(SLOT(chosen, o_lane_count), &count) || !as_int64(SLOT(chosen, o_lane_max_end), &max_end)
+        || !as_int64(SLOT(chosen, o_lane_next), &next_prune)) {
         PyErr_SetString(PyExc_TypeError, "a lane's counts must be ints");
         goto done;
     }
@@ -385,16 +376,7 @@ static int step(Batch *b, PyObject *item, PyObject *slow) {
     if (b->proc && PyTuple_CheckExact(item) && PyTuple_GET_SIZE(item) == 2) {
         PyObject *argv[5] = {b->enc, PyTuple_GET_ITEM(item, 0), PyTuple_GET_ITEM(item, 1), b->proc, b->out};
         done = add_span(NULL, argv, 5);
-        if (!done) {
-            PyObject *type, *value, *tb;
-            PyErr_Fetch(&type, &value, &tb);
-            PyErr_NormalizeException(&type, &value, &tb);
-            PyObject *report[2] = {b->enc, value ? value : Py_None};
-            done = PyObject_VectorcallMethod(s_encode_error, report, 2 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
-            Py_XDECREF(type);
-            Py_XDECREF(value);
-            Py_XDECREF(tb);
-        }
+        if (!done) done = report_raised(b->enc, s_encode_error, NULL);
     } else {
         done = PyObject_CallFunctionObjArgs(slow, item, b->out, NULL);
     }
@@ -457,7 +439,7 @@ static PyObject *s_group, *s_new_lane, *s_slice, *s_link, *s_extras, *s_remote_f
     *s_flows_dropped, *a_complete_line;
 
 static int ll_at(PyObject *list, Py_ssize_t k, long long *x) {
-    if (as_ll(PyList_GET_ITEM(list, k), x)) return 0;
+    if (as_int64(PyList_GET_ITEM(list, k), x)) return 0;
     PyErr_SetString(PyExc_TypeError, "lane times must be int64");
     return -1;
 }
@@ -523,7 +505,7 @@ static int lane_insert(PyObject *lane, PyObject *start_o, long long start, PyObj
         if (lt) return lt < 0 ? -1 : 0;
     } else {
         long long before;
-        if (!as_ll(pruned, &before)) { PyErr_SetString(PyExc_TypeError, "pruned_before must be int64"); return -1; }
+        if (!as_int64(pruned, &before)) { PyErr_SetString(PyExc_TypeError, "pruned_before must be int64"); return -1; }
         if (start < before) return 0;
     }
     PyObject *level = SLOT(lane, o_lane_root), *starts, *ends, *ids, *kids;
@@ -587,7 +569,7 @@ static int lane_insert(PyObject *lane, PyObject *start_o, long long start, PyObj
     }
 inserted:;
     long long count, max_end;
-    if (!as_ll(SLOT(lane, o_lane_count), &count) || !as_ll(SLOT(lane, o_lane_max_end), &max_end)) {
+    if (!as_int64(SLOT(lane, o_lane_count), &count) || !as_int64(SLOT(lane, o_lane_max_end), &max_end)) {
         PyErr_SetString(PyExc_TypeError, "a lane's counts must be ints");
         return -1;
     }
@@ -655,7 +637,7 @@ static PyObject *place_span(PyObject *self, PyObject *const *args, Py_ssize_t na
     PyObject *start_o = PyTuple_GET_ITEM(rec, i_start), *end_o = PyTuple_GET_ITEM(rec, i_end);
     PyObject *span_id = PyTuple_GET_ITEM(rec, i_span), *parent_id = PyTuple_GET_ITEM(rec, i_parent);
     long long start, end;
-    if (!as_ll(start_o, &start) || !as_ll(end_o, &end)) {
+    if (!as_int64(start_o, &start) || !as_int64(end_o, &end)) {
         PyErr_SetString(PyExc_TypeError, "span times must be int64");
         return NULL;
     }
@@ -778,7 +760,7 @@ static PyObject *place_span(PyObject *self, PyObject *const *args, Py_ssize_t na
         }
     }
     long long count, next_prune;
-    if (!as_ll(SLOT(chosen, o_lane_count), &count) || !as_ll(SLOT(chosen, o_lane_next), &next_prune)) {
+    if (!as_int64(SLOT(chosen, o_lane_count), &count) || !as_int64(SLOT(chosen, o_lane_next), &next_prune)) {
         PyErr_SetString(PyExc_TypeError, "a lane's counts must be ints");
         Py_XDECREF(parent_rec);
         goto done;
@@ -803,15 +785,8 @@ static PyObject *place_span(PyObject *self, PyObject *const *args, Py_ssize_t na
     }
     if (!(ts = PyNumber_TrueDivide(start_o, thousand))) { Py_XDECREF(parent_rec); goto done; }
     PyObject *span_kind = PyDict_GetItemWithError(attrs, k_span_kind);
-    PyObject *cat = PyDict_GetItemWithError(attrs, k_category);
-    if (PyErr_Occurred()) { Py_XDECREF(parent_rec); goto done; }
-    int t = cat ? PyObject_IsTrue(cat) : 0;
-    if (t < 0) { Py_XDECREF(parent_rec); goto done; }
-    if (!t) {
-        t = span_kind ? PyObject_IsTrue(span_kind) : 0;
-        if (t < 0) { Py_XDECREF(parent_rec); goto done; }
-        cat = t ? span_kind : default_cat;
-    }
+    PyObject *cat = span_kind || !PyErr_Occurred() ? category(attrs, span_kind) : NULL;
+    if (!cat) { Py_XDECREF(parent_rec); goto done; }
     /* The latest trace id and its text, shared with the walk over batches. */
     PyObject *trace_id = PyTuple_GET_ITEM(rec, i_trace), *cached = attr(enc, a_trace_hex);
     if (!cached) { Py_XDECREF(parent_rec); goto done; }
@@ -833,18 +808,11 @@ static PyObject *place_span(PyObject *self, PyObject *const *args, Py_ssize_t na
     }
     Py_DECREF(cached);
     if (!trace_hex) { Py_XDECREF(parent_rec); goto done; }
-    int instant = span_kind && PyUnicode_CheckExact(span_kind) && PyUnicode_Compare(span_kind, kind_instant) == 0;
-    if (PyErr_Occurred()) { Py_XDECREF(parent_rec); goto done; }
+    int instant = is_text(span_kind, kind_instant);
     PyObject *writer = attr(enc, a_complete_line);
     if (!writer) { Py_XDECREF(parent_rec); goto done; }
     if (writer != Py_None && !instant) {
-        dur = end - start < (1LL << 53) ? PyFloat_FromDouble((double)(end - start) / 1000.0) : NULL;
-        if (!dur) {
-            PyObject *d = PyLong_FromLongLong(end - start);
-            dur = d ? PyNumber_TrueDivide(d, thousand) : NULL;
-            Py_XDECREF(d);
-        }
-        if (dur) {
+        if ((dur = micros(end - start))) {
             PyObject *call[10] = {rec, attrs, cat, ts, dur, pid, tid, rank, role, trace_hex};
             line = PyObject_Vectorcall(writer, call, 10, NULL);
         }
@@ -926,7 +894,7 @@ static PyObject *place_span(PyObject *self, PyObject *const *args, Py_ssize_t na
         }
     }
     long long kind;
-    if (!as_ll(PyTuple_GET_ITEM(rec, i_kind), &kind)) kind = -1;
+    if (!as_int64(PyTuple_GET_ITEM(rec, i_kind), &kind)) kind = -1;
     int sent = 0;
     if (kind != client_kind && kind != producer_kind) {
         PyObject *flag = PyDict_GetItemWithError(attrs, k_context_sent);
@@ -967,13 +935,6 @@ static PyObject *place_one(PyObject *enc, PyObject *rec, PyObject *proc, PyObjec
                            PyObject *prefer) {
     PyObject *argv[6] = {enc, rec, proc, attrs, out, prefer};
     return place_span(NULL, argv, 6);
-}
-
-static int same_text(PyObject *v, PyObject *text) {  /* v == text, for a str text: only a str can be */
-    if (!v || !PyUnicode_Check(v)) return 0;
-    int r = PyUnicode_Compare(v, text);
-    if (r == -1 && PyErr_Occurred()) PyErr_Clear();
-    return r == 0;
 }
 
 static int add_count(PyObject *enc, Py_ssize_t delta) {  /* enc._buffered_count += delta */
@@ -1100,7 +1061,7 @@ static PyObject *add_span(PyObject *self, PyObject *const *args, Py_ssize_t narg
     }
     PyObject *span_kind = PyDict_GetItemWithError(attrs, k_span_kind);
     if (!span_kind && PyErr_Occurred()) return NULL;
-    if (same_text(span_kind, kind_counter)) {
+    if (is_text(span_kind, kind_counter)) {
         PyObject *argv[5] = {enc, rec, attrs, proc, out};
         return call_out(enc, s_counter_line, argv, 5) < 0 ? NULL : Py_NewRef(Py_None);
     }
@@ -1134,7 +1095,7 @@ static PyObject *add_span(PyObject *self, PyObject *const *args, Py_ssize_t narg
             goto done;
         }
         int r;
-        if (same_text(span_kind, kind_session)) {
+        if (is_text(span_kind, kind_session)) {
             if (!(lane = place_one(enc, rec, proc, attrs, out, Py_None)) || map_set(session_lane, key, lane) < 0) goto done;
             PyObject *waiting = dict_pop(buffered, key);
             if (!waiting && PyErr_Occurred()) goto done;

@@ -43,14 +43,6 @@ static int put_text(Buf *b, unsigned char tag, PyObject *s) {
     return 0;
 }
 
-static int u64_of(PyObject *v, unsigned long long *out) {
-    if (!PyLong_CheckExact(v)) return 0;
-    unsigned long long x = PyLong_AsUnsignedLongLong(v);
-    if (x == (unsigned long long)-1 && PyErr_Occurred()) { PyErr_Clear(); return 0; }
-    *out = x;
-    return 1;
-}
-
 /* The value field of one attribute (AnyValue's payload), into b. */
 static int put_value(Buf *b, PyObject *v) {
     if (PyUnicode_CheckExact(v)) return put_text(b, 0x0a, v);
@@ -120,17 +112,13 @@ static int write_span(Buf *b, PyObject *rec, PyObject *attrs) {
     PyObject *trace = PyTuple_GET_ITEM(rec, i_trace);
     unsigned char raw[16];
     if (!PyLong_CheckExact(trace)) return SKIP;
-#if PY_VERSION_HEX >= 0x030D0000
-    int r = _PyLong_AsByteArray((PyLongObject *)trace, raw, 16, 0, 0, 0);
-#else
-    int r = _PyLong_AsByteArray((PyLongObject *)trace, raw, 16, 0, 0);
-#endif
-    if (r < 0) { PyErr_Clear(); return SKIP; }
+    if (uint_bytes(trace, raw, 16, 0) < 0) return SKIP;
+    int r;
     unsigned long long span, parent, start, end, kind, code;
-    if (!u64_of(PyTuple_GET_ITEM(rec, i_span), &span) || !u64_of(PyTuple_GET_ITEM(rec, i_parent), &parent)
-        || !u64_of(PyTuple_GET_ITEM(rec, i_start), &start) || !u64_of(PyTuple_GET_ITEM(rec, i_end), &end)
-        || !u64_of(PyTuple_GET_ITEM(rec, i_kind), &kind) || kind > 4
-        || !u64_of(PyTuple_GET_ITEM(rec, i_status), &code) || code > 2)
+    if (!as_uint64(PyTuple_GET_ITEM(rec, i_span), &span) || !as_uint64(PyTuple_GET_ITEM(rec, i_parent), &parent)
+        || !as_uint64(PyTuple_GET_ITEM(rec, i_start), &start) || !as_uint64(PyTuple_GET_ITEM(rec, i_end), &end)
+        || !as_uint64(PyTuple_GET_ITEM(rec, i_kind), &kind) || kind > 4
+        || !as_uint64(PyTuple_GET_ITEM(rec, i_status), &code) || code > 2)
         return SKIP;
     PyObject *desc = PyTuple_GET_ITEM(rec, i_desc);
     int has_desc = desc != Py_None && (!PyUnicode_CheckExact(desc) || PyUnicode_GET_LENGTH(desc) > 0);

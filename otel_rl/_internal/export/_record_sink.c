@@ -29,13 +29,8 @@ static PyObject *arg_names;  /* args key -> "rl.args." + key */
 static int plain_value(PyObject *v, Py_ssize_t max_str) {
     if (PyUnicode_CheckExact(v)) return PyUnicode_GET_LENGTH(v) <= max_str;
     if (PyFloat_CheckExact(v) || PyBool_Check(v)) return 1;
-    if (PyLong_CheckExact(v)) {
-        int overflow;
-        long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
-        if (x == -1 && PyErr_Occurred()) { PyErr_Clear(); return 0; }
-        return !overflow;
-    }
-    return 0;
+    long long x;
+    return as_int64(v, &x);
 }
 
 /* 1 when the key holds content (capture and redaction are the Python step's), -1 on error. */
@@ -97,11 +92,11 @@ static PyObject *attributes(PyObject *rec, PyObject *thread_names, Py_ssize_t ma
     int r = 1;
     PyObject *bag = PyTuple_GET_ITEM(rec, i_ids);
     if (bag != Py_None && (!PyDict_CheckExact(bag) || PyDict_GET_SIZE(bag))) {
-        if (!PyDict_CheckExact(bag)) goto not_plain;
+        if (!PyDict_CheckExact(bag)) goto drop;
         for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(baggage_keys) && r == 1; k++) {
             PyObject *key = PyTuple_GET_ITEM(baggage_keys, k);
             PyObject *value = PyDict_GetItemWithError(bag, key);
-            if (!value) { if (PyErr_Occurred()) goto failed; continue; }
+            if (!value) { if (PyErr_Occurred()) goto drop; continue; }
             if (value == Py_None) continue;
             if (PyUnicode_CheckExact(value)) {
                 /* text of ASCII digits came across a process: id_value makes it an int again */
@@ -109,36 +104,30 @@ static PyObject *attributes(PyObject *rec, PyObject *thread_names, Py_ssize_t ma
                 int digits = n > 0 && PyUnicode_IS_ASCII(value);
                 const Py_UCS1 *s = PyUnicode_1BYTE_DATA(value);
                 for (Py_ssize_t j = 0; j < n && digits; j++) digits = s[j] >= '0' && s[j] <= '9';
-                if (digits) goto not_plain;
+                if (digits) goto drop;
             } else if (!plain_value(value, PY_SSIZE_T_MAX)) {
-                goto not_plain;
+                goto drop;
             }
             r = put_attr(attrs, key, value);
         }
-        if (r < 0) goto failed;
-        if (r == 0) goto not_plain;
+        if (r <= 0) goto drop;
     }
     PyObject *thread = PyTuple_GET_ITEM(rec, i_thread);
     if (thread != Py_None) {
         PyObject *name = PyDict_GetItemWithError(thread_names, thread);
-        if (!name) { if (PyErr_Occurred()) goto failed; goto not_plain; }
-        if (!PyUnicode_CheckExact(name) || !PyUnicode_GET_LENGTH(name)) goto not_plain;
-        if (PyDict_SetItem(attrs, k_thread_id, thread) < 0) goto failed;
-        if ((r = put_attr(attrs, k_thread_name, name)) <= 0) goto done;
+        if (!name) { if (PyErr_Occurred()) goto drop; goto drop; }
+        if (!PyUnicode_CheckExact(name) || !PyUnicode_GET_LENGTH(name)) goto drop;
+        if (PyDict_SetItem(attrs, k_thread_id, thread) < 0) goto drop;
+        if ((r = put_attr(attrs, k_thread_name, name)) <= 0) goto drop;
     }
     PyObject *category = PyTuple_GET_ITEM(rec, i_category);
-    if (category != Py_None && (r = put_attr(attrs, k_category, category)) <= 0) goto done;
+    if (category != Py_None && (r = put_attr(attrs, k_category, category)) <= 0) goto drop;
     PyObject *given = PyTuple_GET_ITEM(rec, i_attributes);
-    if (given != Py_None && (r = flatten(given, 0, attrs, max_str)) <= 0) goto done;
+    if (given != Py_None && (r = flatten(given, 0, attrs, max_str)) <= 0) goto drop;
     PyObject *args = PyTuple_GET_ITEM(rec, i_args);
-    if (args != Py_None && (r = flatten(args, 1, attrs, max_str)) <= 0) goto done;
+    if (args != Py_None && (r = flatten(args, 1, attrs, max_str)) <= 0) goto drop;
     return attrs;
-done:
-    if (r < 0) goto failed;
-not_plain:
-    Py_DECREF(attrs);
-    return NULL;
-failed:
+drop:  /* an error is set if it failed, none if the record is not plain */
     Py_DECREF(attrs);
     return NULL;
 }
@@ -147,13 +136,6 @@ static int truthy(PyObject *v) {  /* events or links: None or a list; anything e
     if (v == Py_None) return 0;
     if (PyList_CheckExact(v) || PyTuple_CheckExact(v)) return Py_SIZE(v) != 0;
     return 1;
-}
-
-static int is_text(PyObject *v, PyObject *text) {
-    if (!PyUnicode_CheckExact(v)) return 0;
-    int r = PyUnicode_Compare(v, text);
-    if (r == -1 && PyErr_Occurred()) PyErr_Clear();
-    return r == 0;
 }
 
 /* The attributes the session processor's step gives rec (a new reference), or NULL on error. */
@@ -168,15 +150,7 @@ static PyObject *derived(PyObject *rec, PyObject *attrs, PyObject *derive, PyObj
             PyObject *argv[4] = {processor, rec, attrs, kind};
             PyObject *got = PyObject_Vectorcall(compiled, argv, 4, NULL);
             if (!got) {
-                PyObject *type, *value, *tb;
-                PyErr_Fetch(&type, &value, &tb);
-                PyErr_NormalizeException(&type, &value, &tb);
-                PyObject *report[3] = {processor, kind, value ? value : Py_None};
-                PyObject *r = PyObject_VectorcallMethod(s_derive_failed, report, 3 | PY_VECTORCALL_ARGUMENTS_OFFSET,
-                                                        NULL);
-                Py_XDECREF(type);
-                Py_XDECREF(value);
-                Py_XDECREF(tb);
+                PyObject *r = report_raised(processor, s_derive_failed, kind);
                 got = NULL;
                 if (r) {
                     Py_DECREF(r);

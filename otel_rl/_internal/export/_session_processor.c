@@ -34,12 +34,8 @@ static int plain(PyObject *v) {
         PyErr_Clear();
         return 0;
     }
-    if (PyLong_CheckExact(v)) {
-        int overflow;
-        long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
-        if (x == -1 && PyErr_Occurred()) { PyErr_Clear(); return 0; }
-        return !overflow;
-    }
+    long long x;
+    if (PyLong_CheckExact(v)) return as_int64(v, &x);
     return !PyLong_Check(v) || PyBool_Check(v);
 }
 
@@ -49,14 +45,6 @@ static PyObject *get(PyObject *attrs, PyObject *key) {  /* attrs.get(key), borro
 }
 
 static PyObject *seconds(long long ns) { return PyFloat_FromDouble((double)ns / 1e9); }
-
-static int as_ll(PyObject *v, long long *x) {
-    if (!PyLong_CheckExact(v)) return 0;
-    int overflow;
-    *x = PyLong_AsLongLongAndOverflow(v, &overflow);
-    if (*x == -1 && PyErr_Occurred()) { PyErr_Clear(); return 0; }
-    return !overflow;
-}
 
 /* --- the aggregated metrics (session_metrics.AggregatedSessionMetrics), when they are those ---
  * Its phase() and session() under its lock, with _histogram and _add as the Python writes them:
@@ -247,14 +235,7 @@ static int session_metrics(PyObject *sp, PyObject *metrics, Values *v, PyObject 
         if (stale < 0) r = -1;
     }
     if (r < 0) {  /* as _session_metrics reports it */
-        PyObject *type, *value, *tb;
-        PyErr_Fetch(&type, &value, &tb);
-        PyErr_NormalizeException(&type, &value, &tb);
-        PyObject *argv[2] = {sp, value ? value : Py_None};
-        PyObject *got = PyObject_VectorcallMethod(s_metrics_failed, argv, 2 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
-        Py_XDECREF(type);
-        Py_XDECREF(value);
-        Py_XDECREF(tb);
+        PyObject *got = report_raised(sp, s_metrics_failed, NULL);
         Py_XDECREF(got);
         return got ? 0 : -1;
     }
@@ -270,7 +251,7 @@ static int on_phase(PyObject *sp, PyObject *rec, PyObject *attrs) {
     if (!phase) phase = PyTuple_GET_ITEM(rec, i_name);
     if (!plain(phase)) return 0;
     long long start, end;
-    if (!as_ll(PyTuple_GET_ITEM(rec, i_start), &start) || !as_ll(PyTuple_GET_ITEM(rec, i_end), &end)) return 0;
+    if (!as_int64(PyTuple_GET_ITEM(rec, i_start), &start) || !as_int64(PyTuple_GET_ITEM(rec, i_end), &end)) return 0;
     PyObject *flag = get(attrs, k_interrupted);
     if (!flag) return -1;
     int interrupted = PyObject_IsTrue(flag);
@@ -308,12 +289,11 @@ static int on_phase(PyObject *sp, PyObject *rec, PyObject *attrs) {
     if (!(metrics = PyObject_GetAttr(sp, a_metrics))) goto done;
     if (metrics != Py_None) {
         long long code;
-        int error = as_ll(PyTuple_GET_ITEM(rec, i_status), &code) && code == error_code;
+        int error = as_int64(PyTuple_GET_ITEM(rec, i_status), &code) && code == error_code;
         PyObject *secs = seconds(end - start);
         if (!secs) goto done;
         Values v = {secs, phase, interrupted ? s_interrupted : (error ? s_error : s_ok), PyTuple_GET_ITEM(rec, i_trace),
                     PyTuple_GET_ITEM(rec, i_span), PyTuple_GET_ITEM(rec, i_flags)};
-        int r;
         if (Py_TYPE(metrics) == t_aggregated) {
             r = locked(metrics, phase_point, &v);
         } else {
@@ -379,7 +359,7 @@ static int phase_fields(PyObject *phases, PyObject *record, PyObject *derived) {
             PyObject *pair = PyList_GET_ITEM(instances, j);
             long long s, e;
             if (PyTuple_GET_ITEM(pair, 1) == Py_None) continue;
-            if (!as_ll(PyTuple_GET_ITEM(pair, 0), &s) || !as_ll(PyTuple_GET_ITEM(pair, 1), &e)) {
+            if (!as_int64(PyTuple_GET_ITEM(pair, 0), &s) || !as_int64(PyTuple_GET_ITEM(pair, 1), &e)) {
                 PyErr_SetString(PyExc_TypeError, "phase times must be int64");
                 goto done;
             }
@@ -409,7 +389,7 @@ static int phase_fields(PyObject *phases, PyObject *record, PyObject *derived) {
             if (!one) goto done;
             PyList_SET_ITEM(list, j, one);
             int open = PyTuple_GET_ITEM(pair, 1) == Py_None;
-            if (!as_ll(PyTuple_GET_ITEM(pair, 0), &s) || (!open && !as_ll(PyTuple_GET_ITEM(pair, 1), &e))) {
+            if (!as_int64(PyTuple_GET_ITEM(pair, 0), &s) || (!open && !as_int64(PyTuple_GET_ITEM(pair, 1), &e))) {
                 PyErr_SetString(PyExc_TypeError, "phase times must be int64");
                 goto done;
             }
@@ -436,8 +416,8 @@ static int phases_plain(PyObject *phases) {
         for (Py_ssize_t j = 0; j < PyList_GET_SIZE(instances); j++) {
             PyObject *pair = PyList_GET_ITEM(instances, j);
             long long x;
-            if (!PyTuple_CheckExact(pair) || PyTuple_GET_SIZE(pair) != 2 || !as_ll(PyTuple_GET_ITEM(pair, 0), &x)
-                || (PyTuple_GET_ITEM(pair, 1) != Py_None && !as_ll(PyTuple_GET_ITEM(pair, 1), &x)))
+            if (!PyTuple_CheckExact(pair) || PyTuple_GET_SIZE(pair) != 2 || !as_int64(PyTuple_GET_ITEM(pair, 0), &x)
+                || (PyTuple_GET_ITEM(pair, 1) != Py_None && !as_int64(PyTuple_GET_ITEM(pair, 1), &x)))
                 return 0;
         }
     }
@@ -456,8 +436,8 @@ static PyObject *on_session(PyObject *sp, PyObject *rec, PyObject *attrs) {
     if (!status) status = status_pending;
     long long start, end;
     if (!PyUnicode_CheckExact(status) || !plain(status) || !plain(session_id) || !plain(reason) || !plain(task)
-        || !plain(step) || !plain(submit_step) || !as_ll(PyTuple_GET_ITEM(rec, i_start), &start)
-        || !as_ll(PyTuple_GET_ITEM(rec, i_end), &end))
+        || !plain(step) || !plain(submit_step) || !as_int64(PyTuple_GET_ITEM(rec, i_start), &start)
+        || !as_int64(PyTuple_GET_ITEM(rec, i_end), &end))
         return NULL;
     Py_ssize_t plen = PyUnicode_GET_LENGTH(counter_prefix);
     Py_ssize_t pos = 0;
@@ -472,7 +452,7 @@ static PyObject *on_session(PyObject *sp, PyObject *rec, PyObject *attrs) {
         if (!v || !plain(v)) return NULL;
     }
     PyObject *phases_map = NULL, *versions = NULL, *statuses = NULL, *phases = NULL, *record = NULL;
-    PyObject *derived = NULL, *counters = NULL, *result = NULL, *rank = NULL, *role = NULL, *text = NULL;
+    PyObject *derived = NULL, *counters = NULL, *result = NULL, *rank = NULL, *role = NULL;
     if (!(phases_map = PyObject_GetAttr(sp, a_phases)) || !(versions = PyObject_GetAttr(sp, a_versions))
         || !(statuses = PyObject_GetAttr(sp, a_statuses)) || !(rank = PyObject_GetAttr(sp, a_rank))
         || !(role = PyObject_GetAttr(sp, a_role)))
@@ -534,7 +514,7 @@ static PyObject *on_session(PyObject *sp, PyObject *rec, PyObject *attrs) {
     Py_XDECREF(got);
     if (got && !pending) {
         PyObject *metrics = PyObject_GetAttr(sp, a_metrics);
-        Values v = {total, status, status, trace_id, span_id, PyTuple_GET_ITEM(rec, i_flags)};
+        Values v = {total, NULL, status, trace_id, span_id, PyTuple_GET_ITEM(rec, i_flags)};  /* no phase */
         if (!metrics || (metrics != Py_None && session_metrics(sp, metrics, &v, reason) < 0)) got = NULL;
         Py_XDECREF(metrics);
     }
@@ -556,7 +536,6 @@ done:
     Py_XDECREF(counters);
     Py_XDECREF(rank);
     Py_XDECREF(role);
-    Py_XDECREF(text);
     return result;
 }
 
@@ -572,7 +551,7 @@ static PyObject *derive(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     }
     PyObject *sp = args[0], *rec = args[1], *attrs = args[2], *kind = args[3];
     if (!PyTuple_CheckExact(rec) || PyTuple_GET_SIZE(rec) != n_fields || !PyDict_CheckExact(attrs)) Py_RETURN_NONE;
-    if (kind == kind_phase || (PyUnicode_CheckExact(kind) && PyUnicode_Compare(kind, kind_phase) == 0)) {
+    if (is_text(kind, kind_phase)) {
         int r = on_phase(sp, rec, attrs);
         if (r < 0) return NULL;
         return Py_NewRef(r ? attrs : Py_None);

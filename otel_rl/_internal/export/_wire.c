@@ -32,26 +32,9 @@ static unsigned long long get_u64(const unsigned char *p) {
     return v;
 }
 
-static int u64_of(PyObject *v, unsigned long long *out) {  /* 1: an exact int in [0, 2^64) */
-    if (!PyLong_CheckExact(v)) return 0;
-    unsigned long long x = PyLong_AsUnsignedLongLong(v);
-    if (x == (unsigned long long)-1 && PyErr_Occurred()) { PyErr_Clear(); return 0; }
-    *out = x;
-    return 1;
-}
-
-static int i64_of(PyObject *v, long long *out) {
-    if (!PyLong_CheckExact(v)) return 0;
-    int overflow;
-    long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
-    if (x == -1 && PyErr_Occurred()) { PyErr_Clear(); return 0; }
-    *out = x;
-    return !overflow;
-}
-
 static int u8_of(PyObject *v, unsigned char *out) {
     long long x;
-    if (!i64_of(v, &x) || x < 0 || x > 255) return 0;
+    if (!as_int64(v, &x) || x < 0 || x > 255) return 0;
     *out = (unsigned char)x;
     return 1;
 }
@@ -60,22 +43,16 @@ static int u8_of(PyObject *v, unsigned char *out) {
 static int pack_fixed(PyObject *rec, unsigned char *p) {
     PyObject *trace = PyTuple_GET_ITEM(rec, i_trace);
     if (!PyLong_CheckExact(trace)) return 0;
-    int r;
-#if PY_VERSION_HEX >= 0x030D0000
-    r = _PyLong_AsByteArray((PyLongObject *)trace, p, 16, 1, 0, 0);
-#else
-    r = _PyLong_AsByteArray((PyLongObject *)trace, p, 16, 1, 0);
-#endif
-    if (r < 0) { PyErr_Clear(); return 0; }
+    if (uint_bytes(trace, p, 16, 1) < 0) return 0;
     unsigned long long span, parent, thread = 0;
     long long start, end;
     unsigned char flags, kind, status;
     PyObject *remote = PyTuple_GET_ITEM(rec, i_remote), *th = PyTuple_GET_ITEM(rec, i_thread);
-    if (!u64_of(PyTuple_GET_ITEM(rec, i_span), &span) || !u64_of(PyTuple_GET_ITEM(rec, i_parent), &parent)
-        || !i64_of(PyTuple_GET_ITEM(rec, i_start), &start) || !i64_of(PyTuple_GET_ITEM(rec, i_end), &end)
+    if (!as_uint64(PyTuple_GET_ITEM(rec, i_span), &span) || !as_uint64(PyTuple_GET_ITEM(rec, i_parent), &parent)
+        || !as_int64(PyTuple_GET_ITEM(rec, i_start), &start) || !as_int64(PyTuple_GET_ITEM(rec, i_end), &end)
         || !u8_of(PyTuple_GET_ITEM(rec, i_flags), &flags) || !u8_of(PyTuple_GET_ITEM(rec, i_kind), &kind)
         || !u8_of(PyTuple_GET_ITEM(rec, i_status), &status) || (remote != Py_True && remote != Py_False)
-        || (th != Py_None && !u64_of(th, &thread)))
+        || (th != Py_None && !as_uint64(th, &thread)))
         return 0;
     put_u64(p + 16, span);
     put_u64(p + 24, parent);
