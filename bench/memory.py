@@ -88,11 +88,19 @@ def run_series(kind: str, sessions: int, chunks: int, fileroot: str, file_export
     start_rss = rss_kib()
     out_chunks = []
     t0 = time.perf_counter()
+    chunk_cpu0 = exporter_cpu0
     for i in range(chunks):
         loop(per_chunk)
         flush()
-        out_chunks.append({"sessions": (i + 1) * per_chunk * SESSIONS_PER_TASK, "rss_kib": rss_kib(),
-                           "elapsed_s": round(time.perf_counter() - t0, 3)})
+        chunk = {"sessions": (i + 1) * per_chunk * SESSIONS_PER_TASK, "rss_kib": rss_kib(),
+                 "elapsed_s": round(time.perf_counter() - t0, 3)}
+        if kind == "otel_rl":
+            # The exporter's CPU over this chunk alone: a cost that grows with the run shows here.
+            chunk_cpu = descendants_cpu_s()
+            chunk["exporter_cpu_us_per_session"] = round(
+                (chunk_cpu - chunk_cpu0) / (per_chunk * SESSIONS_PER_TASK) * 1e6, 1)
+            chunk_cpu0 = chunk_cpu
+        out_chunks.append(chunk)
     result = {
         "kind": kind, "sessions": per_chunk * chunks * SESSIONS_PER_TASK, "chunks": out_chunks,
         "start_rss_kib": start_rss, "max_rss_kib": max_rss_kib(),

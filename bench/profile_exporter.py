@@ -109,10 +109,10 @@ def replay(settings: Any, resource_attrs: dict[str, Any], batches: list[bytes], 
     from otel_rl._internal import files
     from otel_rl._internal.encode.readable import ReadableBuilder
     from otel_rl._internal.export.chain import ExportChain
-    from otel_rl._internal.export.process import EXPORTER_GC_THRESHOLDS
+    from otel_rl._internal.export.process import EXPORTER_GC_THRESHOLDS, export_batch
     from otel_rl._internal.export.record_sink import RecordSink
     from otel_rl._internal.recording import privacy
-    from otel_rl._internal.recording.record import expand, span_count
+    from otel_rl._internal.recording.record import span_count
 
     thresholds = gc.get_threshold()
     settings = dataclasses.replace(settings, fileroot=root)
@@ -132,10 +132,10 @@ def replay(settings: Any, resource_attrs: dict[str, Any], batches: list[bytes], 
     on_records = RecordSink(chain, builder).on_records
     n = 0
     for thread_names, records in decoded:
-        n += span_count(records)
+        count = span_count(records)
+        n += count
         builder.thread_names.update(thread_names)
-        on_records(expand(records))
-        chain.after_batch()
+        export_batch(on_records, chain, records, count)
     chain.shutdown(5.0)
     cpu = time.process_time() - t0
     gc.unfreeze()

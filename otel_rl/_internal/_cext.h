@@ -90,6 +90,22 @@ static inline int uint_bytes(PyObject *v, unsigned char *out, size_t n, int litt
     return r < 0 ? -1 : 0;
 }
 
+/* format(v, "0<2n>x") for an exact int v in [0, 2^(8n)), n <= 16 (a record's id); NULL and no
+ * error set for any other value, which the caller formats in Python. */
+static inline PyObject *hex_text(PyObject *v, size_t n) {
+    static const char digits[] = "0123456789abcdef";
+    unsigned char raw[16];
+    if (!PyLong_CheckExact(v) || n > sizeof(raw) || uint_bytes(v, raw, n, 0) < 0) return NULL;
+    PyObject *s = PyUnicode_New((Py_ssize_t)(2 * n), 127);
+    if (!s) return NULL;
+    Py_UCS1 *d = PyUnicode_1BYTE_DATA(s);
+    for (size_t i = 0; i < n; i++) {
+        d[2 * i] = (Py_UCS1)digits[raw[i] >> 4];
+        d[2 * i + 1] = (Py_UCS1)digits[raw[i] & 15];
+    }
+    return s;
+}
+
 /* Whether v == text, for a str text (only a str can be); no error set. */
 static inline int is_text(PyObject *v, PyObject *text) {
     if (!v || !PyUnicode_Check(v)) return 0;

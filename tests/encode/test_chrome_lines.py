@@ -183,10 +183,12 @@ def test_an_exact_encoder_never_gets_lines():
 @pytest.mark.parametrize("seed", range(3))
 def test_floats_are_written_as_orjson_writes_them(seed):
     # The compiled writer finds repr's shortest digits itself in [1e-3, 1e16) and asks
-    # Python elsewhere; timestamps (integer nanoseconds / 1000) are the common case.
+    # Python elsewhere, rewriting repr's exponent as orjson writes it; timestamps
+    # (integer nanoseconds / 1000) are the common case.
     rng = random.Random(seed)
     values = [1e-3, 1e16, 9.999999999999998e15, 2.0 ** 52, 2.0 ** 52 + 1, 2.0 ** 53 + 2, 0.5, 0.1, 2 / 3,
-              1_732_563_442_123_456.75, 1_732_563_442_123_456.25, -1.5, -0.001, 0.0, -0.0, *_FLOATS]
+              1_732_563_442_123_456.75, 1_732_563_442_123_456.25, -1.5, -0.001, 0.0, -0.0, *_FLOATS,
+              1e-5, 1.5e-5, -1.5e-5, 9.99e-5, 9.999999e-6, 9.257e-6, 1e-7, 5e-324, 1e16, 1.2345e17, -1e300]
     for _ in range(40_000):
         pick = rng.randrange(6)
         if pick == 0:

@@ -139,6 +139,23 @@ static int shortest_fixed(double x, char *out, Py_ssize_t *len) {
     return 0;
 }
 
+/* repr's "<mantissa>e<exponent>" (the same shortest digits) as orjson writes it: the exponent
+ * without leading zeros ("9.257e-6", "1e+16"), and at 10^-5 fixed ("0.000015"). */
+static int put_exponent(Buf *b, const char *s, const char *e) {
+    long exp = strtol(e + 1, NULL, 10);
+    if (exp == -5) {
+        if (*s == '-' && put(b, s++, 1) < 0) return -1;
+        if (PUTS(b, "0.0000") < 0) return -1;
+        for (; s < e; s++)
+            if (*s != '.' && put(b, s, 1) < 0) return -1;
+        return 0;
+    }
+    char tmp[24];
+    int n = snprintf(tmp, sizeof(tmp), "e%c%ld", exp < 0 ? '-' : '+', exp < 0 ? -exp : exp);
+    if (put(b, s, e - s) < 0) return -1;
+    return put(b, tmp, n);
+}
+
 static int put_float(Buf *b, PyObject *v) {
     double x = PyFloat_AS_DOUBLE(v);
     if (!Py_IS_FINITE(x)) return put_dumped(b, v);
@@ -160,9 +177,8 @@ static int put_float(Buf *b, PyObject *v) {
     }
     char *s = PyOS_double_to_string(x, 'r', 0, Py_DTSF_ADD_DOT_0, NULL);
     if (!s) return -1;
-    int r;
-    if (strchr(s, 'e')) r = put_dumped(b, v);  /* orjson writes exponents its own way */
-    else r = put(b, s, (Py_ssize_t)strlen(s));
+    char *e = strchr(s, 'e');
+    int r = e ? put_exponent(b, s, e) : put(b, s, (Py_ssize_t)strlen(s));
     PyMem_Free(s);
     return r;
 }
@@ -225,10 +241,13 @@ static int put_arg(Buf *b, PyObject *v) {
     return r;
 }
 
+/* Two exact strs equal? Called for every pair of a line's arg names: the
+   lengths and the canonical (PEP 393) kinds settle nearly all of them. */
 static int same_text(PyObject *a, PyObject *c) {
     if (a == c) return 1;
-    if (PyObject_Hash(a) != PyObject_Hash(c)) return 0;
-    return PyUnicode_Compare(a, c) == 0;
+    Py_ssize_t n = PyUnicode_GET_LENGTH(a);
+    if (n != PyUnicode_GET_LENGTH(c) || PyUnicode_KIND(a) != PyUnicode_KIND(c)) return 0;
+    return memcmp(PyUnicode_DATA(a), PyUnicode_DATA(c), (size_t)n * PyUnicode_KIND(a)) == 0;
 }
 
 #define MAX_ARGS 64

@@ -495,6 +495,19 @@ static int replace_slice(PyObject *list, Py_ssize_t i, Py_ssize_t j, PyObject *v
 }
 
 /* Lane.insert: 1 inserted, 0 refused (the lane unchanged), -1 an error. */
+/* LaneLevel(), its four empty lists made here rather than by its __init__ in Python. */
+static PyObject *new_level(void) {
+    PyObject *level = t_level->tp_alloc(t_level, 0);
+    if (!level) return NULL;
+    Py_ssize_t offs[4] = {o_level_starts, o_level_ends, o_level_ids, o_level_kids};
+    for (int k = 0; k < 4; k++) {
+        PyObject *list = PyList_New(0);
+        if (!list) { Py_DECREF(level); return NULL; }
+        SLOT(level, offs[k]) = list;
+    }
+    return level;
+}
+
 static int lane_insert(PyObject *lane, PyObject *start_o, long long start, PyObject *end_o, long long end,
                        PyObject *span_id, PyObject *parent_of) {
     if (Py_TYPE(lane) != t_lane) { PyErr_SetString(PyExc_TypeError, "not a Lane"); return -1; }
@@ -537,7 +550,7 @@ static int lane_insert(PyObject *lane, PyObject *start_o, long long start, PyObj
             if (a) {
                 PyObject *kid = PyList_GET_ITEM(kids, i);
                 if (kid == Py_None) {
-                    kid = PyObject_CallNoArgs((PyObject *)t_level);
+                    kid = new_level();
                     if (!kid) return -1;
                     PyList_SetItem(kids, i, kid);  /* steals it; the list keeps it alive below */
                 }
@@ -552,7 +565,7 @@ static int lane_insert(PyObject *lane, PyObject *start_o, long long start, PyObj
             int a = is_ancestor(parent_of, span_id, PyList_GET_ITEM(ids, k));
             if (a <= 0) return a;
         }
-        PyObject *adopted = PyObject_CallNoArgs((PyObject *)t_level);
+        PyObject *adopted = new_level();
         if (!adopted) return -1;
         PyObject *lists[4] = {starts, ends, ids, kids};
         Py_ssize_t offs[4] = {o_level_starts, o_level_ends, o_level_ids, o_level_kids};

@@ -406,6 +406,12 @@ done:
     return rc;
 }
 
+/* An id as the record writes it: made here, or by format(id, spec) for what hex_text leaves. */
+static PyObject *hex_id(PyObject *id, size_t n, PyObject *spec) {
+    PyObject *text = hex_text(id, n);
+    return text || PyErr_Occurred() ? text : PyObject_Format(id, spec);
+}
+
 /* Whether a session's phases hold only what this file writes as Python would: text names,
  * lists of (int, int or None). */
 static int phases_plain(PyObject *phases) {
@@ -504,8 +510,7 @@ static PyObject *on_session(PyObject *sp, PyObject *rec, PyObject *attrs) {
         if (!v || (v != Py_None && PyDict_SetItem(record, PyTuple_GET_ITEM(pair, 1), v) < 0)) { Py_DECREF(total); goto done; }
     }
     PyObject *trace_id = PyTuple_GET_ITEM(rec, i_trace), *span_id = PyTuple_GET_ITEM(rec, i_span);
-    if (set(record, f_trace_id, PyObject_Format(trace_id, hex32)) < 0
-        || set(record, f_span_id, PyObject_Format(span_id, hex16)) < 0) {
+    if (set(record, f_trace_id, hex_id(trace_id, 16, hex32)) < 0 || set(record, f_span_id, hex_id(span_id, 8, hex16)) < 0) {
         Py_DECREF(total);
         goto done;
     }

@@ -161,7 +161,7 @@ class ChromeTraceFileExporter(SpanExporter):
 
     def _append(self, data: bytes | bytearray, count: int) -> bool:
         try:
-            self._file.write(data)
+            self._file.write(data, count)
         except OSError as exc:
             guard.count(diagnostics.TRACE_FILE_EVENTS_LOST, count)
             guard.report(diagnostics.TRACE_FILE_ERROR, "cannot write %s: %s", self.path, exc)

@@ -83,12 +83,13 @@ class AppendOnlyFile:
             self._fd, self._ident, self._lines = fd, (st.st_dev, st.st_ino), 0
         return self._fd
 
-    def write(self, data: bytes | bytearray) -> None:
-        """Appends ``data``; raises ``OSError`` when it cannot."""
+    def write(self, data: bytes | bytearray, count: int) -> None:
+        """Appends ``data``, which holds ``count`` records (lines, or trace events: what
+        is counted as lost if the file is deleted); raises ``OSError`` when it cannot."""
         with self._lock:
-            self._write(data)
+            self._write(data, count)
 
-    def _write(self, data: bytes | bytearray) -> None:
+    def _write(self, data: bytes | bytearray, count: int) -> None:
         if self._fd is not None:
             # One stat per batch: cheap next to the write, and the only way to
             # notice a file deleted under us (writes to it succeed, then vanish).
@@ -102,7 +103,7 @@ class AppendOnlyFile:
             with _bytes_lock:
                 BYTES_WRITTEN[self.path] = BYTES_WRITTEN.get(self.path, 0) + n
         self._dirty = False
-        self._lines += data.count(b"\n")
+        self._lines += count
 
     def _follow_path(self) -> None:
         try:
@@ -201,7 +202,7 @@ class JsonlAppender:
 
     def _write(self, data: bytearray, count: int) -> bool:
         try:
-            self._file.write(data)
+            self._file.write(data, count)
             self.written += count
             return True
         except OSError as exc:
