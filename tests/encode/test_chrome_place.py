@@ -4,8 +4,9 @@ Python steps do.
 Two encoders take the same records in the same batches: one walks each batch with the
 compiled walk, which hands what it does not take to the Python step; the other runs the
 Python step on every item. Their trace files must be equal byte for byte, over plain
-scopes on several threads, nested spans (children first), sessions, remote parents,
-instants, counters, zero and negative durations and lanes pruned as they fill.
+scopes on several threads, nested spans (children first), children on other lanes (flow
+arrows), sessions, remote parents, instants, counters, zero and negative durations and
+lanes pruned as they fill.
 """
 
 from __future__ import annotations
@@ -83,8 +84,16 @@ def _workload(seed: int, count: int) -> list[tuple]:
             out.append((_rec("tick", next(ids), 0, start, start),
                         _attrs(thread, **{keys.SPAN_KIND: keys.KIND_INSTANT})))
             out.append((_rec("mem", next(ids), 0, start, start + 1), _attrs(thread, **{keys.GAUGE_VALUE: 1.5})))
-        elif pick < 0.95:  # overlapping the last span of its thread: another lane
+        elif pick < 0.93:  # overlapping the last span of its thread: another lane
             out.append((_rec("overlap", next(ids), 0, start - 500, start + 500), _attrs(thread)))
+        elif pick < 0.96:  # overlapping children on other lanes (flow arrows), one outliving its parent
+            parent = next(ids)
+            a, b, late = next(ids), next(ids), next(ids)
+            out.append((_rec("child", a, parent, start + 10, start + 60), _attrs(thread)))
+            out.append((_rec("child", b, parent, start + 20, start + 80), _attrs(thread)))
+            out.append((_rec("parent", parent, 0, start, start + 100), _attrs(thread)))
+            out.append((_rec("late", late, parent, start + 90, start + 200), _attrs(thread)))
+            end = start + 200
         else:  # a thread seen for the first time
             out.append((_rec("new", next(ids), 0, start, start + 3), _attrs(rng.randrange(10, 10_000))))
         now = max(start, end) + rng.randrange(1, 3_000)

@@ -16,6 +16,8 @@
 static PyObject *kind_names, *status_names, *arg_names, *dropped, *arg_name, *safe_value, *dumps;
 static Py_ssize_t i_name, i_trace, i_span, i_parent, i_kind, i_status, i_desc, i_links, i_top;
 static PyObject *fixed_keys;  /* args keys the encoder sets itself (a tuple of str) */
+static PyObject *flow_name, *flow_category;
+static unsigned long long local_flow_mix;
 static PyObject *pid_key;
 
 /* Results of the writers: 0 written, -1 a Python error, 1 not this file's to write. */
@@ -496,10 +498,16 @@ static PyObject *configure(PyObject *self, PyObject *config) {
         || take_index(config, "SPAN_ID", &i_span) || take_index(config, "PARENT_ID", &i_parent)
         || take_index(config, "KIND", &i_kind) || take_index(config, "STATUS", &i_status)
         || take_index(config, "STATUS_DESC", &i_desc) || take_index(config, "LINKS", &i_links)
-        || take(config, "dumps", &dumps))
+        || take(config, "dumps", &dumps) || take(config, "FLOW_NAME", &flow_name)
+        || take(config, "FLOW_CATEGORY", &flow_category))
         return NULL;
+    PyObject *mix = PyDict_GetItemString(config, "LOCAL_FLOW_MIX");
+    if (!mix || !as_uint64(mix, &local_flow_mix)) {
+        PyErr_SetString(PyExc_ValueError, "configure(): LOCAL_FLOW_MIX must be a uint64");
+        return NULL;
+    }
     if (!PyDict_CheckExact(kind_names) || !PyDict_CheckExact(status_names) || !PyDict_CheckExact(arg_names)
-        || !PyTuple_CheckExact(fixed_keys)) {
+        || !PyTuple_CheckExact(fixed_keys) || !PyUnicode_CheckExact(flow_name) || !PyUnicode_CheckExact(flow_category)) {
         Py_CLEAR(dumps);
         PyErr_SetString(PyExc_TypeError, "configure(): names must be dicts, fixed_keys a tuple");
         return NULL;
@@ -511,11 +519,63 @@ static PyObject *configure(PyObject *self, PyObject *config) {
     Py_RETURN_NONE;
 }
 
+/* One end of a flow arrow, as orjson writes the encoder's dict: ph "s" (bind "" ) or "f" (bind "e"). */
+static int put_flow_end(Buf *b, const char *head, Py_ssize_t head_len, const char *id, PyObject *place) {
+    PyObject *pid = PyTuple_GET_ITEM(place, 2), *tid = PyTuple_GET_ITEM(place, 3), *ts = PyTuple_GET_ITEM(place, 4);
+    if (!PyFloat_CheckExact(ts) || !PyLong_CheckExact(pid) || !PyLong_CheckExact(tid)) return SKIP;
+    int r;
+    if (put(b, head, head_len) < 0 || PUTS(b, ",\"name\":") < 0) return -1;
+    if ((r = put_text(b, flow_name)) || PUTS(b, ",\"cat\":") < 0) return r ? r : -1;
+    if ((r = put_text(b, flow_category)) || PUTS(b, ",\"id\":\"0x") < 0) return r ? r : -1;
+    if (put(b, id, 16) < 0 || PUTS(b, "\",\"ts\":") < 0) return -1;
+    if ((r = put_float(b, ts)) || PUTS(b, ",\"pid\":") < 0) return r ? r : -1;
+    if ((r = put_int(b, pid)) || PUTS(b, ",\"tid\":") < 0) return r ? r : -1;
+    if ((r = put_int(b, tid)) || PUTS(b, "}") < 0) return r ? r : -1;
+    return 0;
+}
+
+/* flows(child_id, parent, child, out): appends the two lines of the flow arrow from the parent's
+ * slice to the child's (placements: (group, lane, pid, tid, ts)), what ChromeTraceEncoder._link
+ * appends as dicts; True, or False with nothing appended where they are left to it. */
+static PyObject *flows(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 4 || !PyList_CheckExact(args[3])) {
+        PyErr_SetString(PyExc_TypeError, "flows(child_id, parent, child, out)");
+        return NULL;
+    }
+    PyObject *parent = args[1], *child = args[2];
+    unsigned long long id;
+    if (!flow_name || !as_uint64(args[0], &id) || !PyTuple_Check(parent) || PyTuple_GET_SIZE(parent) < 5
+        || !PyTuple_Check(child) || PyTuple_GET_SIZE(child) < 5)
+        Py_RETURN_FALSE;
+    static const char hex[] = "0123456789abcdef";
+    char text[16];
+    id ^= local_flow_mix;
+    for (int k = 15; k >= 0; k--, id >>= 4) text[k] = hex[id & 15];
+    PyObject *lines[2] = {NULL, NULL};
+    for (int k = 0; k < 2; k++) {
+        Buf b;
+        buf_init(&b);
+        int r = k == 0 ? put_flow_end(&b, "{\"ph\":\"s\"", 9, text, parent)
+                       : put_flow_end(&b, "{\"ph\":\"f\",\"bp\":\"e\"", 18, text, child);
+        if (r == 0) lines[k] = PyBytes_FromStringAndSize(b.p, b.n);
+        buf_free(&b);
+        if (r == SKIP) { Py_XDECREF(lines[0]); Py_RETURN_FALSE; }
+        if (r < 0 || !lines[k]) { Py_XDECREF(lines[0]); return NULL; }
+    }
+    int r = PyList_Append(args[3], lines[0]) < 0 || PyList_Append(args[3], lines[1]) < 0 ? -1 : 0;
+    Py_DECREF(lines[0]);
+    Py_DECREF(lines[1]);
+    if (r < 0) return NULL;
+    Py_RETURN_TRUE;
+}
+
 static PyMethodDef methods[] = {
     {"configure", configure, METH_O, "Sets the names and functions complete() reads."},
     {"complete", (PyCFunction)(void (*)(void))complete, METH_FASTCALL,
      "A record's complete event as its JSON line (bytes), or None where the Python encoder must build it."},
     {"float_text", float_text, METH_O, "The bytes complete() writes for a float."},
+    {"flows", (PyCFunction)(void (*)(void))flows, METH_FASTCALL,
+     "Appends a local flow arrow's two lines to a list: True, or False where the encoder must."},
     {"join", (PyCFunction)(void (*)(void))join, METH_FASTCALL,
      "The lines of a batch of events, the line count and the set of pids."},
     {NULL, NULL, 0, NULL},

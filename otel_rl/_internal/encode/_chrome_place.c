@@ -16,6 +16,7 @@
 #include <structmember.h>
 
 static PyObject *complete_fn;  /* _chrome_lines.complete */
+static PyObject *flows_fn;  /* _chrome_lines.flows */
 static PyTypeObject *t_map, *t_lane, *t_level, *t_group, *t_proc;
 static Py_ssize_t o_map_cap, o_map_young, o_map_old;
 static Py_ssize_t o_lane_index, o_lane_tid, o_lane_root, o_lane_count, o_lane_max_end, o_lane_pruned,
@@ -634,6 +635,19 @@ static int call_out(PyObject *enc, PyObject *name, PyObject **args, size_t n) { 
     return 0;
 }
 
+/* The flow arrow from a parent's placement to its child's: its lines written by flows_fn,
+ * or the encoder's _link where that leaves them. */
+static int flow_link(PyObject *enc, PyObject *parent, PyObject *child, PyObject *child_id, PyObject *out) {
+    PyObject *argv[4] = {child_id, parent, child, out};
+    PyObject *done = PyObject_Vectorcall(flows_fn, argv, 4, NULL);
+    if (!done) return -1;
+    int written = done == Py_True;
+    Py_DECREF(done);
+    if (written) return 0;
+    PyObject *call[5] = {enc, parent, child, child_id, out};
+    return call_out(enc, s_link, call, 5);
+}
+
 static PyObject *place_span(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 6) {
         PyErr_SetString(PyExc_TypeError, "place_span(encoder, rec, proc, attrs, out, prefer)");
@@ -862,8 +876,7 @@ static PyObject *place_span(PyObject *self, PyObject *const *args, Py_ssize_t na
             int same_tid = same_pid > 0 ? PyObject_RichCompareBool(PyTuple_GET_ITEM(parent_rec, 3), tid, Py_EQ) : 0;
             r = same_pid < 0 || same_tid < 0 ? -1 : 0;
             if (r == 0 && !(same_pid && same_tid)) {
-                PyObject *call[5] = {enc, parent_rec, record, span_id, out};
-                r = call_out(enc, s_link, call, 5);
+                r = flow_link(enc, parent_rec, record, span_id, out);
             }
         } else {
             PyObject *siblings = map_get(waiting, parent_id);
@@ -902,8 +915,7 @@ static PyObject *place_span(PyObject *self, PyObject *const *args, Py_ssize_t na
             int same_tid = same_pid > 0 ? PyObject_RichCompareBool(PyTuple_GET_ITEM(child, 3), tid, Py_EQ) : 0;
             if (same_pid < 0 || same_tid < 0) goto done;
             if (same_pid && same_tid) continue;  /* same track: nesting already shows it */
-            PyObject *call[5] = {enc, record, child, PyTuple_GET_ITEM(child, 5), out};
-            if (call_out(enc, s_link, call, 5) < 0) goto done;
+            if (flow_link(enc, record, child, PyTuple_GET_ITEM(child, 5), out) < 0) goto done;
         }
     }
     long long kind;
@@ -1209,7 +1221,8 @@ static PyObject *configure(PyObject *self, PyObject *config) {
         || take_index(config, "KIND", &i_kind) || take_index(config, "EVENTS", &i_events)
         || take_index(config, "LINKS", &i_links) || take_index(config, "fields", &n_fields)
         || take_index(config, "max_waiting_children", &max_waiting)
-        || take(config, "outer_first", &outer_first) || take(config, "complete", &complete_fn))
+        || take(config, "outer_first", &outer_first) || take(config, "complete", &complete_fn)
+        || take(config, "flows", &flows_fn))
         return NULL;
     client_kind = (long)client;
     producer_kind = (long)producer;

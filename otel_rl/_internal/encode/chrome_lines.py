@@ -3,7 +3,8 @@
 ``native`` is ``None`` where the extension was not built (setup.py builds it as optional):
 the encoder then builds every event as a dict and the file exporter writes it with orjson,
 which is also the specification: the compiled ``complete`` gives the bytes orjson gives for
-the complete event's dict, or ``None`` where it is not sure to (the dict is built then).
+the complete event's dict, or ``None`` where it is not sure to (the dict is built then);
+``flows`` likewise the two lines of a local flow arrow.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from opentelemetry.trace import SpanKind
 from opentelemetry.trace.status import StatusCode
 
 from ..recording import record
+from .chrome_markers import FLOW_CATEGORY, FLOW_NAME, LOCAL_FLOW_MIX
 from .json_values import ARG_NAMES, DROPPED_ARG, arg_name, json_safe_value
 
 try:
@@ -36,7 +38,8 @@ if native is not None:
     native.configure({
         "kind_names": KIND_NAMES, "status_names": STATUS_NAMES, "arg_names": ARG_NAMES,
         "dropped": DROPPED_ARG, "arg_name": arg_name, "json_safe_value": json_safe_value,
-        "fixed_keys": FIXED_KEYS, "dumps": orjson.dumps, **record.layout(),
+        "fixed_keys": FIXED_KEYS, "dumps": orjson.dumps, "FLOW_NAME": FLOW_NAME, "FLOW_CATEGORY": FLOW_CATEGORY,
+        "LOCAL_FLOW_MIX": LOCAL_FLOW_MIX, **record.layout(),
     })
 
 

@@ -15,6 +15,9 @@ FLOW_NAME = "flow"
 #: (``args.span_id``; its ``pid``, ``tid`` and ``ts`` are the span's slice). The converter
 #: starts the flows of those children there; viewers ignore metadata they do not know.
 FLOW_SOURCE = "otel_rl.flow_source"
+#: A local parent->child flow's id is the child's span id mixed with this, so it never
+#: takes the id a client span uses for its cross-process link.
+LOCAL_FLOW_MIX = 0x9E3779B97F4A7C15
 #: Name of the metadata line that closes each batch in a trace file. Its args
 #: give the batch's line count, byte length, CRC-32 and pids, so a reader can
 #: trust (and copy) the whole batch without parsing every line. Viewers ignore

@@ -43,7 +43,7 @@ if native is not None:
         "CATEGORY": keys.CATEGORY, "KIND_COUNTER": keys.KIND_COUNTER, "KIND_INSTANT": keys.KIND_INSTANT,
         "KIND_SESSION": keys.KIND_SESSION, "default_category": "span", "CLIENT": SpanKind.CLIENT.value,
         "PRODUCER": SpanKind.PRODUCER.value, "max_waiting_children": MAX_WAITING_CHILDREN,
-        "complete": chrome_lines.native.complete, "TRACE_ID": record.TRACE_ID, "SPAN_ID": record.SPAN_ID,
+        "complete": chrome_lines.native.complete, "flows": chrome_lines.native.flows, "TRACE_ID": record.TRACE_ID, "SPAN_ID": record.SPAN_ID,
         "PARENT_ID": record.PARENT_ID, "PARENT_REMOTE": record.PARENT_REMOTE, "START": record.START,
         "END": record.END, "KIND": record.KIND, "EVENTS": record.EVENTS, "LINKS": record.LINKS,
         "fields": record.FIELDS, "outer_first": outer_first,

@@ -42,6 +42,7 @@ from .chrome_markers import (
     FLOW_CATEGORY,
     FLOW_NAME,
     FLOW_SOURCE,
+    LOCAL_FLOW_MIX,
 )
 from . import chrome_lines, chrome_place
 from .chrome_place import MAX_WAITING_CHILDREN, outer_first
@@ -68,9 +69,6 @@ __all__ = [
 # one process (a reconfigured exporter) never share a track by accident.
 _TIDS_PER_ENCODER = 1 << 20
 _encoder_numbers = itertools.count(1)
-# Local parent->child links use the child's span id mixed with this constant, so
-# they never take the id a client span uses for its cross-process link.
-_LOCAL_FLOW_MIX = 0x9E3779B97F4A7C15
 # A remote child's flow id: its own span id mixed with this, unique per edge.
 _REMOTE_FLOW_MIX = 0xC2B2AE3D27D4EB4F
 
@@ -581,7 +579,7 @@ class ChromeTraceEncoder:
     def _link(parent: tuple, child: tuple, child_id: int, out: list[dict[str, Any]]) -> None:
         if parent[2] == child[2] and parent[3] == child[3]:
             return  # same track: nesting already shows the relation
-        flow_id = _flow_id(child_id ^ _LOCAL_FLOW_MIX)
+        flow_id = _flow_id(child_id ^ LOCAL_FLOW_MIX)
         # The start binds to the slice open on the parent's track at its own start
         # (the parent), the end to the slice enclosing the child's start (the child).
         out.append({"ph": "s", "name": FLOW_NAME, "cat": FLOW_CATEGORY, "id": flow_id,
