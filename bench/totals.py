@@ -164,15 +164,31 @@ def w_total_cpu(ctx: Context, repeats: int) -> dict[str, Any]:
         finally:
             sdk.close()
 
-    ctx.log("  variant: enabled scope (file)")
-    scope = interleaved(repeats, {
+    def areal_scopes(module: types.ModuleType) -> dict:
+        tracer = _areal_tracer(module, ctx.tmpdir("areal-"), requests=False)
+        return _plain_total(ctx, n, lambda: _areal_scope_loop(tracer, warm_n, WARM),
+                            lambda: _areal_scope_loop(tracer, n, SCOPE), lambda: tracer.save(force=True))
+
+    def areal_sessions(module: types.ModuleType) -> dict:
+        tracer = _areal_tracer(module, ctx.tmpdir("areal-"), requests=True)
+        return _plain_total(ctx, sessions, lambda: _areal_session_loop(module, tracer, warm_tasks),
+                            lambda: _areal_session_loop(module, tracer, tasks), lambda: tracer.save(force=True))
+
+    scope_contenders = {
         "otel_rl": lambda: _otel_total(ctx, n, lambda: otel_loop(warm_n, WARM), lambda: otel_loop(n, SCOPE)),
-        "sdk": sdk_scopes, "jsonl": jsonl_scopes}, ctx.log)
-    ctx.log("  variant: sessions")
-    sess = interleaved(repeats, {
+        "sdk": sdk_scopes, "jsonl": jsonl_scopes}
+    session_contenders = {
         "otel_rl": lambda: _otel_total(ctx, sessions, lambda: otel_session_loop(warm_tasks),
                                        lambda: otel_session_loop(tasks)),
-        "sdk": sdk_sessions, "jsonl": jsonl_sessions}, ctx.log)
+        "sdk": sdk_sessions, "jsonl": jsonl_sessions}
+    areal_scope, areal_session = _areal_contenders(ctx, areal_scopes, areal_sessions)
+    if areal_scope is not None:
+        scope_contenders["areal"] = areal_scope
+        session_contenders["areal"] = areal_session
+    ctx.log("  variant: enabled scope (file)")
+    scope = interleaved(repeats, scope_contenders, ctx.log)
+    ctx.log("  variant: sessions")
+    sess = interleaved(repeats, session_contenders, ctx.log)
     jsonl_target = lambda c: [ratio_target("≤1.0× JSONL", c["otel_rl"], c["jsonl"], 1.0)]  # noqa: E731
     counts = ("all processes: this one (all threads) + otel_rl's exporter process (/proc while it "
               "runs, rusage once reaped); loop + save(force=True)")
@@ -186,6 +202,17 @@ def w_total_cpu(ctx: Context, repeats: int) -> dict[str, Any]:
                  note=counts + "; otel_rl writes session records, spans and metrics"),
         make_row("  of which otel_rl's exporter process", "µs CPU/session", sess, us_per("exporter_cpu_s"),
                  note="/proc utime+stime of the live exporter child over the same window"),
+    ]
+    if areal_scope is not None:
+        areal_note = ("otel_rl column shows AReaL's perf_tracer (loaded with --areal; its request tracer "
+                      "for sessions, one request per session), against the same JSONL baseline")
+        rows.insert(2, make_row("  AReaL perf_tracer: total CPU per scope", "µs CPU/span", scope,
+                                us_per("all_cpu_s"), sources={"otel_rl": "areal", "jsonl": "jsonl"},
+                                note=areal_note))
+        rows.append(make_row("  AReaL perf_tracer: total CPU per session", "µs CPU/session", sess,
+                             us_per("all_cpu_s"), sources={"otel_rl": "areal", "jsonl": "jsonl"},
+                             note=areal_note))
+    rows += [
         make_row("session: whole run incl. exporter start/stop", "ms CPU total", sess,
                  lambda s: s["lifetime_cpu_s"] * 1e3, sources={"sdk": None, "jsonl": None},
                  note="configure → reset: every process, including starting and stopping the exporter "
@@ -410,6 +437,9 @@ def w_exporter_throughput(ctx: Context, repeats: int) -> dict[str, Any]:
 # --------------------------------------------------------------------------- 13. bytes
 
 
+_AREAL_MODULE = "bench_areal_perf_tracer"
+
+
 def load_areal(path: str | None, log: Callable[[str], None]) -> types.ModuleType | None:
     """AReaL's ``perf_tracer.py`` loaded from ``path`` (``--areal``), or None with a message.
 
@@ -427,10 +457,13 @@ def load_areal(path: str | None, log: Callable[[str], None]) -> types.ModuleType
     if root:
         sys.path.insert(0, root)
     try:
-        spec = importlib.util.spec_from_file_location("bench_areal_perf_tracer", path)
+        spec = importlib.util.spec_from_file_location(_AREAL_MODULE, path)
         module = importlib.util.module_from_spec(spec)
+        # Registered before it runs: its dataclasses look their module up in sys.modules.
+        sys.modules[_AREAL_MODULE] = module
         spec.loader.exec_module(module)
     except Exception as exc:  # noqa: BLE001 - its own imports (areal.*) may be missing
+        sys.modules.pop(_AREAL_MODULE, None)
         log(f"  AReaL: cannot load {path} ({exc!r}); AReaL figures skipped")
         return None
     finally:
@@ -453,22 +486,16 @@ def _dir_bytes(root: str) -> int:
                if os.path.isfile(p))
 
 
-def _areal_scope_bytes(module: types.ModuleType, ctx: Context, n: int) -> dict:
-    root = ctx.tmpdir("areal-")
-    tracer = _areal_tracer(module, root, requests=False)
-    for _ in range(n):
-        with tracer.trace_scope(SCOPE):
+def _areal_scope_loop(tracer: Any, k: int, name: str) -> None:
+    scope = tracer.trace_scope
+    for _ in range(k):
+        with scope(name):
             pass
-    tracer.save(force=True)
-    size = _dir_bytes(root)
-    return {"n": n, "bytes": size, "trace_bytes": size}
 
 
-def _areal_session_bytes(module: types.ModuleType, ctx: Context, tasks: int) -> dict:
+def _areal_session_loop(module: types.ModuleType, tracer: Any, tasks: int) -> None:
     """AReaL's request tracer: one request per session (it has no task level);
     generate and reward phases, execution end with a status, consumed."""
-    root = ctx.tmpdir("areal-")
-    tracer = _areal_tracer(module, root, requests=True)
     requests = tracer.request_tracer
     ev = module.RequestTraceEvent
     for _ in range(tasks * SESSIONS_PER_TASK):
@@ -481,8 +508,39 @@ def _areal_session_bytes(module: types.ModuleType, ctx: Context, tasks: int) -> 
         requests.record_event(rid, ev.REWARD_END)
         requests.record_event(rid, ev.EXECUTION_END, status="accepted")
         requests.record_event(rid, ev.CONSUMED)
+
+
+def _areal_scope_bytes(module: types.ModuleType, ctx: Context, n: int) -> dict:
+    root = ctx.tmpdir("areal-")
+    tracer = _areal_tracer(module, root, requests=False)
+    _areal_scope_loop(tracer, n, SCOPE)
+    tracer.save(force=True)
+    size = _dir_bytes(root)
+    return {"n": n, "bytes": size, "trace_bytes": size}
+
+
+def _areal_session_bytes(module: types.ModuleType, ctx: Context, tasks: int) -> dict:
+    root = ctx.tmpdir("areal-")
+    tracer = _areal_tracer(module, root, requests=True)
+    _areal_session_loop(module, tracer, tasks)
     tracer.save(force=True)
     return {"n": tasks * SESSIONS_PER_TASK, "bytes": _dir_bytes(root)}
+
+
+def _areal_contenders(ctx: Context, scope: Callable[[Any], dict], sessions: Callable[[Any], dict]
+                      ) -> tuple[Callable[[], dict] | None, Callable[[], dict] | None]:
+    """``scope(module)`` and ``sessions(module)`` as contenders where ``--areal`` loads
+    AReaL's module and a dry run of its known call forms works; (None, None) otherwise."""
+    areal = load_areal(getattr(ctx, "areal_path", None), ctx.log)
+    if areal is None:
+        return None, None
+    try:  # a dry run: an AReaL version with other call forms is skipped, not an error
+        _areal_scope_bytes(areal, ctx, 10)
+        _areal_session_bytes(areal, ctx, 2)
+    except Exception as exc:  # noqa: BLE001
+        ctx.log(f"  AReaL: its tracer did not run with the known call forms ({exc!r}); AReaL figures skipped")
+        return None, None
+    return (lambda: scope(areal)), (lambda: sessions(areal))
 
 
 def _otel_bytes(ctx: Context, n_items: int, body: Callable[[], None]) -> dict:
@@ -504,7 +562,6 @@ def w_bytes(ctx: Context, repeats: int) -> dict[str, Any]:
     tasks = ctx.sizes.session_tasks
     sessions = tasks * SESSIONS_PER_TASK
     otel_loop, _, jsonl_loop = _scope_loops(False)
-    areal = load_areal(getattr(ctx, "areal_path", None), ctx.log)
 
     def jsonl_scope() -> dict:
         path = os.path.join(ctx.tmpdir("jsonl-"), "trace.jsonl")
@@ -523,15 +580,12 @@ def w_bytes(ctx: Context, repeats: int) -> dict[str, Any]:
     scope_contenders = {"otel_rl": lambda: _otel_bytes(ctx, n, lambda: otel_loop(n, SCOPE)), "jsonl": jsonl_scope}
     session_contenders = {"otel_rl": lambda: _otel_bytes(ctx, sessions, lambda: otel_session_loop(tasks)),
                           "jsonl": jsonl_sessions}
-    if areal is not None:
-        try:  # a dry run: an AReaL version with other call forms is skipped, not an error
-            _areal_scope_bytes(areal, ctx, 10)
-            _areal_session_bytes(areal, ctx, 2)
-            scope_contenders["areal"] = lambda: _areal_scope_bytes(areal, ctx, n)
-            session_contenders["areal"] = lambda: _areal_session_bytes(areal, ctx, tasks)
-        except Exception as exc:  # noqa: BLE001
-            ctx.log(f"  AReaL: its tracer did not run with the known call forms ({exc!r}); AReaL figures skipped")
-            areal = None
+    areal_scope, areal_sessions = _areal_contenders(ctx, lambda m: _areal_scope_bytes(m, ctx, n),
+                                                    lambda m: _areal_session_bytes(m, ctx, tasks))
+    areal = areal_scope is not None
+    if areal:
+        scope_contenders["areal"] = areal_scope
+        session_contenders["areal"] = areal_sessions
     # Bytes do not vary between repeats; two show that they do not.
     scope = interleaved(max(1, min(repeats, 2)), scope_contenders, ctx.log)
     sess = interleaved(max(1, min(repeats, 2)), session_contenders, ctx.log)
@@ -545,7 +599,7 @@ def w_bytes(ctx: Context, repeats: int) -> dict[str, Any]:
                  note="otel_rl: every file of the run (session records + trace + metrics + run files); "
                       "JSONL: its session records"),
     ]
-    if areal is not None:
+    if areal:
         rows.insert(1, make_row("  AReaL perf_tracer: trace-file bytes per scope", "bytes/span", scope, per,
                                 sources={"otel_rl": "areal", "jsonl": "jsonl"}, fmt="kib",
                                 note="otel_rl column shows AReaL: perf_tracer/traces-r0.jsonl"))
@@ -554,8 +608,8 @@ def w_bytes(ctx: Context, repeats: int) -> dict[str, Any]:
                              note="otel_rl column shows AReaL: request_tracer/requests-r0.jsonl, one "
                                   "request per session (AReaL writes no spans for it)"))
     by_kind = {k: v / sessions for k, v in sess["otel_rl"][0]["by_kind"].items()}
-    rows[2 if areal is not None else 1]["ref"] = "info: otel_rl by file " + ", ".join(f"{k} {v:,.0f}" for k, v in sorted(by_kind.items()))
-    return {"title": "13. bytes written", "params": {"n": n, "sessions": sessions, "areal": areal is not None},
+    rows[2 if areal else 1]["ref"] = "info: otel_rl by file " + ", ".join(f"{k} {v:,.0f}" for k, v in sorted(by_kind.items()))
+    return {"title": "13. bytes written", "params": {"n": n, "sessions": sessions, "areal": areal},
             "samples": {"scope": scope, "sessions": sess}, "rows": rows}
 
 

@@ -32,3 +32,77 @@ def test_bench_quick_runs_every_workload(tmp_path):
     for name, result in data["workloads"].items():
         assert result["rows"], f"{name} produced no table rows"
         assert result["samples"], f"{name} kept no raw samples"
+
+
+# A module with the call forms the bench reads from AReaL's perf_tracer: a dataclass under
+# postponed annotations, as AReaL's (which looks its module up in sys.modules while the module
+# loads), a tracer of scopes that saves JSON lines, and a request tracer of events.
+_AREAL_LIKE = '''
+from __future__ import annotations
+
+import dataclasses, enum, json, os, time
+
+@dataclasses.dataclass
+class _Event:
+    name: str
+    ts: float
+
+class RequestTraceEvent(str, enum.Enum):
+    ENQUEUED = "enqueued"
+    EXECUTION_START = "execution_start"
+    EXECUTION_END = "execution_end"
+    CONSUMED = "consumed"
+    GENERATE_START = "generate_start"
+    GENERATE_END = "generate_end"
+    REWARD_START = "reward_start"
+    REWARD_END = "reward_end"
+
+class _Requests:
+    def __init__(self):
+        self.events = {}
+    def register_submission(self):
+        rid = len(self.events)
+        self.events[rid] = []
+        return rid
+    def record_event(self, rid, event, **payload):
+        self.events[rid].append((event.value, time.perf_counter(), payload))
+
+class _Scope:
+    def __init__(self, tracer, name):
+        self.tracer, self.name = tracer, name
+    def __enter__(self):
+        self.start = time.perf_counter()
+    def __exit__(self, *exc):
+        self.tracer.events.append(_Event(self.name, self.start))
+
+class PerfTracer:
+    def __init__(self, config, rank):
+        self.root = os.path.join(config.fileroot, str(rank))
+        self.events = []
+        self.request_tracer = _Requests() if config.request_tracer else None
+    def trace_scope(self, name):
+        return _Scope(self, name)
+    def save(self, force=False):
+        os.makedirs(self.root, exist_ok=True)
+        with open(os.path.join(self.root, "traces.jsonl"), "a") as f:
+            for event in self.events:
+                f.write(json.dumps(dataclasses.asdict(event)) + "\\n")
+        self.events = []
+'''
+
+
+def test_bench_measures_an_areal_module_given_by_path(tmp_path):
+    module = tmp_path / "perf_tracer.py"
+    module.write_text(_AREAL_LIKE)
+    out = tmp_path / "b.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench", "--quick", "--repeats", "1", "--only", "total_cpu,bytes",
+         "--areal", str(module), "--out", str(out)],
+        cwd=ROOT, env=clean_env(drop=("PYTEST_",)), capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, f"stdout:\n{proc.stdout[-4000:]}\nstderr:\n{proc.stderr[-4000:]}"
+    assert "AReaL figures skipped" not in proc.stdout + proc.stderr
+    data = json.loads(out.read_text())
+    labels = [row["label"].strip() for name in ("total_cpu", "bytes") for row in data["workloads"][name]["rows"]]
+    assert {"AReaL perf_tracer: total CPU per scope", "AReaL perf_tracer: total CPU per session",
+            "AReaL perf_tracer: trace-file bytes per scope"} <= set(labels)
