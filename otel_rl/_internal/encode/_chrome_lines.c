@@ -509,7 +509,7 @@ static PyObject *configure(PyObject *self, PyObject *config) {
     if (!PyDict_CheckExact(kind_names) || !PyDict_CheckExact(status_names) || !PyDict_CheckExact(arg_names)
         || !PyTuple_CheckExact(fixed_keys) || !PyUnicode_CheckExact(flow_name) || !PyUnicode_CheckExact(flow_category)) {
         Py_CLEAR(dumps);
-        PyErr_SetString(PyExc_TypeError, "configure(): names must be dicts, fixed_keys a tuple");
+        PyErr_SetString(PyExc_TypeError, "configure(): names must be dicts, fixed_keys a tuple, flow names str");
         return NULL;
     }
     Py_ssize_t top = i_name;
@@ -519,7 +519,8 @@ static PyObject *configure(PyObject *self, PyObject *config) {
     Py_RETURN_NONE;
 }
 
-/* One end of a flow arrow, as orjson writes the encoder's dict: ph "s" (bind "" ) or "f" (bind "e"). */
+/* One end of a flow arrow as orjson writes the encoder's dict, after head (its "ph" and "bp"),
+ * at place's pid, tid and ts. */
 static int put_flow_end(Buf *b, const char *head, Py_ssize_t head_len, const char *id, PyObject *place) {
     PyObject *pid = PyTuple_GET_ITEM(place, 2), *tid = PyTuple_GET_ITEM(place, 3), *ts = PyTuple_GET_ITEM(place, 4);
     if (!PyFloat_CheckExact(ts) || !PyLong_CheckExact(pid) || !PyLong_CheckExact(tid)) return SKIP;

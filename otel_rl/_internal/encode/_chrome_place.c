@@ -495,7 +495,6 @@ static int replace_slice(PyObject *list, Py_ssize_t i, Py_ssize_t j, PyObject *v
     return r;
 }
 
-/* Lane.insert: 1 inserted, 0 refused (the lane unchanged), -1 an error. */
 /* LaneLevel(), its four empty lists made here rather than by its __init__ in Python. */
 static PyObject *new_level(void) {
     PyObject *level = t_level->tp_alloc(t_level, 0);
@@ -509,6 +508,7 @@ static PyObject *new_level(void) {
     return level;
 }
 
+/* Lane.insert: 1 inserted, 0 refused (the lane unchanged), -1 an error. */
 static int lane_insert(PyObject *lane, PyObject *start_o, long long start, PyObject *end_o, long long end,
                        PyObject *span_id, PyObject *parent_of) {
     if (Py_TYPE(lane) != t_lane) { PyErr_SetString(PyExc_TypeError, "not a Lane"); return -1; }
