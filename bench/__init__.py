@@ -14,7 +14,7 @@ Workloads (names for ``--only``):
 ``burst``          50,000 spans as fast as possible at default settings: spans lost
 ``concurrency``    16 threads of scopes; 1,000 concurrent asyncio sessions
 ``memory``         tracemalloc peak of the session workload; RSS over ``--memory-sessions`` sessions
-``total_cpu``      CPU of every process (exporter child included) per scope and per session
+``total_cpu``      CPU of every process (exporter child included) per scope and per session (``--areal PATH``: AReaL's perf_tracer too)
 ``otlp_total``     OTLP + file, every process, beside the SDK's OTLP exporter over gRPC and HTTP
 ``wall_interleaved`` wall of the traced loop while export runs, chunks alternating with JSONL in one process
 ``exporter_throughput`` spans/s one exporter process delivers (file, OTLP, both), with losses

@@ -35,7 +35,8 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--profile", action="store_true",
                         help="also write cProfile output for otel_rl next to the JSON (profile.txt)")
     parser.add_argument("--areal", default=None, metavar="PATH",
-                        help="AReaL's perf_tracer.py module file, for the bytes workload (optional)")
+                        help="AReaL's perf_tracer.py module file, measured beside otel_rl in the total_cpu "
+                             "and bytes workloads (optional)")
     parser.add_argument("--strict", action="store_true", help="exit 1 when a target fails")
     parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     args = parser.parse_args(argv)
