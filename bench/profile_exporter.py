@@ -132,10 +132,9 @@ def replay(settings: Any, resource_attrs: dict[str, Any], batches: list[bytes], 
     on_records = RecordSink(chain, builder).on_records
     n = 0
     for thread_names, records in decoded:
-        count = span_count(records)
-        n += count
+        n += span_count(records)
         builder.thread_names.update(thread_names)
-        export_batch(on_records, chain, records, count)
+        export_batch(on_records, chain, records)
     chain.shutdown(5.0)
     cpu = time.process_time() - t0
     gc.unfreeze()

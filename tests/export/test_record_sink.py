@@ -18,7 +18,9 @@ from otel_rl._internal.encode import chrome_trace
 from otel_rl._internal.encode.perfetto import encoder as perfetto_encoder
 from otel_rl._internal.encode.readable import ReadableBuilder
 from otel_rl._internal.export.chain import ExportChain
+from otel_rl._internal.export import record_sink
 from otel_rl._internal.export.record_sink import RecordSink
+from otel_rl._internal.recording import record
 from otel_rl._internal.recording.record import expand
 from otel_rl._internal.state import STATE
 
@@ -88,7 +90,8 @@ def _capture(tmp_path) -> tuple[object, dict, list, dict]:
 def _replay(settings, resource_attrs, records, names, root, path: str, monkeypatch) -> dict[str, bytes]:
     """The files of the run ``records`` make through ``path``: ``"span"`` (an SDK span per
     record into the chain's sink), ``"record"`` (:meth:`RecordSink.on_record` each) or
-    ``"batch"`` (:meth:`RecordSink.on_records`, the compiled walk where built)."""
+    ``"batch"`` (:meth:`RecordSink.on_records` given the bundled records as the pipe carries
+    them: the compiled expansion and walk where built)."""
     settings = dataclasses.replace(settings, fileroot=str(root))
     # The same tids, sequence ids and track uuids both times.
     monkeypatch.setattr(chrome_trace, "_encoder_numbers", itertools.count(1))
@@ -99,7 +102,7 @@ def _replay(settings, resource_attrs, records, names, root, path: str, monkeypat
     builder = ReadableBuilder(resource, dict(names))
     random.seed(7)  # bundled phases draw their span ids
     if path == "batch":
-        RecordSink(chain, builder).on_records(expand(records))
+        RecordSink(chain, builder).on_records(list(records))
     elif path == "record":
         on_record = RecordSink(chain, builder).on_record
         for rec in expand(records):
@@ -130,3 +133,41 @@ def test_record_path_writes_the_span_paths_bytes(tmp_path, monkeypatch, file_for
     for name in spans:
         assert len(spans[name]) > 1000
         assert direct[name] == spans[name], name
+
+
+def _bundled_records(seed: int) -> list[tuple]:
+    """Plain records and sessions with bundles of every shape record.expand takes: plain,
+    interrupted and versioned phases, baggage or none, and an empty bundle."""
+    rng = random.Random(seed)
+    out = []
+    for i in range(300):
+        fields = [None] * record.FIELDS
+        fields[record.NAME] = f"span{i}"
+        fields[record.TRACE_ID] = rng.getrandbits(128)
+        fields[record.SPAN_ID] = rng.getrandbits(64) or 1
+        fields[record.FLAGS] = rng.choice([0, 1])
+        fields[record.START], fields[record.END] = 1_000 * i, 1_000 * i + 500
+        fields[record.IDS] = rng.choice([None, {}, {"rl.task.id": i}])
+        pick = rng.random()
+        if pick < 0.7:
+            phases = tuple(
+                record.bundled_phase(rng.choice(["generate", "reward", "toolcall"]), 10 * k, 10 * k + 5,
+                                     rng.randrange(3), rng.choice([None, {"n": k}]),
+                                     rng.choice([None, None, None, "the session ended"]),
+                                     rng.choice([None, None, None, 7]))
+                for k in range(rng.randrange(1, 4)))
+            fields[record.BUNDLE] = record.bundle(f"s{i}", phases)
+        elif pick < 0.75:
+            fields[record.BUNDLE] = (f"s{i}", ())
+        out.append(tuple(fields))
+    return out
+
+
+@pytest.mark.skipif(record_sink._native is None, reason="built without a C compiler")
+@pytest.mark.parametrize("seed", range(3))
+def test_the_compiled_expansion_gives_record_expands_records_and_span_ids(seed):
+    records = _bundled_records(seed)
+    random.seed(seed)
+    expected = expand(records)
+    random.seed(seed)
+    assert record_sink.expand(records) == expected

@@ -22,6 +22,10 @@ static PyObject *kind_phase, *kind_session, *s_derive_failed;
 static PyObject *args_prefix, *is_content_key;
 static Py_ssize_t i_ids, i_thread, i_category, i_attributes, i_args, i_events, i_links, i_scope, i_flags, n_fields;
 static PyObject *content_cache;  /* attribute key -> bool */
+/* expand(): record.expand's pieces and the record's layout */
+static PyObject *k_session_id, *py_phase, *py_phase_attributes, *py_expand, *getrandbits, *new_span_id, *phase_attrs;
+static Py_ssize_t e_name, e_trace, e_span, e_parent, e_remote, e_state, e_start, e_end, e_kind, e_status, e_bundle;
+#define MAX_FIELDS 64
 static PyObject *arg_names;  /* args key -> "rl.args." + key */
 #define MAX_CACHED 65536
 
@@ -256,6 +260,149 @@ failed:
     return NULL;
 }
 
+/* --- expand(records): record.expand ------------------------------------------------------------
+ * Each session's bundled phases become records of their own, ahead of the session (which keeps no
+ * bundle). A plain phase (not interrupted, no policy version) is built here with record.phase's
+ * fields, drawing its span id from the same getrandbits; any other phase is record.phase's, and
+ * a record of another shape record.expand's, so the ids come from the same stream in the same
+ * order. */
+
+/* record.phase_attributes(name): the shared dict, kept here too after the first call. */
+static PyObject *phase_attributes(PyObject *name) {
+    PyObject *attrs = PyDict_GetItemWithError(phase_attrs, name);
+    if (attrs) return Py_NewRef(attrs);
+    if (PyErr_Occurred()) return NULL;
+    attrs = PyObject_CallOneArg(py_phase_attributes, name);
+    if (attrs && PyDict_GET_SIZE(phase_attrs) < 4096 && PyDict_SetItem(phase_attrs, name, attrs) < 0) Py_CLEAR(attrs);
+    return attrs;
+}
+
+/* A random nonzero span id: getrandbits(64) or new_span_id(), as record.phase draws it. */
+static PyObject *draw_span_id(void) {
+    PyObject *bits = PyLong_FromLong(64), *id = bits ? PyObject_CallOneArg(getrandbits, bits) : NULL;
+    Py_XDECREF(bits);
+    if (!id) return NULL;
+    int zero = PyObject_Not(id);
+    if (zero < 0) { Py_DECREF(id); return NULL; }
+    if (zero) Py_SETREF(id, PyObject_CallNoArgs(new_span_id));
+    return id;
+}
+
+/* A new record: values[k] at each index k, None where NULL. */
+static PyObject *new_record(PyObject **values) {
+    PyObject *out = PyTuple_New(n_fields);
+    if (!out) return NULL;
+    for (Py_ssize_t k = 0; k < n_fields; k++) PyTuple_SET_ITEM(out, k, Py_NewRef(values[k] ? values[k] : Py_None));
+    return out;
+}
+
+/* The record of one bundled phase (a 7-tuple) of session rec, its baggage ids. */
+static PyObject *phase_record(PyObject *rec, PyObject *ids, PyObject *phase) {
+    PyObject **f = PySequence_Fast_ITEMS(phase);  /* name, start, end, thread, args, interrupted, version */
+    if (f[5] != Py_None || f[6] != Py_None) {
+        PyObject *argv[9] = {rec, ids, f[0], f[1], f[2], f[3], f[4], f[5], f[6]};
+        return PyObject_Vectorcall(py_phase, argv, 9, NULL);
+    }
+    PyObject *attrs = phase_attributes(f[0]), *span_id = attrs ? draw_span_id() : NULL;
+    PyObject *zero = span_id ? PyLong_FromLong(0) : NULL, *out = NULL;
+    if (zero) {
+        PyObject *values[MAX_FIELDS] = {NULL};
+        values[e_name] = f[0];
+        values[e_trace] = PyTuple_GET_ITEM(rec, e_trace);
+        values[e_span] = span_id;
+        values[e_parent] = PyTuple_GET_ITEM(rec, e_span);
+        values[e_remote] = Py_False;
+        values[i_flags] = PyTuple_GET_ITEM(rec, i_flags);
+        values[e_state] = PyTuple_GET_ITEM(rec, e_state);
+        values[e_start] = f[1];
+        values[e_end] = f[2];
+        values[e_kind] = zero;  /* SpanKind.INTERNAL */
+        values[i_ids] = ids;
+        values[i_thread] = f[3];
+        values[i_attributes] = attrs;
+        values[i_args] = f[4];
+        values[e_status] = zero;  /* StatusCode.UNSET */
+        out = new_record(values);
+    }
+    Py_XDECREF(zero);
+    Py_XDECREF(attrs);
+    Py_XDECREF(span_id);
+    return out;
+}
+
+/* Whether rec is a session this file expands: a bundle of (session id, tuple of 7-tuples),
+ * baggage ids a dict or nothing. 0 without a bundle, -1 on error, 2 for record.expand. */
+static int bundled(PyObject *rec) {
+    if (!PyTuple_CheckExact(rec) || PyTuple_GET_SIZE(rec) != n_fields) return 2;
+    PyObject *bundle = PyTuple_GET_ITEM(rec, e_bundle);
+    if (bundle == Py_None) return 0;
+    if (!PyTuple_CheckExact(bundle) || PyTuple_GET_SIZE(bundle) != 2) return 2;
+    PyObject *phases = PyTuple_GET_ITEM(bundle, 1), *ids = PyTuple_GET_ITEM(rec, i_ids);
+    if (!PyTuple_CheckExact(phases) || (ids != Py_None && !PyDict_CheckExact(ids))) return 2;
+    if (!PyTuple_GET_SIZE(phases)) return 2;  /* an empty bundle (bundle() never makes one) */
+    for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(phases); k++) {
+        PyObject *one = PyTuple_GET_ITEM(phases, k);
+        if (!PyTuple_CheckExact(one) || PyTuple_GET_SIZE(one) != 7) return 2;
+    }
+    return 1;
+}
+
+/* Appends rec's phases, then rec without its bundle, to out. */
+static int expand_session(PyObject *rec, PyObject *out) {
+    PyObject *bundle = PyTuple_GET_ITEM(rec, e_bundle), *phases = PyTuple_GET_ITEM(bundle, 1);
+    PyObject *given = PyTuple_GET_ITEM(rec, i_ids);
+    PyObject *ids = given != Py_None && PyDict_GET_SIZE(given) ? PyDict_Copy(given) : PyDict_New();
+    if (!ids || PyDict_SetItem(ids, k_session_id, PyTuple_GET_ITEM(bundle, 0)) < 0) { Py_XDECREF(ids); return -1; }
+    int r = 0;
+    for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(phases) && r == 0; k++) {
+        PyObject *one = phase_record(rec, ids, PyTuple_GET_ITEM(phases, k));
+        r = one && PyList_Append(out, one) == 0 ? 0 : -1;
+        Py_XDECREF(one);
+    }
+    Py_DECREF(ids);
+    if (r < 0) return -1;
+    PyObject *values[MAX_FIELDS];
+    for (Py_ssize_t k = 0; k < n_fields; k++) values[k] = PyTuple_GET_ITEM(rec, k);
+    values[e_bundle] = NULL;
+    PyObject *session = new_record(values);
+    if (!session) return -1;
+    r = PyList_Append(out, session);
+    Py_DECREF(session);
+    return r;
+}
+
+static PyObject *expand(PyObject *self, PyObject *records) {
+    if (!PyList_CheckExact(records)) {
+        PyErr_SetString(PyExc_TypeError, "expand(records) takes a list");
+        return NULL;
+    }
+    if (!py_expand) {
+        PyErr_SetString(PyExc_RuntimeError, "configure() was not called");
+        return NULL;
+    }
+    PyObject *out = PyList_New(0);
+    for (Py_ssize_t i = 0; out && i < PyList_GET_SIZE(records); i++) {
+        PyObject *rec = PyList_GET_ITEM(records, i);
+        int kind = bundled(rec), r = 0;
+        if (kind == 0) {
+            r = PyList_Append(out, rec);
+        } else if (kind == 1) {
+            r = expand_session(rec, out);
+        } else {
+            PyObject *one = PyList_New(1), *got = NULL;
+            if (one) {
+                PyList_SET_ITEM(one, 0, Py_NewRef(rec));
+                got = PyObject_CallOneArg(py_expand, one);
+                Py_DECREF(one);
+            }
+            r = got && PyList_SetSlice(out, PyList_GET_SIZE(out), PyList_GET_SIZE(out), got) == 0 ? 0 : -1;
+            Py_XDECREF(got);
+        }
+        if (r < 0) Py_CLEAR(out);
+    }
+    return out;
+}
+
 /* configure(dict): the keys, record indices and content test sink_records uses. */
 static PyObject *configure(PyObject *self, PyObject *config) {
     if (!PyDict_Check(config)) {
@@ -272,9 +419,27 @@ static PyObject *configure(PyObject *self, PyObject *config) {
         || take_index(config, "CATEGORY_FIELD", &i_category) || take_index(config, "ATTRIBUTES", &i_attributes)
         || take_index(config, "ARGS", &i_args) || take_index(config, "EVENTS", &i_events)
         || take_index(config, "LINKS", &i_links) || take_index(config, "SCOPE", &i_scope)
-        || take_index(config, "FLAGS", &i_flags) || take_index(config, "fields", &n_fields)) {
+        || take_index(config, "FLAGS", &i_flags) || take_index(config, "fields", &n_fields)
+        || take(config, "SESSION_ID", &k_session_id) || take(config, "phase", &py_phase)
+        || take(config, "phase_attributes", &py_phase_attributes) || take(config, "expand", &py_expand)
+        || take(config, "getrandbits", &getrandbits) || take(config, "new_span_id", &new_span_id)
+        || take_index(config, "NAME", &e_name) || take_index(config, "TRACE_ID", &e_trace)
+        || take_index(config, "SPAN_ID", &e_span) || take_index(config, "PARENT_ID", &e_parent)
+        || take_index(config, "PARENT_REMOTE", &e_remote) || take_index(config, "TRACE_STATE", &e_state)
+        || take_index(config, "START", &e_start) || take_index(config, "END", &e_end)
+        || take_index(config, "KIND", &e_kind) || take_index(config, "STATUS", &e_status)
+        || take_index(config, "BUNDLE", &e_bundle)) {
         Py_XDECREF(keys);
         return NULL;
+    }
+    Py_ssize_t used[] = {i_ids, i_thread, i_attributes, i_args, i_flags, e_name, e_trace, e_span, e_parent,
+                         e_remote, e_state, e_start, e_end, e_kind, e_status, e_bundle};
+    for (size_t k = 0; k < sizeof(used) / sizeof(used[0]); k++) {
+        if (n_fields > MAX_FIELDS || used[k] >= n_fields) {
+            Py_DECREF(keys);
+            PyErr_SetString(PyExc_ValueError, "configure(): record indices must lie in a record of at most 64 fields");
+            return NULL;
+        }
     }
     if (!PyTuple_CheckExact(keys) || !PyUnicode_CheckExact(args_prefix)) {
         Py_DECREF(keys);
@@ -284,6 +449,7 @@ static PyObject *configure(PyObject *self, PyObject *config) {
     Py_XSETREF(baggage_keys, keys);
     PyDict_Clear(content_cache);
     PyDict_Clear(arg_names);
+    PyDict_Clear(phase_attrs);
     Py_RETURN_NONE;
 }
 
@@ -291,6 +457,7 @@ static PyMethodDef methods[] = {
     {"configure", configure, METH_O, "Sets the keys, record indices and content test sink_records() uses."},
     {"sink_records", (PyCFunction)(void (*)(void))sink_records, METH_FASTCALL,
      "Builds the attributes of a batch's plain records and keeps the sampled ones for the trace file."},
+    {"expand", expand, METH_O, "record.expand(records): each session's bundled phases as records of their own."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -302,6 +469,7 @@ PyMODINIT_FUNC PyInit__record_sink(void) {
     if (!(s_derive_failed = PyUnicode_InternFromString("derive_failed"))) { Py_DECREF(m); return NULL; }
     content_cache = PyDict_New();
     arg_names = PyDict_New();
-    if (!content_cache || !arg_names) { Py_DECREF(m); return NULL; }
+    phase_attrs = PyDict_New();
+    if (!content_cache || !arg_names || !phase_attrs) { Py_DECREF(m); return NULL; }
     return m;
 }

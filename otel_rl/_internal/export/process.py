@@ -48,7 +48,7 @@ from typing import Any
 
 from ... import environment_variables as ev
 from .. import diagnostics, guard
-from ..recording.record import expand, make_marshalable, span_count
+from ..recording.record import make_marshalable, span_count
 from . import wire
 
 CONFIG_ENV = "OTEL_RL_EXPORTER_CONFIG"
@@ -444,8 +444,8 @@ def _safe(record: tuple) -> tuple | None:
         return None
 
 
-def export_batch(on_records: Any, chain: Any, records: list[tuple], count: int) -> None:
-    """Hands one batch of records (``count`` spans) to the outputs, then ends the batch.
+def export_batch(on_records: Any, chain: Any, records: list[tuple]) -> None:
+    """Hands one batch of records to the outputs, then ends the batch.
 
     The collector is paused meanwhile: nearly every object the batch allocates
     (records, attribute dicts, lines) is freed before it ends, and young
@@ -454,7 +454,7 @@ def export_batch(on_records: Any, chain: Any, records: list[tuple], count: int) 
     """
     gc.disable()
     try:
-        on_records(records if count == len(records) else expand(records))  # never raises
+        on_records(records)  # never raises
         chain.after_batch()
     finally:
         gc.enable()
@@ -563,7 +563,7 @@ def main() -> int:
             count = span_count(records)
             spans_in += count
             builder.thread_names.update(thread_names)
-            export_batch(on_records, chain, records, count)
+            export_batch(on_records, chain, records)
             progress()
         elif kind == b"F":
             if not ended:

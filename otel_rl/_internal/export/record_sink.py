@@ -30,10 +30,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import random
+
 from .. import diagnostics, guard, keys, payload
 from ..encode.otlp import EncodedSpan, record_span
 from ..encode.readable import ReadableBuilder
 from ..recording import privacy, record
+from ..recording.ids import new_span_id
 from ..recording.record import EVENTS, FLAGS, LINKS, SCOPE
 from .session_processor import compiled_derive
 
@@ -49,8 +52,20 @@ else:
         "ARGS_PREFIX": keys.ARGS_PREFIX, "is_content_key": privacy.is_content_key, "IDS": record.IDS,
         "THREAD": record.THREAD, "CATEGORY_FIELD": record.CATEGORY, "ATTRIBUTES": record.ATTRIBUTES,
         "ARGS": record.ARGS, "EVENTS": EVENTS, "LINKS": LINKS, "SCOPE": SCOPE, "FLAGS": FLAGS,
-        "fields": record.FIELDS,
+        "fields": record.FIELDS, "SESSION_ID": keys.SESSION_ID, "phase": record.phase,
+        "phase_attributes": record.phase_attributes, "expand": record.expand,
+        # record.phase's draw: the random module's shared generator, one stream for both.
+        "getrandbits": random.getrandbits, "new_span_id": new_span_id,
+        **{name: index for name, index in record.layout().items()
+           if name in ("NAME", "TRACE_ID", "SPAN_ID", "PARENT_ID", "PARENT_REMOTE", "TRACE_STATE", "START", "END",
+                       "KIND", "STATUS", "BUNDLE")},
     })
+
+
+def expand(records: list[tuple]) -> list[tuple]:
+    """:func:`..recording.record.expand`, compiled where built (the same records, span ids
+    drawn from the same generator in the same order)."""
+    return _native.expand(records) if _native is not None else record.expand(records)
 
 
 class RecordSink:
@@ -80,7 +95,13 @@ class RecordSink:
         self._compiled_derive = compiled_derive if self._session is not None else None
 
     def on_records(self, records: list[tuple]) -> None:
-        """Exports a batch of records (without bundles: :func:`..recording.record.expand`), in order."""
+        """Exports a batch of records, in order, each session's bundled phases first
+        (:func:`expand`)."""
+        try:
+            records = expand(records)
+        except Exception as exc:  # noqa: BLE001 - only a failure of the interpreter itself
+            guard.report(diagnostics.EXPORT_ERROR, "a batch could not be processed: %r", exc)
+            return
         if self._sink_records is None:
             for rec in records:
                 self.on_record(rec)
