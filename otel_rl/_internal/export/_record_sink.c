@@ -331,7 +331,7 @@ static PyObject *phase_record(PyObject *rec, PyObject *ids, PyObject *phase) {
 }
 
 /* Whether rec is a session this file expands: a bundle of (session id, tuple of 7-tuples),
- * baggage ids a dict or nothing. 0 without a bundle, -1 on error, 2 for record.expand. */
+ * baggage ids a dict or nothing: 1; 0 without a bundle; 2 for record.expand to take. */
 static int bundled(PyObject *rec) {
     if (!PyTuple_CheckExact(rec) || PyTuple_GET_SIZE(rec) != n_fields) return 2;
     PyObject *bundle = PyTuple_GET_ITEM(rec, e_bundle);

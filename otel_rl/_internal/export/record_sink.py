@@ -19,8 +19,9 @@ takes the span path through ``chain.sink()``, unchanged. Both paths feed the
 same processors in order, so the outputs are those of the span path (a test
 compares them byte for byte).
 
-:meth:`RecordSink.on_records` hands a batch to the compiled twin
-(``_record_sink.c``): it builds the attributes of the plain records (most
+:meth:`RecordSink.on_records` takes a batch as the pipe carries it, each session's
+phases still bundled in it, and expands them (:func:`expand`, compiled too), then hands
+the batch to the compiled twin (``_record_sink.c``): it builds the attributes of the plain records (most
 scopes, phases and sessions) itself, has the session processor derive from
 them, keeps them for the file and hands them to OTLP, and gives every other
 record to :meth:`RecordSink.on_record`, in order.
