@@ -90,20 +90,32 @@ static inline int uint_bytes(PyObject *v, unsigned char *out, size_t n, int litt
     return r < 0 ? -1 : 0;
 }
 
+static const char hex_digits[] = "0123456789abcdef";
+
+/* The 16 lowercase hex digits of u into out (not terminated). */
+static inline void hex64(char *out, unsigned long long u) {
+    for (int k = 15; k >= 0; k--, u >>= 4) out[k] = hex_digits[u & 15];
+}
+
 /* format(v, "0<2n>x") for an exact int v in [0, 2^(8n)), n <= 16 (a record's id); NULL and no
- * error set for any other value, which the caller formats in Python. */
+ * error set for any other value. */
 static inline PyObject *hex_text(PyObject *v, size_t n) {
-    static const char digits[] = "0123456789abcdef";
     unsigned char raw[16];
     if (!PyLong_CheckExact(v) || n > sizeof(raw) || uint_bytes(v, raw, n, 0) < 0) return NULL;
     PyObject *s = PyUnicode_New((Py_ssize_t)(2 * n), 127);
     if (!s) return NULL;
     Py_UCS1 *d = PyUnicode_1BYTE_DATA(s);
     for (size_t i = 0; i < n; i++) {
-        d[2 * i] = (Py_UCS1)digits[raw[i] >> 4];
-        d[2 * i + 1] = (Py_UCS1)digits[raw[i] & 15];
+        d[2 * i] = (Py_UCS1)hex_digits[raw[i] >> 4];
+        d[2 * i + 1] = (Py_UCS1)hex_digits[raw[i] & 15];
     }
     return s;
+}
+
+/* format(id, spec) for spec "0<2n>x": made here (hex_text), or by format() for what it leaves. */
+static inline PyObject *hex_id(PyObject *id, size_t n, PyObject *spec) {
+    PyObject *text = hex_text(id, n);
+    return text || PyErr_Occurred() ? text : PyObject_Format(id, spec);
 }
 
 /* Whether v == text, for a str text (only a str can be); no error set. */

@@ -137,6 +137,7 @@ def test_the_compiled_walk_writes_the_python_steps_bytes(monkeypatch, seed):
     assert walked == stepped
     assert all_steps == len(items)
     assert python_steps < len(items) * 0.7  # the plain scopes took the compiled walk
+    assert walked.count(b'{"ph":"s","name":"flow"') >= 5  # local flow arrows were written
 
 
 @compiled

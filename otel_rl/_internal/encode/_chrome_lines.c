@@ -30,7 +30,6 @@ static int put_text(Buf *b, PyObject *s) {
     if (buf_grow(b, len * 6 + 2) < 0) return -1;
     char *o = b->p + b->n;
     *o++ = '"';
-    static const char hex[] = "0123456789abcdef";
     for (Py_ssize_t k = 0; k < len; k++) {
         unsigned char c = (unsigned char)u[k];
         if (c >= 0x20 && c != '"' && c != '\\') { *o++ = (char)c; continue; }
@@ -45,7 +44,7 @@ static int put_text(Buf *b, PyObject *s) {
             case '\r': *o++ = 'r'; break;
             default:
                 *o++ = 'u'; *o++ = '0'; *o++ = '0';
-                *o++ = hex[c >> 4]; *o++ = hex[c & 15];
+                *o++ = hex_digits[c >> 4]; *o++ = hex_digits[c & 15];
         }
     }
     *o++ = '"';
@@ -296,10 +295,9 @@ static int put_hex64(Buf *b, PyObject *v) {
     if (!PyLong_CheckExact(v)) return SKIP;
     unsigned long long u = PyLong_AsUnsignedLongLong(v);
     if (u == (unsigned long long)-1 && PyErr_Occurred()) { PyErr_Clear(); return SKIP; }
-    static const char hex[] = "0123456789abcdef";
     char tmp[18];
     tmp[0] = tmp[17] = '"';
-    for (int k = 16; k >= 1; k--, u >>= 4) tmp[k] = hex[u & 15];
+    hex64(tmp + 1, u);
     return put(b, tmp, 18);
 }
 
@@ -548,10 +546,8 @@ static PyObject *flows(PyObject *self, PyObject *const *args, Py_ssize_t nargs) 
     if (!flow_name || !as_uint64(args[0], &id) || !PyTuple_Check(parent) || PyTuple_GET_SIZE(parent) < 5
         || !PyTuple_Check(child) || PyTuple_GET_SIZE(child) < 5)
         Py_RETURN_FALSE;
-    static const char hex[] = "0123456789abcdef";
     char text[16];
-    id ^= local_flow_mix;
-    for (int k = 15; k >= 0; k--, id >>= 4) text[k] = hex[id & 15];
+    hex64(text, id ^ local_flow_mix);
     PyObject *lines[2] = {NULL, NULL};
     for (int k = 0; k < 2; k++) {
         Buf b;

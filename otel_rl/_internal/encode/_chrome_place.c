@@ -125,19 +125,6 @@ static int store(Batch *b) {  /* what this file changed, back into the encoder *
     return 0;
 }
 
-/* f"{trace_id:032x}" */
-static PyObject *trace_text(PyObject *trace_id) {
-    unsigned char raw[16];
-    if (uint_bytes(trace_id, raw, 16, 0) < 0) return PyObject_Format(trace_id, hex_spec);
-    static const char hex[] = "0123456789abcdef";
-    char text[32];
-    for (int k = 0; k < 16; k++) {
-        text[2 * k] = hex[raw[k] >> 4];
-        text[2 * k + 1] = hex[raw[k] & 15];
-    }
-    return PyUnicode_FromStringAndSize(text, 32);
-}
-
 static int truthy_list(PyObject *v) {  /* events or links: None or a list, anything else counts */
     if (v == Py_None) return 0;
     if (PyList_CheckExact(v)) return PyList_GET_SIZE(v) != 0;
@@ -260,7 +247,7 @@ static int place(Batch *b, PyObject *item) {
     int same = PyObject_RichCompareBool(b->trace_id, trace_id, Py_EQ);
     if (same < 0) return -1;
     if (!same) {
-        PyObject *text = trace_text(trace_id);
+        PyObject *text = hex_id(trace_id, 16, hex_spec);
         if (!text) return -1;
         Py_SETREF(b->trace_id, Py_NewRef(trace_id));
         Py_SETREF(b->trace_hex, text);
@@ -823,7 +810,7 @@ static PyObject *place_span(PyObject *self, PyObject *const *args, Py_ssize_t na
         trace_hex = Py_NewRef(PyTuple_GET_ITEM(cached, 1));
     } else if (same == 1 || same == -2) {
         if (same == -2) PyErr_Clear();
-        trace_hex = PyLong_CheckExact(trace_id) ? trace_text(trace_id) : PyObject_Format(trace_id, hex_spec);
+        trace_hex = hex_id(trace_id, 16, hex_spec);
         PyObject *pair = trace_hex ? PyTuple_Pack(2, trace_id, trace_hex) : NULL;
         if (!pair || PyObject_SetAttr(enc, a_trace_hex, pair) < 0) {
             Py_XDECREF(pair);

@@ -406,12 +406,6 @@ done:
     return rc;
 }
 
-/* An id as the record writes it: made here, or by format(id, spec) for what hex_text leaves. */
-static PyObject *hex_id(PyObject *id, size_t n, PyObject *spec) {
-    PyObject *text = hex_text(id, n);
-    return text || PyErr_Occurred() ? text : PyObject_Format(id, spec);
-}
-
 /* Whether a session's phases hold only what this file writes as Python would: text names,
  * lists of (int, int or None). */
 static int phases_plain(PyObject *phases) {
