@@ -182,15 +182,16 @@ def test_an_exact_encoder_never_gets_lines():
 @compiled
 @pytest.mark.parametrize("seed", range(3))
 def test_floats_are_written_as_orjson_writes_them(seed):
-    # The compiled writer finds repr's shortest digits itself in [1e-3, 1e16) and asks
-    # Python elsewhere, rewriting repr's exponent as orjson writes it; timestamps
-    # (integer nanoseconds / 1000) are the common case.
+    # The compiled writer finds repr's shortest digits itself in [1e-20, 1e16) (fixed down
+    # to 1e-5, an exponent below, as orjson writes them) and asks Python elsewhere;
+    # timestamps (integer nanoseconds / 1000) and durations in seconds are the common case.
     rng = random.Random(seed)
     values = [1e-3, 1e16, 9.999999999999998e15, 2.0 ** 52, 2.0 ** 52 + 1, 2.0 ** 53 + 2, 0.5, 0.1, 2 / 3,
               1_732_563_442_123_456.75, 1_732_563_442_123_456.25, -1.5, -0.001, 0.0, -0.0, *_FLOATS,
-              1e-5, 1.5e-5, -1.5e-5, 9.99e-5, 9.999999e-6, 9.257e-6, 1e-7, 5e-324, 1e16, 1.2345e17, -1e300]
+              1e-5, 1.5e-5, -1.5e-5, 9.99e-5, 9.999999e-6, 9.257e-6, 1e-7, 1e-20, 9.99e-21, 2.0 ** -60,
+              1.2345678901234567e-6, 5e-324, 1e16, 1.2345e17, -1e300]
     for _ in range(40_000):
-        pick = rng.randrange(6)
+        pick = rng.randrange(7)
         if pick == 0:
             values.append(rng.randrange(10**18, 2 * 10**18) / 1000)
         elif pick == 1:
@@ -201,7 +202,9 @@ def test_floats_are_written_as_orjson_writes_them(seed):
             values.append(rng.randrange(2**40, 2**53) / 2 ** rng.randint(0, 12))
         elif pick == 4:
             values.append(rng.randrange(1, 10 ** rng.randint(1, 17)) / 10 ** rng.randint(0, 19))
-        else:
+        elif pick == 5:
             values.append(rng.choice([1, -1]) * 2.0 ** rng.randint(-20, 60))
+        else:  # short durations in seconds, integer nanoseconds / 1e9: 6.41e-6, 0.000102853
+            values.append(rng.randrange(1, 10 ** rng.randint(1, 7)) / 1e9)
     wrong = [x for x in values if chrome_lines.native.float_text(x) != orjson.dumps(x)]
     assert wrong == []

@@ -77,13 +77,15 @@ static char *digits(char *end, unsigned __int128 v) {
     return digits(at, v / e19);
 }
 
-/* The text repr() gives a double in [1e-3, 1e16), found directly: the fewest fraction digits
+/* The text orjson gives a double in [1e-20, 1e16), found directly: the fewest fraction digits
  * d whose nearest decimal N / 10^d (the even one of two as near) lies strictly within half an
- * ulp of x (x = M * 2^e held exactly in 128-bit integers). Where that is not certain (N half
- * an ulp away, a power of two, whose lower neighbour is nearer) it returns 0 and the caller
- * asks Python. */
+ * ulp of x (x = M * 2^e held exactly in 128-bit integers: M < 2^53 and 10^d <= 10^22 keep
+ * M * 10^d below 2^127). Those are repr's shortest digits; orjson writes them fixed down to
+ * 10^-5 ("0.000025") and below that with an exponent ("6.41e-6"). Where that is not certain
+ * (N half an ulp away, a power of two, whose lower neighbour is nearer, more than 22 fraction
+ * digits) it returns 0 and the caller asks Python. */
 static int shortest_fixed(double x, char *out, Py_ssize_t *len) {
-    if (!(x >= 1e-3 && x < 1e16)) return 0;
+    if (!(x >= 1e-20 && x < 1e16)) return 0;
     int ex;
     double m = frexp(x, &ex);
     unsigned long long mant = (unsigned long long)ldexp(m, 53);
@@ -100,9 +102,9 @@ static int shortest_fixed(double x, char *out, Py_ssize_t *len) {
     }
     if (mant == (1ULL << 52)) return 0;
     int k = -e;
-    if (k > 64) return 0;
+    if (k > 120) return 0;
     unsigned __int128 p10 = 1;
-    for (int d = 0; d <= 20; d++, p10 *= 10) {
+    for (int d = 0; d <= 22; d++, p10 *= 10) {
         unsigned __int128 big = (unsigned __int128)mant * p10;  /* x * 10^d * 2^k */
         unsigned __int128 q = big >> k;
         unsigned __int128 r = big - (q << k);
@@ -116,7 +118,19 @@ static int shortest_fixed(double x, char *out, Py_ssize_t *len) {
         char *at = digits(end, n);
         Py_ssize_t nd = end - at;
         Py_ssize_t o = 0;
-        if (d == 0) {
+        if (nd - 1 - d < -5) {  /* below 10^-5: "<digit>[.<digits>]e-<exponent>" */
+            out[o++] = at[0];
+            if (nd > 1) {
+                out[o++] = '.';
+                memcpy(out + o, at + 1, nd - 1);
+                o += nd - 1;
+            }
+            int exp10 = (int)(d - nd + 1);  /* 6 to 22 */
+            out[o++] = 'e';
+            out[o++] = '-';
+            if (exp10 >= 10) out[o++] = (char)('0' + exp10 / 10);
+            out[o++] = (char)('0' + exp10 % 10);
+        } else if (d == 0) {
             memcpy(out, at, nd);
             o = nd;
             out[o++] = '.';
