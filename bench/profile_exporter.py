@@ -8,8 +8,8 @@
 The training process ships batches of span records to the exporter child
 through :meth:`ExporterProcess.send`. This harness records a workload with that
 method patched to keep a copy of every batch (the child still gets them), then
-replays the copies through the child's own loop (``expand`` ->
-``RecordSink.on_record`` -> ``after_batch`` -> ``shutdown``) on this thread, in a fresh
+replays the copies through the child's own loop (``export_batch``: decode -> ``expand`` ->
+``RecordSink.on_records`` -> ``after_batch``; then ``shutdown``) on this thread, in a fresh
 output directory, and prints the CPU time per span. ``--profile`` repeats the
 replay under cProfile and prints the top functions by own time.
 """
@@ -112,14 +112,12 @@ def replay(settings: Any, resource_attrs: dict[str, Any], batches: list[bytes], 
     from otel_rl._internal.export.process import EXPORTER_GC_THRESHOLDS, export_batch
     from otel_rl._internal.export.record_sink import RecordSink
     from otel_rl._internal.recording import privacy
-    from otel_rl._internal.recording.record import span_count
 
     thresholds = gc.get_threshold()
     settings = dataclasses.replace(settings, fileroot=root)
     files.set_mode(settings.file_mode)
     privacy.configure(settings)
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_EXPORTER_OTLP")}
-    decoded = [wire.loads(b) for b in batches]
     resource = Resource(resource_attrs)
     # The child's collector settings (process.main): without them young
     # collections rescan the batch and dominate the figures.
@@ -131,10 +129,8 @@ def replay(settings: Any, resource_attrs: dict[str, Any], batches: list[bytes], 
     builder = ReadableBuilder(resource)
     on_records = RecordSink(chain, builder).on_records
     n = 0
-    for thread_names, records in decoded:
-        n += span_count(records)
-        builder.thread_names.update(thread_names)
-        export_batch(on_records, chain, records)
+    for payload in batches:
+        n += export_batch(on_records, chain, builder.thread_names, payload)
     chain.shutdown(5.0)
     cpu = time.process_time() - t0
     gc.unfreeze()

@@ -444,18 +444,23 @@ def _safe(record: tuple) -> tuple | None:
         return None
 
 
-def export_batch(on_records: Any, chain: Any, records: list[tuple]) -> None:
-    """Hands one batch of records to the outputs, then ends the batch.
+def export_batch(on_records: Any, chain: Any, thread_names: dict[int, str], payload: bytes) -> int:
+    """Decodes one batch as the pipe carries it, hands its records to the outputs,
+    then ends the batch; returns its span count.
 
     The collector is paused meanwhile: nearly every object the batch allocates
-    (records, attribute dicts, lines) is freed before it ends, and young
-    collections in between traversed them all while they were still alive. What
-    survives (pending sessions, placement state) is collected between batches.
+    (the decoded records, attribute dicts, lines) is freed before it ends, and
+    young collections in between traversed them all while they were still alive
+    (decoding alone set off several per batch). What survives (pending sessions,
+    placement state) is collected between batches.
     """
     gc.disable()
     try:
+        names, records = wire.loads(payload)
+        thread_names.update(names)
         on_records(records)  # never raises
         chain.after_batch()
+        return span_count(records)
     finally:
         gc.enable()
 
@@ -559,11 +564,7 @@ def main() -> int:
             guard.count(diagnostics.SPANS_DROPPED_AFTER_END, span_count(wire.loads(payload)[1]))
             progress()
         elif kind == b"B":
-            thread_names, records = wire.loads(payload)
-            count = span_count(records)
-            spans_in += count
-            builder.thread_names.update(thread_names)
-            export_batch(on_records, chain, records)
+            spans_in += export_batch(on_records, chain, builder.thread_names, payload)
             progress()
         elif kind == b"F":
             if not ended:
