@@ -83,6 +83,19 @@ def test_save_does_not_wait_for_an_unreachable_metrics_endpoint(monkeypatch, tmp
     assert _timed(otel_rl.shutdown) < 1.0 + 1.5
 
 
+def test_an_export_still_retrying_at_shutdown_is_stopped_not_left_running(monkeypatch, tmp_path):
+    # The stats gauges' last export retried against the unreachable endpoint for the
+    # whole OTLP timeout (10 s) after shutdown() gave up on it, and logged its retries
+    # into whatever ran next (the next test's configuration).
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", unreachable_endpoint())
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
+    _configure(tmp_path, shutdown_timeout_ms=500)
+    otel_rl.stats.scalar(loss=1.0)
+    otel_rl.stats.export(step=0)
+    otel_rl.shutdown()
+    wait_until(lambda: not any(t.name == "otel_rl-shutdown" for t in threading.enumerate()), timeout=3)
+
+
 def test_a_step_save_returns_without_waiting_for_the_exporter_process(tmp_path):
     settings = _configure(tmp_path)
     otel_rl.save(force=True)  # started and answering

@@ -60,6 +60,8 @@ DEFAULT_OTLP_TIMEOUT_S = 10.0
 #: ``OTEL_EXPORTER_OTLP_*TIMEOUT`` values below this are read as seconds (the
 #: Python SDK's reading), values from it on as milliseconds (the specification's).
 TIMEOUT_MS_FROM = 1000
+#: How long a shutdown step given up on gets to end once its exporter is shut down.
+ABORT_GRACE_S = 0.5
 _warned: set[tuple[str, str]] = set()
 
 
@@ -344,6 +346,7 @@ class ExportChain:
         self.closed = False
         self.session_processor: SessionSpanProcessor | None = None
         self.owned_metric_reader: PeriodicExportingMetricReader | None = None
+        self._metric_exporter: Any = None
         if settings.file_export:
             from .file_exporter import ChromeTraceFileExporter, InPlaceBatchProcessor
 
@@ -381,7 +384,7 @@ class ExportChain:
         if self._meter_provider is not None:
             metrics: Any = InstrumentSessionMetrics(self._meter_provider.get_meter(keys.INSTRUMENTATION_NAME))
         else:
-            metric_exporter = otlp_metric_exporter(self._environ)
+            metric_exporter = self._metric_exporter = otlp_metric_exporter(self._environ)
             if metric_exporter is not None:
                 reader = PeriodicExportingMetricReader(metric_exporter)
                 self._metrics_over_network = True
@@ -458,9 +461,11 @@ class ExportChain:
         # "Channel closed!" and the flush reports spans it did send as unsent).
         self._network.stop(max(0.0, end - time.monotonic()))
         if self.otlp_processor is not None:
-            bounded(self.otlp_processor.shutdown, max(0.0, end - time.monotonic()))
+            bounded(self.otlp_processor.shutdown, max(0.0, end - time.monotonic()),
+                    self.otlp_exporter.shutdown if self.otlp_exporter is not None else None)
         if self.owned_metric_reader is not None:
-            bounded(self.owned_metric_reader.shutdown, max(0.0, end - time.monotonic()))
+            bounded(self.owned_metric_reader.shutdown, max(0.0, end - time.monotonic()),
+                    self._metric_exporter.shutdown if self._metric_exporter is not None else None)
         self.closed = True
 
     def stats(self) -> dict[str, Any]:
@@ -552,11 +557,25 @@ def after_fork_in_child() -> None:
         flusher._reinit()  # noqa: SLF001
 
 
-def bounded(fn: Any, timeout_s: float) -> None:
+def bounded(fn: Any, timeout_s: float, abort: Any = None) -> None:
     """Runs a shutdown step on a helper thread so an unreachable collector
-    cannot stall process exit beyond ``timeout_s``."""
+    cannot stall process exit beyond ``timeout_s``.
+
+    A step still running then is an export retrying against a collector that is
+    down; ``abort`` (the exporter's ``shutdown``, which wakes the SDK's retry wait)
+    ends it, so that nothing of this configuration keeps exporting and logging
+    after ``shutdown()`` returned (it did, into the next configuration's log).
+    """
     thread = threading.Thread(target=fn, name="otel_rl-shutdown", daemon=True)
     thread.start()
     thread.join(timeout_s)
+    if thread.is_alive():
+        guard.report(diagnostics.SHUTDOWN_TIMEOUT, "an exporter did not shut down within %.1fs", timeout_s)
+        if abort is not None:
+            try:
+                abort()
+            except Exception:  # noqa: BLE001 - the exporter is being given up on anyway
+                pass
+            thread.join(ABORT_GRACE_S)
     if thread.is_alive():
         guard.report(diagnostics.SHUTDOWN_TIMEOUT, "an exporter did not shut down within %.1fs", timeout_s)

@@ -154,9 +154,10 @@ class OtelStatsBackend:
     unit, as Prometheus names them.
     """
 
-    def __init__(self, meter: Any, settings: Settings, provider: Any = None) -> None:
+    def __init__(self, meter: Any, settings: Settings, provider: Any = None, exporter: Any = None) -> None:
         self._meter = meter
         self._provider = provider  # set when otel_rl built it (and must flush and close it)
+        self._exporter = exporter  # its OTLP exporter: shut down at once when closing runs out of time
         self._flusher: Any = None
         self._timeout_s = settings.shutdown_timeout_ms / 1000.0
         self._gauges: dict[str, Any] = {}
@@ -201,7 +202,8 @@ class OtelStatsBackend:
         end = time.monotonic() + (self._timeout_s if timeout_s is None else timeout_s)
         if self._flusher is not None:
             self._flusher.stop(max(0.0, end - time.monotonic()))
-        bounded(self._provider.shutdown, max(0.0, end - time.monotonic()))
+        bounded(self._provider.shutdown, max(0.0, end - time.monotonic()),
+                self._exporter.shutdown if self._exporter is not None else None)
 
 
 def _otel_backend(settings: Settings) -> OtelStatsBackend | None:
@@ -224,7 +226,7 @@ def _otel_backend(settings: Settings) -> OtelStatsBackend | None:
     provider = MeterProvider(metric_readers=[PeriodicExportingMetricReader(exporter)],
                              resource=process_resource(settings, os.environ),
                              shutdown_on_exit=False)
-    return OtelStatsBackend(provider.get_meter(keys.INSTRUMENTATION_NAME), settings, provider)
+    return OtelStatsBackend(provider.get_meter(keys.INSTRUMENTATION_NAME), settings, provider, exporter)
 
 
 class TensorBoardBackend:
