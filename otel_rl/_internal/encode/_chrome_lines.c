@@ -218,6 +218,14 @@ static PyObject *float_text(PyObject *self, PyObject *v) {
 static int put_int(Buf *b, PyObject *v) {
     char tmp[32];
     char *end = tmp + sizeof(tmp), *at;
+    unsigned long long m;
+    int negative;
+    if (small_int(v, &m, &negative)) {
+        if (negative && m > (unsigned long long)LLONG_MAX + 1) return SKIP;
+        at = digits64(end, m);
+        if (negative) *--at = '-';
+        return put(b, at, end - at);
+    }
     int overflow;
     long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
     if (x == -1 && PyErr_Occurred()) return -1;
