@@ -28,7 +28,10 @@ _RESOURCE = Resource.create({"service.name": "t", keys.RANK: 3, keys.ROLE: "acto
 _FLOATS = [0.0, -0.0, 1.0, 0.1, 1e-4, 1e-5, 1e-7, 5e-324, 1e15, 1e16, 1.5e16, 1e20, 1e300,
            -2.5, 12345.678, math.nan, math.inf, -math.inf, 1 / 3, 2.0 ** 60]
 _TEXTS = ["", "plain", 'quote " and \\ back', "\x00\x01\x1f\x7f\b\t\n\f\r", "é ü 漢字 \u2028 😀",
-          "lone \ud800 surrogate", "/slash"]
+          "lone \ud800 surrogate", "/slash",
+          # past eight bytes, where whole words are copied until one needs escaping
+          "a name longer than eight bytes", 'eight ok"then a quote, then more', "0123456789abcdef\n",
+          "01234567\\", "long ascii, then ü and a \x1f control after the first words"]
 _INTS = [0, 1, -1, 7, (1 << 63) - 1, -(1 << 63), 1 << 63, (1 << 64) - 1, 1 << 64, -(1 << 63) - 1, 1 << 80,
          (1 << 30) - 1, 1 << 30, -(1 << 30), (1 << 60) - 1, 1 << 60, -(1 << 60) - 1, (1 << 90) - 1]
 
