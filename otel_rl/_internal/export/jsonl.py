@@ -23,12 +23,15 @@ def bytes_written() -> dict[str, int]:
         return dict(BYTES_WRITTEN)
 
 
+_LINE = orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_APPEND_NEWLINE
+
+
 def dumps_line(obj: Any) -> bytes:
     """One JSON line; values orjson cannot encode are made JSON-safe first."""
     try:
-        return orjson.dumps(obj, option=orjson.OPT_SERIALIZE_NUMPY) + b"\n"
+        return orjson.dumps(obj, option=_LINE)
     except TypeError:
-        return orjson.dumps(json_safe(obj)) + b"\n"
+        return orjson.dumps(json_safe(obj), option=orjson.OPT_APPEND_NEWLINE)
 
 
 #: Open files whose locks a forked child must make anew (a parent thread may hold one).
@@ -181,7 +184,10 @@ class JsonlAppender:
         self.written = 0
 
     def add(self, obj: Any) -> None:
-        line = dumps_line(obj)
+        try:  # dumps_line, inlined: a session record is added per session
+            line = orjson.dumps(obj, option=_LINE)
+        except TypeError:
+            line = dumps_line(obj)
         with self._lock:
             self._buffer += line
             self._count += 1
