@@ -93,7 +93,10 @@ def test_an_export_still_retrying_at_shutdown_is_stopped_not_left_running(monkey
     otel_rl.stats.scalar(loss=1.0)
     otel_rl.stats.export(step=0)
     otel_rl.shutdown()
-    wait_until(lambda: not any(t.name == "otel_rl-shutdown" for t in threading.enumerate()), timeout=3)
+    # The stats close in the background ("otel_rl-shutdown-stats"), their provider's
+    # shutdown on a helper of its own ("otel_rl-shutdown"): both end within the grace.
+    wait_until(lambda: not any(t.name.startswith("otel_rl-shutdown") for t in threading.enumerate()), timeout=3)
+    assert guard.diagnostics().get("shutdown_timeout", 0) >= 1  # it was given up on, then stopped
 
 
 def test_a_step_save_returns_without_waiting_for_the_exporter_process(tmp_path):
