@@ -33,6 +33,7 @@ from .workloads import (
     SESSIONS_PER_TASK,
     WARM,
     _scope_loops,
+    extra_stats,
     jsonl_session_loop,
     make_row,
     otel_session_loop,
@@ -549,12 +550,17 @@ def _otel_bytes(ctx: Context, n_items: int, body: Callable[[], None]) -> dict:
         otel_rl.save(force=True)
         run.close()
         by_kind: dict[str, int] = {}
+        slices = 0
         for path in glob.glob(os.path.join(run.run_dir, "**", "*"), recursive=True):
             if os.path.isfile(path):
                 kind = os.path.basename(path).split("-")[0].split(".")[0]
                 by_kind[kind] = by_kind.get(kind, 0) + os.path.getsize(path)
+                if kind == "traces":
+                    with open(path, "rb") as f:
+                        slices += sum(line.startswith(b'{"ph":"X"') for line in f)
+    # Per slice written: spans dropped at the backlog bound would make the file look smaller.
     return {"n": n_items, "bytes": sum(by_kind.values()), "trace_bytes": by_kind.get("traces", 0),
-            "by_kind": by_kind}
+            "slices": slices, "by_kind": by_kind}
 
 
 def w_bytes(ctx: Context, repeats: int) -> dict[str, Any]:
@@ -590,14 +596,27 @@ def w_bytes(ctx: Context, repeats: int) -> dict[str, Any]:
     scope = interleaved(max(1, min(repeats, 2)), scope_contenders, ctx.log)
     sess = interleaved(max(1, min(repeats, 2)), session_contenders, ctx.log)
     per = lambda s: s["bytes"] / s["n"]  # noqa: E731
+    per_scope = lambda s: s["trace_bytes"] / (s.get("slices") or s["n"])  # noqa: E731
+    per_record = lambda s: s["by_kind"].get("sessions", 0) / s["n"]  # noqa: E731
+
+    def areal_target(fn: Callable[[dict], float], samples: dict) -> Callable[[dict], list[dict]]:
+        """Target 6: otel_rl's bytes at most AReaL's, where AReaL's module is loaded."""
+        if not areal:
+            return lambda c: []
+        ref = extra_stats(samples, "areal", per)
+        return lambda c: [ratio_target("≤1.0× AReaL", extra_stats(samples, "otel_rl", fn), ref, 1.0)]
+
     rows = [
-        make_row("trace-file bytes per scope", "bytes/span", scope, lambda s: s["trace_bytes"] / s["n"]
-                 if "trace_bytes" in s else s["bytes"] / s["n"], fmt="kib",
-                 note="otel_rl: traces-*.jsonl (Chrome trace); JSONL: its trace file"
+        make_row("trace-file bytes per scope", "bytes/span", scope, per_scope, fmt="kib",
+                 targets=areal_target(per_scope, scope),
+                 note="otel_rl: traces-*.jsonl (Chrome trace) per slice written; JSONL: its trace file"
                       + ("; AReaL in the next row" if areal else "; AReaL: not loaded (--areal PATH)")),
         make_row("bytes written per session", "bytes/session", sess, per, fmt="kib",
                  note="otel_rl: every file of the run (session records + trace + metrics + run files); "
                       "JSONL: its session records"),
+        make_row("  of which session records", "bytes/session", sess, per_record, fmt="kib",
+                 sources={"jsonl": None}, targets=areal_target(per_record, sess),
+                 note="otel_rl: sessions-*.jsonl, against AReaL's request record of the same session"),
     ]
     if areal:
         rows.insert(1, make_row("  AReaL perf_tracer: trace-file bytes per scope", "bytes/span", scope, per,

@@ -172,6 +172,13 @@ static inline PyObject *hex_id(PyObject *id, size_t n, PyObject *spec) {
     return text || PyErr_Occurred() ? text : PyObject_Format(id, spec);
 }
 
+/* ids.trace_text(id): the trace file's text of a trace id, 16 hex digits below 2^64 and 32 from
+ * there (spec is "032x", for what hex_text leaves); NULL with an error set on failure. */
+static inline PyObject *trace_text(PyObject *id, PyObject *spec) {
+    PyObject *text = hex_text(id, 8);
+    return text || PyErr_Occurred() ? text : hex_id(id, 16, spec);
+}
+
 /* Whether v == text, for a str text (only a str can be); no error set. */
 static inline int is_text(PyObject *v, PyObject *text) {
     if (!v || !PyUnicode_Check(v)) return 0;

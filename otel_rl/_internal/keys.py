@@ -116,6 +116,19 @@ SESSIONS_IN_FLIGHT = "rl.sessions.in_flight"
 #: The sampled counter of GPU memory allocated by torch at the end of each step, in bytes.
 GPU_MEMORY_ALLOCATED = "rl.gpu.memory.allocated"
 
+# --- the trace file's own args on each slice (Chrome JSONL), short because every line has them
+#: A slice's span id (16 hex digits); on a root span it is also the trace id (its upper half zero).
+TRACE_ARG_SPAN_ID = "id"
+#: A slice's parent span id (16 hex digits), on spans with a parent.
+TRACE_ARG_PARENT_ID = "parent"
+#: A slice's trace id: 16 hex digits where its upper half is zero, 32 otherwise; left out on a
+#: root span whose trace id is its own span id.
+TRACE_ARG_TRACE_ID = "trace"
+#: The same args as files written before these names were shortened call them; readers take both.
+TRACE_ARG_LEGACY = {"span_id": TRACE_ARG_SPAN_ID, "parent_span_id": TRACE_ARG_PARENT_ID, "trace_id": TRACE_ARG_TRACE_ID}
+#: The category a slice has when the trace file writes none.
+DEFAULT_CATEGORY = "span"
+
 # --- content capture (``OTEL_RL_CAPTURE_CONTENT``): user payload keys whose values are
 # prompt / completion text or token ids. A flattened payload attribute
 # (``rl.args.<a>.<b>``) is content when any of its dotted parts, lowercased, is one

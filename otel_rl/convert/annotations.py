@@ -16,12 +16,14 @@ from typing import Any
 import orjson
 
 from .._internal import keys
+from .._internal.encode.chrome_markers import slice_id
 from .._internal.read.annotations import read_annotations
 from .._internal.read.limits import InputLimits
 
 __all__ = ["SessionNotes"]
 
-_SPAN_ID = b'"span_id":"'
+#: How a span id's arg starts in a line, in the trace file's names and in older files'.
+_SPAN_ID_KEYS = tuple(b'"%s":"' % name.encode() for name in (keys.TRACE_ARG_SPAN_ID, "span_id"))
 #: What a session's span gets of its consume line: its field -> the arg.
 _CONSUMED_ARGS = (("step", keys.SESSION_CONSUMED_STEP), ("staleness", keys.SESSION_STALENESS),
                   ("crossed_update", keys.SESSION_CROSSED_UPDATE))
@@ -54,21 +56,18 @@ class SessionNotes:
 
     def join(self, blob: bytes, sep: bytes = b",\n") -> bytes:
         """``blob`` (events joined by ``sep``) with the notes added to the args of the spans they name."""
-        if not self.args or _SPAN_ID not in blob:
+        if not self.args or not any(key in blob for key in _SPAN_ID_KEYS):
             return blob
         parts = blob.split(sep)
         changed = False
         for i, part in enumerate(parts):
-            at = part.find(_SPAN_ID)
-            if at < 0:
-                continue
-            start = at + len(_SPAN_ID)
-            if part[start:part.find(b'"', start)] not in self.args:
+            if not self._names_noted(part):
                 continue
             event = orjson.loads(part)
             args = event.get("args")
             # Looked up again from the parsed args: the span's own id, wherever the key sits.
-            extra = self.args.get(str(args.get("span_id")).encode()) if type(args) is dict else None
+            extra = (self.args.get(str(slice_id(args, keys.TRACE_ARG_SPAN_ID)).encode())
+                     if type(args) is dict else None)
             if extra is None:
                 continue
             args.update(extra)
@@ -76,3 +75,15 @@ class SessionNotes:
             self.joined += 1
             changed = True
         return sep.join(parts) if changed else blob
+
+    def _names_noted(self, part: bytes) -> bool:
+        """Whether an id arg of the line ``part`` (any of them: a nested value may use the same
+        key) is a span with notes, found without parsing the line."""
+        for key in _SPAN_ID_KEYS:
+            at = part.find(key)
+            while at >= 0:
+                start = at + len(key)
+                if part[start:part.find(b'"', start)] in self.args:
+                    return True
+                at = part.find(key, start)
+        return False

@@ -27,6 +27,7 @@ from concurrent.futures import Executor
 from typing import Any
 
 from .._internal import keys
+from .._internal.encode.chrome_markers import slice_id
 from .._internal.read.chrome_events import SKIP_PREFIXES, ChromeEventReader
 from .._internal.read.chrome_json import iter_chrome_json_events
 from .._internal.read.discovery import discover_inputs
@@ -218,8 +219,9 @@ class _Loader:
 
     def span(self, name: str, start_s: float, dur_s: float, worker: str, tid: Any,
              args: dict[str, Any]) -> None:
-        self.data.spans.append(SpanRow(self.names.setdefault(name, name), start_s, dur_s, args.get("span_id"),
-                                       args.get("parent_span_id"), worker, tid, args))
+        self.data.spans.append(SpanRow(self.names.setdefault(name, name), start_s, dur_s,
+                                       slice_id(args, keys.TRACE_ARG_SPAN_ID), slice_id(args, keys.TRACE_ARG_PARENT_ID),
+                                       worker, tid, args))
 
     def instant(self, worker: str, name: str, ts_s: float, args: dict[str, Any]) -> None:
         self.data.instants.append((worker, name, ts_s, args))

@@ -62,6 +62,10 @@ def _slices(path: Path) -> list[dict]:
     return slices(read_trace(path), phases=("X", "i"))
 
 
+def _process_names(path: Path) -> dict[int, str]:
+    return {e["pid"]: e["args"]["name"] for e in read_trace(path) if e.get("name") == "process_name"}
+
+
 @pytest.fixture(autouse=True)
 def _clean_env(monkeypatch):
     scrub_environ(monkeypatch)
@@ -143,16 +147,17 @@ def test_constructing_a_perf_tracer_configures_like_areal(tmp_path):
 
 # --- the Chrome trace AReaL users filter ----------------------------------------------------------
 
-def test_scope_args_keep_their_own_keys_with_rank_and_role(tmp_path):
+def test_scope_args_keep_their_own_keys_on_a_track_named_for_the_rank_and_role(tmp_path):
     config = _config(tmp_path)
     perf_tracer.configure(config, rank=1, role="rollout")
     with perf_tracer.trace_scope("gen", args={"global_step": 7, "batch": 4}):
         pass
     perf_tracer.save(force=True)
     (event,) = [e for e in _slices(_traces(config, 1, "rollout")) if e["name"] == "gen"]
-    assert {k: event["args"][k] for k in ("global_step", "batch", "rank", "role")} == {
-        "global_step": 7, "batch": 4, "rank": 1, "role": "rollout"}
+    assert {k: event["args"][k] for k in ("global_step", "batch")} == {"global_step": 7, "batch": 4}
     assert not any(k.startswith("rl.args.") for k in event["args"])
+    # The rank and role are the process track's (AReaL's process name), not repeated per line.
+    assert _process_names(_traces(config, 1, "rollout"))[event["pid"]] == "[rollout] Rank 1, Process"
 
 
 def test_instant_is_an_instant_event_inside_and_outside_a_scope(tmp_path):
@@ -163,8 +168,8 @@ def test_instant_is_an_instant_event_inside_and_outside_a_scope(tmp_path):
     perf_tracer.instant("outside", args={"flag": False})
     perf_tracer.save(force=True)
     marks = {e["name"]: e for e in _slices(_traces(config)) if e["name"] in ("inside", "outside")}
-    assert {name: (e["ph"], e["args"]["flag"], e["args"]["rank"]) for name, e in marks.items()} == {
-        "inside": ("i", True, 0), "outside": ("i", False, 0)}
+    assert {name: (e["ph"], e["args"]["flag"]) for name, e in marks.items()} == {
+        "inside": ("i", True), "outside": ("i", False)}
 
 
 def test_process_names_are_areal_process_names(tmp_path):
@@ -396,9 +401,9 @@ def test_two_tracers_in_one_process_write_both_ranks_files(tmp_path):
     second = perf_tracer.PerfTracer(config, rank=1)
     second.instant("rank1-mark")
     second.save()
-    ranks = {rank: {(e["name"], e["args"]["rank"]) for e in _slices(_traces(config, rank))}
+    ranks = {rank: {(e["name"], _process_names(_traces(config, rank))[e["pid"]]) for e in _slices(_traces(config, rank))}
              for rank in (0, 1)}
-    assert ranks == {0: {("rank0-mark", 0)}, 1: {("rank1-mark", 1)}}
+    assert ranks == {0: {("rank0-mark", "Rank 0, Process")}, 1: {("rank1-mark", "Rank 1, Process")}}
 
 
 def test_the_workflow_executor_pattern_records_every_session(tmp_path):

@@ -317,8 +317,8 @@ def test_otlp_json_lines_from_a_collector_are_converted(tmp_path):
     assert x["ts"] == start / 1000 and x["dur"] == 2500.0
     assert x["args"]["gen_ai.usage.output_tokens"] == 512
     assert x["args"]["stop"] == ["</s>"]
-    assert x["args"]["span_id"] == "eee19b7ec3c1b174"
-    assert x["args"]["trace_id"] == "5b8efff798038103d269b633813fc60c"
+    assert x["args"]["id"] == "eee19b7ec3c1b174"
+    assert x["args"]["trace"] == "5b8efff798038103d269b633813fc60c"
     assert x["args"]["status"] == "ERROR"
     (instant,) = events_of(out, "i")
     assert instant["name"] == "first_token" and instant["args"] == {"ok": True}

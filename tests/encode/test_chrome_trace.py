@@ -16,6 +16,7 @@ from otel_rl._internal import keys
 from otel_rl._internal.encode.chrome_markers import FLOW_CATEGORY, FLOW_SOURCE
 from otel_rl._internal.encode.chrome_trace import ChromeTraceEncoder
 from otel_rl._internal.encode.flows import FlowJoiner
+from otel_rl._internal.recording.ids import trace_text
 from support import T0_NS, SpanFactory
 
 # Span times (support.SpanFactory) are whole microseconds after T0_NS, so ts and
@@ -98,18 +99,18 @@ def test_span_tree_round_trips_with_exact_timestamps_and_ids():
         event = one(events, span.name)
         assert event["ts"] == span.start_time / 1000
         assert event["dur"] == (span.end_time - span.start_time) / 1000
-        assert event["args"]["span_id"] == f"{span.context.span_id:016x}"
-        assert event["args"]["trace_id"] == f"{span.context.trace_id:032x}"
+        assert event["args"]["id"] == f"{span.context.span_id:016x}"
+        assert event["args"]["trace"] == trace_text(span.context.trace_id)
     assert one(events, "matmul")["dur"] == 50.333
-    assert "parent_span_id" not in one(events, "train_step")["args"]
-    assert one(events, "forward")["args"]["parent_span_id"] == f"{root.context.span_id:016x}"
+    assert "parent" not in one(events, "train_step")["args"]
+    assert one(events, "forward")["args"]["parent"] == f"{root.context.span_id:016x}"
     assert one(events, "train_step")["args"][keys.STEP] == 7
     # A synchronous call tree stays on the thread's own track.
     assert len({track(e) for e in complete(events)}) == 1
     assert_properly_nested(events)
 
 
-def test_category_is_rl_category_then_span_kind_then_span():
+def test_category_is_rl_category_then_span_kind_then_none_for_the_default():
     f = SpanFactory(RANK0)
     spans = [
         f.span("a", 0, 1, attrs={keys.CATEGORY: "compute", keys.SPAN_KIND: "scope"}),
@@ -117,7 +118,7 @@ def test_category_is_rl_category_then_span_kind_then_span():
         f.span("c", 4, 5),
     ]
     events = encode_all(spans)
-    assert [one(events, n)["cat"] for n in "abc"] == ["compute", "phase", "span"]
+    assert [one(events, n).get("cat") for n in "abc"] == ["compute", "phase", None]
 
 
 def test_status_appears_in_args_only_when_set():
@@ -150,7 +151,7 @@ def test_span_events_become_instant_events_on_the_span_track():
     instants = [e for e in events if e["ph"] == "i"]
     assert [(e["name"], e["ts"], e["s"]) for e in instants] == [
         ("first_token", (T0_NS + 12_500) / 1000, "t"), ("done", (T0_NS + 99_000) / 1000, "t")]
-    assert instants[0]["args"] == {"tokens": 1, "rank": 0, "role": "rollout"}
+    assert instants[0]["args"] == {"tokens": 1}
     assert {track(e) for e in instants} == {track(one(events, "generate"))}
 
 
@@ -266,8 +267,8 @@ def test_two_hundred_interleaved_async_sessions_nest_properly():
     assert len(complete(events, "session")) == 200
     # Each session is drawn together with its phases, on one track.
     for session in complete(events, "session"):
-        phase_ids = {f"{p.context.span_id:016x}" for p in phases_of[session["args"]["span_id"]]}
-        placed = [e for e in complete(events) if e["args"]["span_id"] in phase_ids]
+        phase_ids = {f"{p.context.span_id:016x}" for p in phases_of[session["args"]["id"]]}
+        placed = [e for e in complete(events) if e["args"]["id"] in phase_ids]
         assert {track(e) for e in placed} == {track(session)}
 
 
@@ -391,7 +392,7 @@ def test_a_client_span_is_a_flow_source_without_being_marked():
     f = SpanFactory(RANK0)
     client = f.span("POST /generate", 0, 100, kind=SpanKind.CLIENT)
     (source,) = [e for e in encode_all([client]) if e.get("name") == FLOW_SOURCE]
-    assert source["args"]["span_id"] == f"{client.context.span_id:016x}"
+    assert source["args"]["id"] == f"{client.context.span_id:016x}"
 
 
 def test_flow_ids_are_unique_per_link():

@@ -33,6 +33,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 import otel_rl
 from otel_rl._internal import keys
 from otel_rl.cli import main as otel_rl_cli
+from otel_rl._internal.recording.ids import trace_text
 from support.paths import ROOT
 
 
@@ -668,10 +669,11 @@ def test_otel_rl_spans_in_the_collectors_file_format_convert_to_a_perfetto_docum
     document = orjson.loads(out.read_bytes())
     slices = [e for e in document["traceEvents"] if e.get("ph") == "X"]
     assert sorted(e["name"] for e in slices) == sorted(s.name for s in spans)
-    by_span_id = {e["args"]["span_id"]: e for e in slices}
+    by_span_id = {e["args"]["id"]: e for e in slices}
     for span in spans:
         event = by_span_id[f"{span.context.span_id:016x}"]
-        assert event["args"]["trace_id"] == f"{span.context.trace_id:032x}"
+        # A root's line leaves its trace out: the trace id is its own span id.
+        assert event["args"].get("trace", event["args"]["id"]) == trace_text(span.context.trace_id)
         assert event["ts"] == pytest.approx(span.start_time / 1000)
         assert event["dur"] == pytest.approx((span.end_time - span.start_time) / 1000)
     sessions = [e for e in slices if e["name"] == "session"]

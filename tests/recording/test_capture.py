@@ -9,7 +9,7 @@ import random
 import time
 
 import otel_rl
-from support.capture import CLOCKS, ID_SOURCES, S, span_hex, trace_hex
+from support.capture import CLOCKS, ID_SOURCES, S, span_hex
 
 #: Module-level bindings of ``time.time_ns`` / ``random.getrandbits`` that are
 #: read off the test's thread, or never for a span: not the fixture's business.
@@ -36,11 +36,11 @@ def test_the_trace_file_is_deterministic_too(capture):
     with otel_rl.trace_scope("outer", args={"step": 1}):
         with otel_rl.trace_scope("inner"):
             pass
-    common = {"cat": "span", "pid": 1, "tid": 1}
-    assert capture.records() == [  # in the order the spans end
+    common = {"pid": 1, "tid": 1}
+    assert capture.records() == [  # in the order the spans end; a root's trace id is its span id
         {"ph": "X", "name": "inner", "ts": 2e6, "dur": 1e6, **common,
-         "args": {"trace_id": trace_hex(1), "span_id": span_hex(2), "parent_span_id": span_hex(1), "rank": 0}},
+         "args": {"trace": span_hex(1), "id": span_hex(2), "parent": span_hex(1)}},
         {"ph": "X", "name": "outer", "ts": 1e6, "dur": 3e6, **common,
-         "args": {"step": 1, "trace_id": trace_hex(1), "span_id": span_hex(1), "rank": 0}},
+         "args": {"step": 1, "id": span_hex(1)}},
     ]
     assert capture.clock() == 5 * S  # four reads so far

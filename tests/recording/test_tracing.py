@@ -42,7 +42,7 @@ def test_nested_scopes_are_parent_and_child(capture):
          "start_ns": 1 * S, "end_ns": 4 * S, "attributes": MAIN},
         {"name": "inner", "trace_id": 1, "span_id": 2, "parent_id": 1,
          "start_ns": 2 * S, "end_ns": 3 * S, "attributes": MAIN},
-        {"name": "next", "trace_id": 2, "span_id": 3, "parent_id": None,
+        {"name": "next", "trace_id": 3, "span_id": 3, "parent_id": None,
          "start_ns": 5 * S, "end_ns": 6 * S, "attributes": MAIN},
     ]
 
@@ -241,7 +241,7 @@ def test_step_scope_puts_the_step_on_everything_inside(capture):
         {"name": "train", "trace_id": 1, "span_id": 2, "parent_id": 1,
          "start_ns": 2 * S, "end_ns": 3 * S, "attributes": {**MAIN, "rl.step": 7}},
         # A task roots a trace of its own: linked to the step that submitted it, not parented.
-        {"name": "task", "trace_id": 2, "span_id": 3, "parent_id": None,
+        {"name": "task", "trace_id": 3, "span_id": 3, "parent_id": None,
          "start_ns": 4 * S, "end_ns": 6 * S,
          "attributes": {**MAIN, "rl.step": 7, "rl.span.kind": "task", "rl.task.id": 0,
                         "rl.task.sessions": 0, "rl.task.accepted": 0, "rl.task.rejected": 0,

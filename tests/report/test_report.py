@@ -76,8 +76,8 @@ def raw_events(run):
 
 
 def session_steps(run):
-    """span_id of each session span -> its rl.step."""
-    return {e["args"]["span_id"]: e["args"].get("rl.step") for e in raw_events(run)
+    """span id of each session span -> its rl.step."""
+    return {e["args"]["id"]: e["args"].get("rl.step") for e in raw_events(run)
             if e["ph"] == "X" and e["args"].get("rl.span.kind") == "session"}
 
 
@@ -191,16 +191,16 @@ def test_span_breakdown_has_self_times_from_nesting(run, data):
     view = report.span_breakdown(data)
     rows = {r["name"]: r for r in view["overall"]}
     assert not {"session", "task", "generate", "reward"} & set(rows)  # the phase breakdown has those
-    by_id = {e["args"]["span_id"]: e for e in events}
+    by_id = {e["args"]["id"]: e for e in events}
     child_time = defaultdict(float)
     for e in events:
-        parent = e["args"].get("parent_span_id")
+        parent = e["args"].get("parent")
         if parent in by_id:
             child_time[parent] += e["dur"] / 1e6
     for name in ("step", "train", "rollout.batch", "backward", "compute_loss"):
         mine = [e for e in events if e["name"] == name]
         check_stats(rows[name], [e["dur"] / 1e6 for e in mine])
-        assert rows[name]["self_s"] == approx(sum(max(0.0, e["dur"] / 1e6 - child_time[e["args"]["span_id"]])
+        assert rows[name]["self_s"] == approx(sum(max(0.0, e["dur"] / 1e6 - child_time[e["args"]["id"]])
                                                   for e in mine))
     assert sum(r["share"] for r in view["overall"]) == approx(1.0)
     assert [g["step"] for g in view["by_step"]] == list(range(report_workload.STEPS))
@@ -245,11 +245,11 @@ def test_timelines_default_to_all_or_the_slowest(data):
 
 # --- timer trees --------------------------------------------------------------------------------------
 def _expected_tree(events):
-    """(path -> [total, count]) from parent_span_id, per the raw trace lines."""
-    by_id = {e["args"]["span_id"]: e for e in events}
+    """(path -> [total, count]) from each line's parent, per the raw trace lines."""
+    by_id = {e["args"]["id"]: e for e in events}
 
     def path(e):
-        parent = by_id.get(e["args"].get("parent_span_id"))
+        parent = by_id.get(e["args"].get("parent"))
         return (path(parent) if parent else ()) + (e["name"],)
 
     nodes = defaultdict(lambda: [0.0, 0])
@@ -727,6 +727,8 @@ WRONG_TYPES = [  # (file, good line, the same line with one field of the wrong J
     ("traces-r0.jsonl", _CHROME, dict(_CHROME, ts=1e300), "ts"),
     ("traces-r0.jsonl", _CHROME, dict(_CHROME, args={"span_id": {"a": 1}}), "span_id"),
     ("traces-r0.jsonl", _CHROME, dict(_CHROME, args={"parent_span_id": [1]}), "parent_span_id"),
+    ("traces-r0.jsonl", _CHROME, dict(_CHROME, args={"id": {"a": 1}}), "id"),
+    ("traces-r0.jsonl", _CHROME, dict(_CHROME, args={"parent": [1]}), "parent"),
     ("traces-r0.jsonl", _CHROME, dict(_CHROME, args={keys.STEP: {"s": 1}}), keys.STEP),
     ("traces-r0.jsonl", _CHROME, dict(_CHROME, args={keys.TASK_ID: [1], keys.SPAN_KIND: "session"}),
      keys.TASK_ID),

@@ -306,5 +306,5 @@ def chrome_flows(events: list[dict[str, Any]]) -> set[tuple[str, str]]:
             parent = starting.get((s["pid"], s["tid"], s["ts"]))
             child = starting.get((e["pid"], e["tid"], e["ts"]))
             if parent is not None and child is not None:
-                pairs.add((parent["args"].get("span_id"), child["args"].get("span_id")))
+                pairs.add((parent["args"].get("id"), child["args"].get("id")))
     return pairs

@@ -17,6 +17,7 @@
 static PyObject *kind_names, *status_names, *arg_names, *dropped, *arg_name, *safe_value, *dumps;
 static Py_ssize_t i_name, i_trace, i_span, i_parent, i_kind, i_status, i_desc, i_links, i_top;
 static PyObject *fixed_keys;  /* args keys the encoder sets itself (a tuple of str) */
+static PyObject *default_category;  /* the category a line does not write */
 static PyObject *flow_name, *flow_category;
 static unsigned long long local_flow_mix;
 static PyObject *pid_key;
@@ -369,8 +370,11 @@ static int write_complete(Buf *b, PyObject *const *a) {
     if (!PyUnicode_CheckExact(name) || !PyUnicode_CheckExact(a[2])) return SKIP;
     if (PUTS(b, "{\"ph\":\"X\",\"name\":") < 0) return -1;
     if ((r = put_text(b, name))) return r;
-    if (PUTS(b, ",\"cat\":") < 0) return -1;
-    if ((r = put_text(b, a[2]))) return r;
+    if (!PyUnicode_CheckExact(a[2])) return SKIP;
+    if (!same_text(a[2], default_category)) {  /* the default is left out: readers assume it */
+        if (PUTS(b, ",\"cat\":") < 0) return -1;
+        if ((r = put_text(b, a[2]))) return r;
+    }
     if (!PyFloat_CheckExact(a[3]) || !PyFloat_CheckExact(a[4])) return SKIP;
     if (PUTS(b, ",\"ts\":") < 0) return -1;
     if ((r = put_float(b, a[3]))) return r;
@@ -387,16 +391,21 @@ static int write_complete(Buf *b, PyObject *const *a) {
         if ((r = put_args(b, attrs))) return r;
         written = b->p[b->n - 1] != '{';
     }
-    if (!PyUnicode_CheckExact(a[9])) return SKIP;
-    if (written ? PUTS(b, ",\"trace_id\":") : PUTS(b, "\"trace_id\":")) return -1;
-    if ((r = put_text(b, a[9]))) return r;
-    if (PUTS(b, ",\"span_id\":") < 0) return -1;
+    /* The ids under keys.TRACE_ARG_*: the trace's text (None on a root, whose span id is its
+     * trace id), the span's, its parent's. */
+    if (a[7] != Py_None) {
+        if (!PyUnicode_CheckExact(a[7])) return SKIP;
+        if (written ? PUTS(b, ",\"trace\":") : PUTS(b, "\"trace\":")) return -1;
+        if ((r = put_text(b, a[7]))) return r;
+        written = 1;
+    }
+    if (written ? PUTS(b, ",\"id\":") : PUTS(b, "\"id\":")) return -1;
     if ((r = put_hex64(b, PyTuple_GET_ITEM(rec, i_span)))) return r;
     PyObject *parent = PyTuple_GET_ITEM(rec, i_parent);
     if (!PyLong_CheckExact(parent)) return SKIP;
     if ((r = PyObject_IsTrue(parent)) < 0) return -1;
     if (r) {
-        if (PUTS(b, ",\"parent_span_id\":") < 0) return -1;
+        if (PUTS(b, ",\"parent\":") < 0) return -1;
         if ((r = put_hex64(b, parent))) return r;
     }
     PyObject *kind = PyTuple_GET_ITEM(rec, i_kind);
@@ -414,21 +423,13 @@ static int write_complete(Buf *b, PyObject *const *a) {
             if ((r = put_text(b, desc))) return r;
         }
     }
-    if (a[7] != Py_None) {
-        if (PUTS(b, ",\"rank\":") < 0) return -1;
-        if ((r = put_plain(b, a[7]))) return r;
-    }
-    if (a[8] != Py_None) {
-        if (PUTS(b, ",\"role\":") < 0) return -1;
-        if ((r = put_plain(b, a[8]))) return r;
-    }
     return PUTS(b, "}}");
 }
 
-/* complete(rec, attrs, cat, ts, dur, pid, tid, rank, role, trace_hex) -> bytes or None */
+/* complete(rec, attrs, cat, ts, dur, pid, tid, trace_text) -> bytes or None */
 static PyObject *complete(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 10) {
-        PyErr_SetString(PyExc_TypeError, "complete() takes 10 arguments");
+    if (nargs != 8) {
+        PyErr_SetString(PyExc_TypeError, "complete() takes 8 arguments");
         return NULL;
     }
     if (!dumps) {
@@ -539,7 +540,7 @@ static PyObject *configure(PyObject *self, PyObject *config) {
     if (take(config, "kind_names", &kind_names) || take(config, "status_names", &status_names)
         || take(config, "arg_names", &arg_names) || take(config, "dropped", &dropped)
         || take(config, "arg_name", &arg_name) || take(config, "json_safe_value", &safe_value)
-        || take(config, "fixed_keys", &fixed_keys)
+        || take(config, "fixed_keys", &fixed_keys) || take(config, "DEFAULT_CATEGORY", &default_category)
         || take_index(config, "NAME", &i_name) || take_index(config, "TRACE_ID", &i_trace)
         || take_index(config, "SPAN_ID", &i_span) || take_index(config, "PARENT_ID", &i_parent)
         || take_index(config, "KIND", &i_kind) || take_index(config, "STATUS", &i_status)

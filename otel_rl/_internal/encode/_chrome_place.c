@@ -23,7 +23,7 @@ static Py_ssize_t o_lane_index, o_lane_tid, o_lane_root, o_lane_count, o_lane_ma
     o_lane_next;
 static Py_ssize_t o_level_starts, o_level_ends, o_level_ids, o_level_kids;
 static Py_ssize_t o_group_lanes, o_group_used;
-static Py_ssize_t o_proc_pid, o_proc_groups, o_proc_rank, o_proc_role;
+static Py_ssize_t o_proc_pid, o_proc_groups;
 static PyObject *k_span_kind, *k_session_id, *k_thread_id, *k_gauge, *k_context_sent, *k_category;
 static PyObject *kind_counter, *kind_instant, *kind_session, *default_cat;
 static long client_kind, producer_kind;
@@ -238,26 +238,30 @@ static int place(Batch *b, PyObject *item) {
     long long end_c = end < start ? start : end;
 
     PyObject *pid = SLOT(proc, o_proc_pid), *tid = SLOT(chosen, o_lane_tid);
-    PyObject *rank = SLOT(proc, o_proc_rank), *role = SLOT(proc, o_proc_role);
-    if (!pid || !tid || !rank || !role) return 0;
+    if (!pid || !tid) return 0;
     PyObject *cat = category(attrs, span_kind);
     if (!cat) return -1;
-    PyObject *trace_id = PyTuple_GET_ITEM(rec, i_trace);
+    PyObject *trace_id = PyTuple_GET_ITEM(rec, i_trace), *text = Py_None;
     if (!PyLong_CheckExact(trace_id)) return 0;
-    int same = PyObject_RichCompareBool(b->trace_id, trace_id, Py_EQ);
-    if (same < 0) return -1;
-    if (!same) {
-        PyObject *text = hex_id(trace_id, 16, hex_spec);
-        if (!text) return -1;
-        Py_SETREF(b->trace_id, Py_NewRef(trace_id));
-        Py_SETREF(b->trace_hex, text);
+    int is_root = PyObject_RichCompareBool(trace_id, span_id, Py_EQ);  /* its span id says it */
+    if (is_root < 0) return -1;
+    if (!is_root) {
+        int same = PyObject_RichCompareBool(b->trace_id, trace_id, Py_EQ);
+        if (same < 0) return -1;
+        if (!same) {
+            PyObject *fresh = trace_text(trace_id, hex_spec);
+            if (!fresh) return -1;
+            Py_SETREF(b->trace_id, Py_NewRef(trace_id));
+            Py_SETREF(b->trace_hex, fresh);
+        }
+        text = b->trace_hex;
     }
     PyObject *ts = PyNumber_TrueDivide(start_o, thousand);
     if (!ts) return -1;
     PyObject *dur = micros(end_c - start);
     if (!dur) { Py_DECREF(ts); return -1; }
-    PyObject *args[10] = {rec, attrs, cat, ts, dur, pid, tid, rank, role, b->trace_hex};
-    PyObject *line = PyObject_Vectorcall(complete_fn, args, 10, NULL);
+    PyObject *args[8] = {rec, attrs, cat, ts, dur, pid, tid, text};
+    PyObject *line = PyObject_Vectorcall(complete_fn, args, 8, NULL);
     Py_DECREF(dur);
     if (!line) { Py_DECREF(ts); return -1; }
     if (line == Py_None) {  /* a line the dict must give */
@@ -790,9 +794,8 @@ static PyObject *place_span(PyObject *self, PyObject *const *args, Py_ssize_t na
     }
 
     PyObject *pid = SLOT(proc, o_proc_pid), *tid = SLOT(chosen, o_lane_tid);
-    PyObject *rank = SLOT(proc, o_proc_rank), *role = SLOT(proc, o_proc_role);
     PyObject *index = SLOT(chosen, o_lane_index);
-    if (!pid || !tid || !rank || !role || !index) {
+    if (!pid || !tid || !index) {
         PyErr_SetString(PyExc_TypeError, "a lane or process without its fields");
         Py_XDECREF(parent_rec);
         goto done;
@@ -801,34 +804,42 @@ static PyObject *place_span(PyObject *self, PyObject *const *args, Py_ssize_t na
     PyObject *span_kind = PyDict_GetItemWithError(attrs, k_span_kind);
     PyObject *cat = span_kind || !PyErr_Occurred() ? category(attrs, span_kind) : NULL;
     if (!cat) { Py_XDECREF(parent_rec); goto done; }
-    /* The latest trace id and its text, shared with the walk over batches. */
-    PyObject *trace_id = PyTuple_GET_ITEM(rec, i_trace), *cached = attr(enc, a_trace_hex);
-    if (!cached) { Py_XDECREF(parent_rec); goto done; }
-    int same = PyTuple_CheckExact(cached) && PyTuple_GET_SIZE(cached) == 2
-               ? PyObject_RichCompareBool(PyTuple_GET_ITEM(cached, 0), trace_id, Py_NE) : -2;
-    if (same == 0) {
-        trace_hex = Py_NewRef(PyTuple_GET_ITEM(cached, 1));
-    } else if (same == 1 || same == -2) {
-        if (same == -2) PyErr_Clear();
-        trace_hex = hex_id(trace_id, 16, hex_spec);
-        PyObject *pair = trace_hex ? PyTuple_Pack(2, trace_id, trace_hex) : NULL;
-        if (!pair || PyObject_SetAttr(enc, a_trace_hex, pair) < 0) {
-            Py_XDECREF(pair);
-            Py_DECREF(cached);
-            Py_XDECREF(parent_rec);
-            goto done;
+    /* The trace's text (None on a root, whose span id is its trace id); the latest trace id
+     * and its text are shared with the walk over batches. */
+    PyObject *trace_id = PyTuple_GET_ITEM(rec, i_trace);
+    int root = PyObject_RichCompareBool(trace_id, span_id, Py_EQ);
+    if (root < 0) { Py_XDECREF(parent_rec); goto done; }
+    if (root) {
+        trace_hex = Py_NewRef(Py_None);
+    } else {
+        PyObject *cached = attr(enc, a_trace_hex);
+        if (!cached) { Py_XDECREF(parent_rec); goto done; }
+        int same = PyTuple_CheckExact(cached) && PyTuple_GET_SIZE(cached) == 2
+                   ? PyObject_RichCompareBool(PyTuple_GET_ITEM(cached, 0), trace_id, Py_NE) : -2;
+        if (same == 0) {
+            trace_hex = Py_NewRef(PyTuple_GET_ITEM(cached, 1));
+        } else if (same == 1 || same == -2) {
+            if (same == -2) PyErr_Clear();
+            trace_hex = trace_text(trace_id, hex_spec);
+            PyObject *pair = trace_hex ? PyTuple_Pack(2, trace_id, trace_hex) : NULL;
+            if (!pair || PyObject_SetAttr(enc, a_trace_hex, pair) < 0) {
+                Py_XDECREF(pair);
+                Py_DECREF(cached);
+                Py_XDECREF(parent_rec);
+                goto done;
+            }
+            Py_DECREF(pair);
         }
-        Py_DECREF(pair);
+        Py_DECREF(cached);
+        if (!trace_hex) { Py_XDECREF(parent_rec); goto done; }
     }
-    Py_DECREF(cached);
-    if (!trace_hex) { Py_XDECREF(parent_rec); goto done; }
     int instant = is_text(span_kind, kind_instant);
     PyObject *writer = attr(enc, a_complete_line);
     if (!writer) { Py_XDECREF(parent_rec); goto done; }
     if (writer != Py_None && !instant) {
         if ((dur = micros(end - start))) {
-            PyObject *call[10] = {rec, attrs, cat, ts, dur, pid, tid, rank, role, trace_hex};
-            line = PyObject_Vectorcall(writer, call, 10, NULL);
+            PyObject *call[8] = {rec, attrs, cat, ts, dur, pid, tid, trace_hex};
+            line = PyObject_Vectorcall(writer, call, 8, NULL);
         }
     }
     Py_DECREF(writer);
@@ -836,9 +847,9 @@ static PyObject *place_span(PyObject *self, PyObject *const *args, Py_ssize_t na
     if (line && line != Py_None) {
         r = PyList_Append(out, line);
     } else {
-        PyObject *call[13] = {enc, rec, attrs, span_kind ? span_kind : Py_None, cat, trace_hex, pid, tid, ts, end_o,
-                              rank, role, out};
-        r = call_out(enc, s_slice, call, 13);
+        PyObject *call[11] = {enc, rec, attrs, span_kind ? span_kind : Py_None, cat, trace_hex, pid, tid, ts, end_o,
+                              out};
+        r = call_out(enc, s_slice, call, 11);
     }
     if (r < 0) { Py_XDECREF(parent_rec); goto done; }
     PyObject *events = PyTuple_GET_ITEM(rec, i_events);
@@ -846,8 +857,8 @@ static PyObject *place_span(PyObject *self, PyObject *const *args, Py_ssize_t na
     int gauge = PyDict_Contains(attrs, k_gauge);
     if (has_events < 0 || gauge < 0) { Py_XDECREF(parent_rec); goto done; }
     if (gauge || has_events) {
-        PyObject *call[10] = {enc, rec, attrs, cat, pid, tid, ts, rank, role, out};
-        if (call_out(enc, s_extras, call, 10) < 0) { Py_XDECREF(parent_rec); goto done; }
+        PyObject *call[8] = {enc, rec, attrs, cat, pid, tid, ts, out};
+        if (call_out(enc, s_extras, call, 8) < 0) { Py_XDECREF(parent_rec); goto done; }
     }
 
     if (!(record = PyTuple_Pack(5, group, index, pid, tid, ts)) || map_set(placed, span_id, record) < 0) {
@@ -1195,7 +1206,7 @@ static PyObject *configure(PyObject *self, PyObject *config) {
         || offset_of(t_level, "ids", &o_level_ids) || offset_of(t_level, "kids", &o_level_kids)
         || offset_of(t_group, "lanes", &o_group_lanes) || offset_of(t_group, "used", &o_group_used)
         || offset_of(t_proc, "pid", &o_proc_pid) || offset_of(t_proc, "groups", &o_proc_groups)
-        || offset_of(t_proc, "rank", &o_proc_rank) || offset_of(t_proc, "role", &o_proc_role)
+       
         || take(config, "SPAN_KIND", &k_span_kind) || take(config, "SESSION_ID", &k_session_id)
         || take(config, "THREAD_ID", &k_thread_id) || take(config, "GAUGE_VALUE", &k_gauge)
         || take(config, "CONTEXT_SENT", &k_context_sent) || take(config, "CATEGORY", &k_category)

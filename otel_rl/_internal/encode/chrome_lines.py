@@ -15,6 +15,7 @@ import orjson
 from opentelemetry.trace import SpanKind
 from opentelemetry.trace.status import StatusCode
 
+from .. import keys
 from ..recording import record
 from .chrome_markers import FLOW_CATEGORY, FLOW_NAME, LOCAL_FLOW_MIX
 from .json_values import ARG_NAMES, DROPPED_ARG, arg_name, json_safe_value
@@ -30,15 +31,15 @@ KIND_NAMES = {kind.value: kind.name for kind in SpanKind}
 STATUS_NAMES = {code.value: code.name for code in StatusCode}
 #: The args keys the encoder sets after the attributes' own (a span whose attributes
 #: give one of them is left to the Python encoder, whose dict keeps the first position).
-FIXED_KEYS = ("trace_id", "span_id", "parent_span_id", "span.kind", "status",
-              "status.description", "links", "rank", "role")
+FIXED_KEYS = (keys.TRACE_ARG_TRACE_ID, keys.TRACE_ARG_SPAN_ID, keys.TRACE_ARG_PARENT_ID, "span.kind", "status",
+              "status.description", "links")
 _PID_KEY = b',"pid":'
 
 if native is not None:
     native.configure({
         "kind_names": KIND_NAMES, "status_names": STATUS_NAMES, "arg_names": ARG_NAMES,
         "dropped": DROPPED_ARG, "arg_name": arg_name, "json_safe_value": json_safe_value,
-        "fixed_keys": FIXED_KEYS, "dumps": orjson.dumps, "FLOW_NAME": FLOW_NAME, "FLOW_CATEGORY": FLOW_CATEGORY,
+        "fixed_keys": FIXED_KEYS, "DEFAULT_CATEGORY": keys.DEFAULT_CATEGORY, "dumps": orjson.dumps, "FLOW_NAME": FLOW_NAME, "FLOW_CATEGORY": FLOW_CATEGORY,
         "LOCAL_FLOW_MIX": LOCAL_FLOW_MIX, **record.layout(),
     })
 

@@ -8,11 +8,15 @@ and the converter read them back.
 
 from __future__ import annotations
 
+from typing import Any
+
+from .. import keys
+
 #: Category and name of every flow event: Perfetto keys v1 flows on (id, cat, name).
 FLOW_CATEGORY = "rl.flow"
 FLOW_NAME = "flow"
 #: Name of the metadata line marking a span whose children may be in other processes
-#: (``args.span_id``; its ``pid``, ``tid`` and ``ts`` are the span's slice). The converter
+#: (``args.id``; its ``pid``, ``tid`` and ``ts`` are the span's slice). The converter
 #: starts the flows of those children there; viewers ignore metadata they do not know.
 FLOW_SOURCE = "otel_rl.flow_source"
 #: A local parent->child flow's id is the child's span id mixed with this, so it never
@@ -31,3 +35,12 @@ BATCH_MARKER_PREFIX = b'{"ph":"M","name":"otel_rl.batch",'
 #: native Perfetto writer reads them; JSON files never hold them.
 EXACT_START = "otel_rl.start_ns"
 EXACT_END = "otel_rl.end_ns"
+
+_LEGACY_NAME = {new: old for old, new in keys.TRACE_ARG_LEGACY.items()}
+
+
+def slice_id(args: dict[str, Any], key: str) -> Any:
+    """One of a slice's ids (``key``: a ``keys.TRACE_ARG_*`` name) from its args, also in files
+    written before those names were shortened (``span_id``, ``parent_span_id``, ``trace_id``)."""
+    value = args.get(key)
+    return args.get(_LEGACY_NAME[key]) if value is None else value

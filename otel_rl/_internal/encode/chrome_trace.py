@@ -34,6 +34,7 @@ from typing import Any
 from opentelemetry.trace import SpanKind
 
 from .. import diagnostics, guard, keys
+from ..recording import ids
 from .chrome_markers import (
     BATCH_MARKER,
     BATCH_MARKER_PREFIX,
@@ -46,8 +47,10 @@ from .chrome_markers import (
 )
 from . import chrome_lines, chrome_place
 from .chrome_place import MAX_WAITING_CHILDREN, outer_first
+from .event_dicts import counter_event, slice_event
 from .json_values import chrome_args, json_safe_value
 from .kineto_clock import kineto_shift_us
+from .readable import span_record
 from ..recording.record import (END, EVENTS, KIND, LINKS, NAME, PARENT_ID, PARENT_REMOTE, SCOPE, SPAN_ID,
                                 START, STATUS, STATUS_DESC, TRACE_ID)
 from .lanes import Lane, LaneGroup, ProcessLanes, TwoGenerationMap, is_ancestor
@@ -66,9 +69,10 @@ __all__ = [
 ]
 
 # Each encoder gets its own tid range, so two encoders writing the same file from
-# one process (a reconfigured exporter) never share a track by accident.
+# one process (a reconfigured exporter) never share a track by accident. The first
+# starts at 1: every slice line carries its tid, and small ones are short.
 _TIDS_PER_ENCODER = 1 << 20
-_encoder_numbers = itertools.count(1)
+_encoder_numbers = itertools.count(0)
 # A remote child's flow id: its own span id mixed with this, unique per edge.
 _REMOTE_FLOW_MIX = 0xC2B2AE3D27D4EB4F
 
@@ -77,6 +81,10 @@ _MAX_ANCESTRY = 64
 
 # Module-level copies of the keys read for every placed span (one lookup, not two).
 _CATEGORY = keys.CATEGORY
+DEFAULT_CATEGORY = keys.DEFAULT_CATEGORY
+_ARG_SPAN = keys.TRACE_ARG_SPAN_ID
+_ARG_PARENT = keys.TRACE_ARG_PARENT_ID
+_ARG_TRACE = keys.TRACE_ARG_TRACE_ID
 _SPAN_KIND = keys.SPAN_KIND
 _KIND_INSTANT = keys.KIND_INSTANT
 _CONTEXT_SENT = keys.CONTEXT_SENT
@@ -202,7 +210,7 @@ class ChromeTraceEncoder:
                     proc = self._record_proc = self._process(self._record_resource, out)
                 self._add(span[0], span[1], proc, out)
             else:
-                self._add(_span_record(span), span.attributes, self._process(span.resource, out), out)
+                self._add(span_record(span), span.attributes, self._process(span.resource, out), out)
         except Exception as exc:  # noqa: BLE001 - one odd span must not lose the rest
             self._encode_error(exc)
 
@@ -282,7 +290,7 @@ class ChromeTraceEncoder:
     @staticmethod
     def _counter_line(rec: tuple, attrs: Mapping[str, Any], proc: ProcessLanes, out: list[Any]) -> None:
         """A sampled counter: a point on the process's counter track, no slice."""
-        out.append(_counter(rec[NAME], attrs.get(_GAUGE_VALUE), proc.pid, rec[START] / 1000))
+        out.append(counter_event(rec[NAME], attrs.get(_GAUGE_VALUE), proc.pid, rec[START] / 1000))
 
     def _buffer(self, key: tuple, item: tuple, out: list[Any]) -> None:
         waiting = self._buffered.get(key)
@@ -456,24 +464,25 @@ class ChromeTraceEncoder:
         tid = chosen.tid
         ts = start / 1000
         span_kind = attrs.get(_SPAN_KIND)
-        cat = attrs.get(_CATEGORY) or span_kind or "span"
+        cat = attrs.get(_CATEGORY) or span_kind or DEFAULT_CATEGORY
         trace_id = rec[TRACE_ID]
-        trace_hex = self._trace_hex
-        if trace_hex[0] != trace_id:
-            trace_hex = self._trace_hex = (trace_id, f"{trace_id:032x}")
-        rank = proc.rank
-        role = proc.role
+        if trace_id == span_id:
+            trace_text = None  # a root: its span id says it
+        else:
+            trace_hex = self._trace_hex
+            if trace_hex[0] != trace_id:
+                trace_hex = self._trace_hex = (trace_id, ids.trace_text(trace_id))
+            trace_text = trace_hex[1]
         line = None
         if self._complete_line is not None and span_kind != _KIND_INSTANT:
             # The line orjson would write for the dict below, or None where the dict is needed.
-            line = self._complete_line(rec, attrs, cat, ts, (end - start) / 1000, pid, tid, rank, role,
-                                       trace_hex[1])
+            line = self._complete_line(rec, attrs, cat, ts, (end - start) / 1000, pid, tid, trace_text)
         if line is not None:
             out.append(line)
         else:
-            self._slice(rec, attrs, span_kind, cat, trace_hex[1], pid, tid, ts, end, rank, role, out)
+            self._slice(rec, attrs, span_kind, cat, trace_text, pid, tid, ts, end, out)
         if _GAUGE_VALUE in attrs or rec[EVENTS]:
-            self._extras(rec, attrs, cat, pid, tid, ts, rank, role, out)
+            self._extras(rec, attrs, cat, pid, tid, ts, out)
 
         record = (group, chosen.index, pid, tid, ts)
         self._placed.set(span_id, record)
@@ -500,22 +509,16 @@ class ChromeTraceEncoder:
         return group, chosen.index
 
     @staticmethod
-    def _extras(rec: tuple, attrs: Mapping[str, Any], cat: Any, pid: int, tid: int, ts: float, rank: Any,
-                role: Any, out: list[Any]) -> None:
+    def _extras(rec: tuple, attrs: Mapping[str, Any], cat: Any, pid: int, tid: int, ts: float,
+                out: list[Any]) -> None:
         """A placed span's gauge sample and its events (instants, and their gauge samples)."""
         if _GAUGE_VALUE in attrs:
-            out.append(_counter(rec[NAME], attrs[_GAUGE_VALUE], pid, ts))
+            out.append(counter_event(rec[NAME], attrs[_GAUGE_VALUE], pid, ts))
         for event_name, event_attrs, timestamp in rec[EVENTS] or ():
-            event_args = chrome_args(event_attrs)
-            if rank is not None:
-                event_args.setdefault("rank", rank)
-            if role is not None:
-                event_args.setdefault("role", role)
             event_ts = timestamp / 1000
-            out.append({"ph": "i", "s": "t", "name": event_name, "cat": cat,
-                        "ts": event_ts, "pid": pid, "tid": tid, "args": event_args})
+            out.append(slice_event("i", event_name, cat, event_ts, pid, tid, chrome_args(event_attrs), s="t"))
             if event_attrs and _GAUGE_VALUE in event_attrs:
-                out.append(_counter(event_name, event_attrs[_GAUGE_VALUE], pid, event_ts))
+                out.append(counter_event(event_name, event_attrs[_GAUGE_VALUE], pid, event_ts))
 
     @staticmethod
     def _remote_flow(span_id: int, parent_id: int, pid: int, tid: int, ts: float, out: list[Any]) -> None:
@@ -523,13 +526,13 @@ class ChromeTraceEncoder:
         parent's slice, in another file. One id per child: a broadcast gets an arrow each."""
         out.append({"ph": "f", "bp": "e", "name": FLOW_NAME, "cat": FLOW_CATEGORY,
                     "id": _flow_id(span_id ^ _REMOTE_FLOW_MIX), "ts": ts, "pid": pid,
-                    "tid": tid, "args": {"parent_span_id": f"{parent_id:016x}"}})
+                    "tid": tid, "args": {_ARG_PARENT: f"{parent_id:016x}"}})
 
     @staticmethod
     def _flow_source(span_id: int, pid: int, tid: int, ts: float, out: list[Any]) -> None:
         """A span whose context left the process: where remote children's flows start."""
         out.append({"ph": "M", "name": FLOW_SOURCE, "pid": pid, "tid": tid, "ts": ts,
-                    "args": {"span_id": f"{span_id:016x}"}})
+                    "args": {_ARG_SPAN: f"{span_id:016x}"}})
 
     # What the Python steps and the compiled twin count and report through.
     _flows_dropped = staticmethod(functools.partial(guard.count, diagnostics.CHROME_TRACE_FLOWS_DROPPED))
@@ -537,17 +540,19 @@ class ChromeTraceEncoder:
     _encode_error = staticmethod(functools.partial(guard.report, diagnostics.CHROME_TRACE_ENCODE_ERROR,
                                                    "a span could not be encoded: %r"))
 
-    def _slice(self, rec: tuple, attrs: Mapping[str, Any], span_kind: Any, cat: Any, trace_hex: str,
-               pid: int, tid: int, ts: float, end: int, rank: Any, role: Any, out: list[Any]) -> None:
-        """The complete (or instant) event of a placed span, as a dict."""
+    def _slice(self, rec: tuple, attrs: Mapping[str, Any], span_kind: Any, cat: Any, trace_text: str | None,
+               pid: int, tid: int, ts: float, end: int, out: list[Any]) -> None:
+        """The complete (or instant) event of a placed span, as a dict (``trace_text``: ``None``
+        on a root, whose trace id is its span id)."""
         start = rec[START]
         span_id = rec[SPAN_ID]
         parent_id = rec[PARENT_ID]
         args = chrome_args(attrs)
-        args["trace_id"] = trace_hex
-        args["span_id"] = f"{span_id:016x}"
+        if trace_text is not None:
+            args[_ARG_TRACE] = trace_text
+        args[_ARG_SPAN] = f"{span_id:016x}"
         if parent_id:
-            args["parent_span_id"] = f"{parent_id:016x}"
+            args[_ARG_PARENT] = f"{parent_id:016x}"
         kind = rec[KIND]
         if kind:
             args["span.kind"] = _KIND_NAMES[kind]
@@ -559,17 +564,11 @@ class ChromeTraceEncoder:
         links = rec[LINKS]
         if links:
             args["links"] = [f"{link[0]:032x}:{link[1]:016x}" for link in links]
-        if rank is not None and "rank" not in args:
-            args["rank"] = rank
-        if role is not None and "role" not in args:
-            args["role"] = role
         if span_kind == _KIND_INSTANT:
             # instant() outside any span: a point in time, as AReaL writes it.
-            out.append({"ph": "i", "s": "t", "name": rec[NAME], "cat": cat, "ts": ts,
-                        "pid": pid, "tid": tid, "args": args})
+            out.append(slice_event("i", rec[NAME], cat, ts, pid, tid, args, s="t"))
         else:
-            complete = {"ph": "X", "name": rec[NAME], "cat": cat, "ts": ts,
-                        "dur": (end - start) / 1000, "pid": pid, "tid": tid, "args": args}
+            complete = slice_event("X", rec[NAME], cat, ts, pid, tid, args, dur=(end - start) / 1000)
             if self._exact:
                 complete[EXACT_START] = start
                 complete[EXACT_END] = end
@@ -588,29 +587,5 @@ class ChromeTraceEncoder:
                     "ts": child[4], "pid": child[2], "tid": child[3]})
 
 
-def _counter(name: Any, value: Any, pid: int, ts: float) -> dict[str, Any]:
-    """A counter sample (``ph: C``): Perfetto draws the process's track ``<name> value``."""
-    return {"ph": "C", "name": name, "pid": pid, "tid": 0, "ts": ts, "args": {"value": json_safe_value(value)}}
-
-
 def _last_used(group: LaneGroup) -> int:
     return group.used
-
-
-def _span_record(span: Any) -> tuple:
-    """An SDK span in the record form the encoder reads (flat event attributes,
-    ``START``/``END`` never ``None``)."""
-    ctx = span.context
-    parent = span.parent
-    start = span.start_time or 0
-    scope = span.instrumentation_scope
-    status = span.status
-    events = span.events
-    links = span.links
-    return (span.name, ctx.trace_id, ctx.span_id, parent.span_id if parent is not None else 0,
-            parent is not None and parent.is_remote, 0, None, start, span.end_time or start, span.kind.value,
-            None, None, None, None, None,
-            [(e.name, e.attributes, e.timestamp) for e in events] if events else None,
-            [(link.context.trace_id, link.context.span_id) for link in links] if links else None,
-            status.status_code.value, status.description,
-            (scope.name, scope.version) if scope is not None else ("", None), None)

@@ -3,7 +3,7 @@
 A span whose parent ran in another process cannot start its own arrow: the
 parent's slice is in another file. So each side writes what it knows: the
 child a flow end with an id of its own and its parent's span id
-(``args.parent_span_id``), the parent a :data:`~.chrome_markers.FLOW_SOURCE`
+(``args.parent``), the parent a :data:`~.chrome_markers.FLOW_SOURCE`
 metadata line with its slice (any span whose context was sent away: a CLIENT
 or PRODUCER span, or one current at ``otel_rl.inject``). When files are merged,
 :class:`FlowJoiner` sees both and adds one flow start per child on the parent's
@@ -17,7 +17,8 @@ from typing import Any
 
 import orjson
 
-from .chrome_markers import FLOW_CATEGORY, FLOW_NAME, FLOW_SOURCE
+from .. import keys
+from .chrome_markers import FLOW_CATEGORY, FLOW_NAME, FLOW_SOURCE, slice_id
 
 _END_PREFIX = b'{"ph":"f"'
 _SOURCE_PREFIX = b'{"ph":"M","name":"' + FLOW_SOURCE.encode() + b'"'
@@ -39,12 +40,12 @@ class FlowJoiner:
         ph = event.get("ph")
         if ph == "f":
             args = event.get("args")
-            parent = args.get("parent_span_id") if isinstance(args, dict) else None
+            parent = slice_id(args, keys.TRACE_ARG_PARENT_ID) if isinstance(args, dict) else None
             if isinstance(parent, str):
                 self._ends.append((event.get("id"), parent))
         elif ph == "M" and event.get("name") == FLOW_SOURCE:
             args = event.get("args")
-            span_id = args.get("span_id") if isinstance(args, dict) else None
+            span_id = slice_id(args, keys.TRACE_ARG_SPAN_ID) if isinstance(args, dict) else None
             if isinstance(span_id, str):
                 self._sources[span_id] = (event.get("pid"), event.get("tid"), event.get("ts"))
 

@@ -85,10 +85,17 @@ _CHROME_NAMES: dict[str, Any] = {}
 _MAX_CHROME_NAMES = 4096
 
 
+# The trace file's own id args, in the names files have had: an attribute named like one keeps
+# its full key (a raw attribute gets ``attr.``), so a reader never takes the user's value for an id.
+_ID_ARGS = frozenset(keys.TRACE_ARG_LEGACY) | frozenset(keys.TRACE_ARG_LEGACY.values())
+
+
 def _chrome_name(key: str) -> Any:
     name = key[_ARGS_PREFIX_LEN:] if key.startswith(_ARGS_PREFIX) else key
     if name in _DROPPED:
         name = _DROP
+    elif name in _ID_ARGS:
+        name = key if key != name else "attr." + key
     if len(_CHROME_NAMES) < _MAX_CHROME_NAMES:
         _CHROME_NAMES[key] = name
     return name

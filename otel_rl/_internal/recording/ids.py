@@ -6,24 +6,25 @@ from random import getrandbits
 from typing import Any
 
 
-def new_trace_id() -> int:
-    """A random, nonzero 128-bit trace id.
-
-    The hot path draws ``getrandbits(128) or new_trace_id()`` itself and calls
-    this only for the zero it drew (once in 2**128).
-    """
-    trace_id = getrandbits(128)
-    while not trace_id:
-        trace_id = getrandbits(128)
-    return trace_id
-
-
 def new_span_id() -> int:
-    """A random, nonzero 64-bit span id (see :func:`new_trace_id`)."""
+    """A random, nonzero 64-bit span id.
+
+    The hot path draws ``getrandbits(64) or new_span_id()`` itself and calls this
+    only for the zero it drew (once in 2**64). A root span's trace id is its own
+    span id (the upper 64 bits zero, as W3C trace context pads the ids of 64-bit
+    systems): random where samplers read it, 16 hex digits in the trace file, and
+    the id Jaeger prints and finds for that trace.
+    """
     span_id = getrandbits(64)
     while not span_id:
         span_id = getrandbits(64)
     return span_id
+
+
+def trace_text(trace_id: int) -> str:
+    """A trace id as the trace file writes it: 16 hex digits where its upper half
+    is zero (a root's id is its span id), 32 otherwise."""
+    return f"{trace_id:016x}" if trace_id < 1 << 64 else f"{trace_id:032x}"
 
 
 def id_value(value: Any) -> Any:

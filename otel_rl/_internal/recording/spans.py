@@ -30,7 +30,7 @@ from opentelemetry.util import types
 
 from . import record as records
 from .category import normalize_category
-from .ids import new_span_id, new_trace_id
+from .ids import new_span_id
 from ..payload import safe_str, snapshot
 
 _time_ns = time.time_ns
@@ -144,7 +144,7 @@ class LeanSpan(trace_api.Span):
                 self.flags = pipeline.sample_child(sc)
                 self.trace_state = sc.trace_state
             else:
-                self.trace_id = getrandbits(128) or new_trace_id()
+                self.trace_id = self.span_id  # ids.new_span_id: a root's trace id
                 self.parent_id = 0
                 self.parent_remote = False
                 self.flags = pipeline.sample_root(ctx, self.trace_id, name, kind, attributes)

@@ -2590,15 +2590,40 @@ static int h_slice(Enc *e, Event *ev) {
         /* One pass over the args: the three track_for reads (the first string key of each name, as
          * arg() finds it) and the span ids (the last of each, every one taken out of the args). */
         Val *sv = NULL, *pv = NULL, *session = NULL, *kind = NULL, *task = NULL;
+        /* The last index of each id name: the trace file's ("id", "parent") and older files'. */
+        Py_ssize_t span_at[2] = {-1, -1}, parent_at[2] = {-1, -1};
         for (Py_ssize_t i = 0; i < ev->nargs; i++) {
             Val *k = &ev->args[i].key;
             switch (k->n) {
-            case 7: if (memcmp(k->s, "span_id", 7) == 0) { sv = &ev->args[i].val; k->k = V_ABSENT; } break;
-            case 14: if (memcmp(k->s, "parent_span_id", 14) == 0) { pv = &ev->args[i].val; k->k = V_ABSENT; } break;
+            case 2: if (memcmp(k->s, "id", 2) == 0) span_at[0] = i; break;
+            case 7: if (memcmp(k->s, "span_id", 7) == 0) span_at[1] = i; break;
+            case 6: if (memcmp(k->s, "parent", 6) == 0) parent_at[0] = i; break;
+            case 14: if (memcmp(k->s, "parent_span_id", 14) == 0) parent_at[1] = i; break;
             case 13: if (!session && k->k == V_STR && memcmp(k->s, "rl.session.id", 13) == 0) session = &ev->args[i].val; break;
             case 12: if (!kind && k->k == V_STR && memcmp(k->s, "rl.span.kind", 12) == 0) kind = &ev->args[i].val; break;
             case 10: if (!task && k->k == V_STR && memcmp(k->s, "rl.task.id", 10) == 0) task = &ev->args[i].val; break;
             }
+        }
+        /* The id under the trace file's name where it has one, else the older name; every arg of
+         * the name taken is taken out of the args (a repeated key: the last wins, as in a dict). */
+        const char *span_name = "span_id", *parent_name = "parent_span_id";
+        Py_ssize_t span_name_n = 7, parent_name_n = 14;
+        Py_ssize_t si = span_at[0] >= 0 ? span_at[0] : span_at[1], pi = parent_at[0] >= 0 ? parent_at[0] : parent_at[1];
+        if (si >= 0) {
+            Val *key = &ev->args[si].key;
+            span_name = key->s; span_name_n = key->n;
+            sv = &ev->args[si].val;
+        }
+        if (pi >= 0) {
+            Val *key = &ev->args[pi].key;
+            parent_name = key->s; parent_name_n = key->n;
+            pv = &ev->args[pi].val;
+        }
+        for (Py_ssize_t i = 0; i < ev->nargs && (sv || pv); i++) {
+            Val *k = &ev->args[i].key;
+            if ((sv && k->n == span_name_n && memcmp(k->s, span_name, (size_t)span_name_n) == 0)
+                || (pv && k->n == parent_name_n && memcmp(k->s, parent_name, (size_t)parent_name_n) == 0))
+                k->k = V_ABSENT;
         }
         track = track_for(e, pid, tid, session, kind, task, start);
         if (!track) goto done;
@@ -2610,12 +2635,12 @@ static int h_slice(Enc *e, Event *ev) {
                 e->hot_span = span; e->hot_parent = parent;  /* parents[span] is parent now */
             }
         } else if (sv && sv->k != V_NULL) {
-            extra[nextra].key = (Val){V_STR, 1, 0, 0, "span_id", 7}; extra[nextra++].val = *sv;
+            extra[nextra].key = (Val){V_STR, 1, 0, 0, span_name, span_name_n}; extra[nextra++].val = *sv;
         }
         if (pv && pv->k == V_STR) {
             if (!parent && !(parent = str_of(pv))) goto done;
         } else if (pv && pv->k != V_NULL) {
-            extra[nextra].key = (Val){V_STR, 1, 0, 0, "parent_span_id", 14}; extra[nextra++].val = *pv;
+            extra[nextra].key = (Val){V_STR, 1, 0, 0, parent_name, parent_name_n}; extra[nextra++].val = *pv;
         }
     } else {
         track = reg_thread(e, pid, tid);
@@ -2970,7 +2995,8 @@ static int h_metadata(Enc *e, Event *ev) {
     } else if (is_str(name, "thread_sort_index")) {
         if (no_complex_ids(pid, tid) < 0 || h_lane(e, pid, tid, OR_NONE(arg(ev, "sort_index"))) < 0) return -1;
     } else if (is_str(name, "otel_rl.flow_source")) {
-        const Val *span = OR_NONE(arg(ev, "span_id"));
+        const Val *span = arg(ev, "id");
+        span = OR_NONE(span ? span : arg(ev, "span_id"));
         if (span->k == V_STR && win_mark_source(e, span) < 0) return -1;
     }
     return 1;
@@ -2983,7 +3009,9 @@ static int h_flow(Enc *e, Event *ev, char phase) {
     if (r <= 0) return r;
     const Val *pid = &f[K_PID], *tid = &f[K_TID];
     if (is_str(&f[K_CAT], "rl.flow")) {
-        const Val *parent = f[K_ARGS].k == V_OBJ ? OR_NONE(arg(ev, "parent_span_id")) : &absent;
+        const Val *parent = f[K_ARGS].k == V_OBJ ? arg(ev, "parent") : NULL;
+        if (!parent && f[K_ARGS].k == V_OBJ) parent = arg(ev, "parent_span_id");
+        parent = OR_NONE(parent);
         if (phase == 'f' && parent->k == V_STR) {
             if (no_complex_ids(pid, tid) < 0) return -1;
             e->key.n = 0;

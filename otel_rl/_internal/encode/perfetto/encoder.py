@@ -31,7 +31,7 @@ from typing import Any
 from ... import diagnostics, guard, keys
 from ..lanes import TwoGenerationMap, is_ancestor
 from ..track_metadata import rank_and_role
-from ..chrome_markers import EXACT_END, EXACT_START, FLOW_CATEGORY, FLOW_SOURCE
+from ..chrome_markers import EXACT_END, EXACT_START, FLOW_CATEGORY, FLOW_SOURCE, slice_id
 from . import fields as f
 from .interning import Interner
 from .packets import PacketWriter, flow_id
@@ -46,6 +46,8 @@ _COUNTER_HOLD = 64
 _INT64_MIN = -(1 << 63)
 _INT64_MAX = (1 << 63) - 1
 _INF = float("inf")
+_SPAN = keys.TRACE_ARG_SPAN_ID
+_PARENT = keys.TRACE_ARG_PARENT_ID
 _pack_double = struct.Struct("<d").pack
 _SESSION_ID = keys.SESSION_ID
 _SPAN_KIND = keys.SPAN_KIND
@@ -267,18 +269,21 @@ class PerfettoEncoder:
             track = self._track_for(pid, tid, args, start)
             # Span ids are taken out of the args: seen once or twice each, they are written
             # in place rather than looked up, and the parent's only where nothing else shows it.
-            span = args.pop("span_id", None)
-            parent = args.pop("parent_span_id", None)
+            # The trace file's names where present, else older files' (the other stays an arg).
+            span_key = _SPAN if _SPAN in args else "span_id"
+            parent_key = _PARENT if _PARENT in args else "parent_span_id"
+            span = args.pop(span_key, None)
+            parent = args.pop(parent_key, None)
             if type(span) is str:
                 ids = interner.span_annotation("span_id", span)
                 if type(parent) is str:
                     self._parents.set(span, parent)
             elif span is not None:
-                args["span_id"] = span
+                args[span_key] = span
                 span = None
             if type(parent) is not str:
                 if parent is not None:
-                    args["parent_span_id"] = parent
+                    args[parent_key] = parent
                 parent = None
         else:
             args = None
@@ -477,7 +482,7 @@ class PerfettoEncoder:
         elif name == "thread_sort_index":
             self._lane(pid, event.get("tid"), args.get("sort_index"))
         elif name == FLOW_SOURCE:
-            span = args.get("span_id")
+            span = slice_id(args, _SPAN)
             if type(span) is str:
                 self._window.mark_source(span)
         # Other metadata (otel_rl's batch markers, a profiler's extras): nothing to draw.
@@ -509,7 +514,7 @@ class PerfettoEncoder:
             # otel_rl's own arrows are joined by span ids (see .slices); only the end of
             # one from another process says something the slices do not: its parent.
             args = event.get("args")
-            parent = args.get("parent_span_id") if type(args) is dict else None
+            parent = slice_id(args, _PARENT) if type(args) is dict else None
             if phase == "f" and type(parent) is str:
                 child = self._last.get(key)
                 if child is not None and child.start == ns and child.flow_in is None and not child.written:
