@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import json
 
+import orjson
+
 import otel_rl
 from otel_rl.convert import convert
+from otel_rl.convert.annotations import SessionNotes
 
 
 def finished_session(task_id):
@@ -47,3 +50,12 @@ def test_sessions_nothing_was_said_of_are_copied_as_they_were(capture, tmp_path)
     _stats, args = session_args(capture, tmp_path)
     assert "rl.annotation.advantage" in args[said]
     assert not any(k.startswith(("rl.annotation.", "rl.session.consumed")) for k in args[unsaid])
+
+
+def test_notes_join_lines_in_the_older_id_names_and_past_a_nested_id_key():
+    notes = SessionNotes()
+    notes.add({"kind": "annotate", "span_id": "00000000000000aa", "values": {"advantage": 1.0}})
+    older = orjson.dumps({"ph": "X", "name": "session", "args": {"span_id": "00000000000000aa"}})
+    nested = orjson.dumps({"ph": "X", "name": "session", "args": {"meta": {"id": "zz"}, "id": "00000000000000aa"}})
+    joined = notes.join(older + b",\n" + nested).split(b",\n")
+    assert [orjson.loads(line)["args"].get("rl.annotation.advantage") for line in joined] == [1.0, 1.0]

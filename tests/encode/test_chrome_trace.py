@@ -121,6 +121,15 @@ def test_category_is_rl_category_then_span_kind_then_none_for_the_default():
     assert [one(events, n).get("cat") for n in "abc"] == ["compute", "phase", None]
 
 
+def test_an_attribute_named_like_an_id_arg_keeps_its_full_key():
+    f = SpanFactory(RANK0)
+    span = f.span("a", 0, 1, attrs={keys.ARGS_PREFIX + "id": 7, "parent": "p", keys.ARGS_PREFIX + "span_id": 8})
+    args = one(encode_all([span]), "a")["args"]
+    assert {k: args[k] for k in ("rl.args.id", "attr.parent", "rl.args.span_id", "id")} == {
+        "rl.args.id": 7, "attr.parent": "p", "rl.args.span_id": 8, "id": f"{span.context.span_id:016x}"}
+    assert "parent" not in args
+
+
 def test_status_appears_in_args_only_when_set():
     f = SpanFactory(RANK0)
     spans = [f.span("ok", 0, 1),
