@@ -370,7 +370,6 @@ static int write_complete(Buf *b, PyObject *const *a) {
     if (!PyUnicode_CheckExact(name) || !PyUnicode_CheckExact(a[2])) return SKIP;
     if (PUTS(b, "{\"ph\":\"X\",\"name\":") < 0) return -1;
     if ((r = put_text(b, name))) return r;
-    if (!PyUnicode_CheckExact(a[2])) return SKIP;
     if (!same_text(a[2], default_category)) {  /* the default is left out: readers assume it */
         if (PUTS(b, ",\"cat\":") < 0) return -1;
         if ((r = put_text(b, a[2]))) return r;
@@ -554,9 +553,11 @@ static PyObject *configure(PyObject *self, PyObject *config) {
         return NULL;
     }
     if (!PyDict_CheckExact(kind_names) || !PyDict_CheckExact(status_names) || !PyDict_CheckExact(arg_names)
-        || !PyTuple_CheckExact(fixed_keys) || !PyUnicode_CheckExact(flow_name) || !PyUnicode_CheckExact(flow_category)) {
+        || !PyTuple_CheckExact(fixed_keys) || !PyUnicode_CheckExact(default_category)
+        || !PyUnicode_CheckExact(flow_name) || !PyUnicode_CheckExact(flow_category)) {
         Py_CLEAR(dumps);
-        PyErr_SetString(PyExc_TypeError, "configure(): names must be dicts, fixed_keys a tuple, flow names str");
+        PyErr_SetString(PyExc_TypeError,
+                        "configure(): names must be dicts, fixed_keys a tuple, the default category and flow names str");
         return NULL;
     }
     Py_ssize_t top = i_name;

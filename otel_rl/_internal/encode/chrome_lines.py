@@ -39,7 +39,8 @@ if native is not None:
     native.configure({
         "kind_names": KIND_NAMES, "status_names": STATUS_NAMES, "arg_names": ARG_NAMES,
         "dropped": DROPPED_ARG, "arg_name": arg_name, "json_safe_value": json_safe_value,
-        "fixed_keys": FIXED_KEYS, "DEFAULT_CATEGORY": keys.DEFAULT_CATEGORY, "dumps": orjson.dumps, "FLOW_NAME": FLOW_NAME, "FLOW_CATEGORY": FLOW_CATEGORY,
+        "fixed_keys": FIXED_KEYS, "DEFAULT_CATEGORY": keys.DEFAULT_CATEGORY, "dumps": orjson.dumps,
+        "FLOW_NAME": FLOW_NAME, "FLOW_CATEGORY": FLOW_CATEGORY,
         "LOCAL_FLOW_MIX": LOCAL_FLOW_MIX, **record.layout(),
     })
 

@@ -81,7 +81,7 @@ _MAX_ANCESTRY = 64
 
 # Module-level copies of the keys read for every placed span (one lookup, not two).
 _CATEGORY = keys.CATEGORY
-DEFAULT_CATEGORY = keys.DEFAULT_CATEGORY
+_DEFAULT_CATEGORY = keys.DEFAULT_CATEGORY
 _ARG_SPAN = keys.TRACE_ARG_SPAN_ID
 _ARG_PARENT = keys.TRACE_ARG_PARENT_ID
 _ARG_TRACE = keys.TRACE_ARG_TRACE_ID
@@ -464,7 +464,7 @@ class ChromeTraceEncoder:
         tid = chosen.tid
         ts = start / 1000
         span_kind = attrs.get(_SPAN_KIND)
-        cat = attrs.get(_CATEGORY) or span_kind or DEFAULT_CATEGORY
+        cat = attrs.get(_CATEGORY) or span_kind or _DEFAULT_CATEGORY
         trace_id = rec[TRACE_ID]
         if trace_id == span_id:
             trace_text = None  # a root: its span id says it

@@ -10,11 +10,11 @@ from .json_values import json_safe_value
 
 __all__ = ["counter_event", "slice_event"]
 
-DEFAULT_CATEGORY = keys.DEFAULT_CATEGORY
+_DEFAULT_CATEGORY = keys.DEFAULT_CATEGORY
 
 
 def slice_event(ph: str, name: Any, cat: Any, ts: float, pid: int, tid: int, args: dict[str, Any],
-           s: str | None = None, dur: float | None = None) -> dict[str, Any]:
+                s: str | None = None, dur: float | None = None) -> dict[str, Any]:
     """A slice's (or instant's) event in the trace file's key order; no ``cat`` for the default
     category (readers take :data:`~..keys.DEFAULT_CATEGORY` where it is missing), so the
     commonest line stays short. The process's rank and role are on its track, not repeated here."""
@@ -22,7 +22,7 @@ def slice_event(ph: str, name: Any, cat: Any, ts: float, pid: int, tid: int, arg
     if s is not None:
         event["s"] = s
     event["name"] = name
-    if cat != DEFAULT_CATEGORY:
+    if cat != _DEFAULT_CATEGORY:
         event["cat"] = cat
     event["ts"] = ts
     if dur is not None:
