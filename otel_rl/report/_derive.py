@@ -7,11 +7,12 @@ from collections import defaultdict
 from typing import Any
 
 from .._internal import keys
+from .._internal.encode.chrome_markers import slice_trace_id
 from .._internal.read.sessions import response_length
 from ._model import RunData, SessionRow, SpanRow
 
 #: Chrome args an instant carries that are not request metadata.
-_NOT_METADATA = frozenset({"rank", "role", "trace_id", "span_id", "parent_span_id"})
+_NOT_METADATA = frozenset({"rank", "role", *keys.TRACE_ARG_LEGACY, *keys.TRACE_ARG_LEGACY.values()})
 
 
 def _num(value: Any) -> bool:
@@ -59,7 +60,7 @@ def derive(data: RunData, names: dict[str, str]) -> None:
                 if span_id is None:
                     row.span_id = span_id = span.span_id
                 if trace_id is None:
-                    row.trace_id = span.args.get("trace_id")
+                    row.trace_id = slice_trace_id(span.args)
             if row.tokens is None and span_id:
                 from_spans = tokens.get(span_id)
                 if from_spans:
@@ -84,7 +85,7 @@ def derive(data: RunData, names: dict[str, str]) -> None:
                          names.setdefault(status, status), args.get(keys.SESSION_REASON), span.start, span.end,
                          total if _num(total) else span.dur,
                          step if type(step) is int else None, tuple(flat), counters, span.span_id,
-                         args.get("trace_id"))
+                         slice_trace_id(args))
         row.tokens = response_length(counters, tokens.get(span.span_id) if span.span_id else None)
         data.sessions.append(row)
     if data.steps is not None:

@@ -39,6 +39,7 @@ from .._internal.read.request_events import read_request_events
 from .._internal.read.sessions import read_session_records, session_pool
 from .._internal.read.sniff import record_kind, sniff_file, why_ignored
 from .._internal.read.annotations import read_annotations
+from .._internal.recording.ids import trace_text
 from .._internal.read.stats_exports import read_stats_exports
 from .._internal.read.torch_trace import is_torch_trace
 from ._clocks import align_clocks as _align
@@ -375,7 +376,7 @@ class _Loader:
             args = dict(span.attributes or {})
             if self._keep is not None and not self._keep(args):
                 continue
-            args["trace_id"] = f"{span.context.trace_id:032x}"  # where Chrome trace events keep it
+            args[keys.TRACE_ARG_TRACE_ID] = trace_text(span.context.trace_id)  # as Chrome trace events keep it
             parent = span.parent
             events = None
             if span.events:

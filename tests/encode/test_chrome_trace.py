@@ -17,6 +17,7 @@ from otel_rl._internal.encode.chrome_markers import FLOW_CATEGORY, FLOW_SOURCE
 from otel_rl._internal.encode.chrome_trace import ChromeTraceEncoder
 from otel_rl._internal.encode.flows import FlowJoiner
 from otel_rl._internal.recording.ids import trace_text
+from otel_rl._internal.encode.chrome_markers import slice_trace_id
 from support import T0_NS, SpanFactory
 
 # Span times (support.SpanFactory) are whole microseconds after T0_NS, so ts and
@@ -128,6 +129,13 @@ def test_an_attribute_named_like_an_id_arg_keeps_its_full_key():
     assert {k: args[k] for k in ("rl.args.id", "attr.parent", "rl.args.span_id", "id")} == {
         "rl.args.id": 7, "attr.parent": "p", "rl.args.span_id": 8, "id": f"{span.context.span_id:016x}"}
     assert "parent" not in args
+
+
+def test_a_lines_trace_id_is_its_trace_arg_or_on_a_root_its_own_id():
+    assert slice_trace_id({"id": "00000000000000aa"}) == "00000000000000aa"
+    assert slice_trace_id({"trace": "00000000000000bb", "id": "00000000000000aa"}) == "00000000000000bb"
+    assert slice_trace_id({"trace_id": "cc" * 16, "span_id": "00000000000000aa"}) == "cc" * 16  # older files
+    assert slice_trace_id({"rank": 0}) is None  # another tool's trace
 
 
 def test_status_appears_in_args_only_when_set():

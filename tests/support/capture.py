@@ -45,6 +45,7 @@ from opentelemetry.trace.status import StatusCode
 import otel_rl
 from otel_rl._internal import keys
 from otel_rl._internal.state import STATE
+from otel_rl._internal.recording.ids import trace_text
 
 from .files import read_sessions, read_trace
 from .processes import scrub_environ
@@ -196,8 +197,8 @@ class Capture:
 
 
 def trace_hex(n: int) -> str:
-    """A trace id as the files write it."""
-    return f"{n:032x}"
+    """A trace id as the files write it (16 digits where its upper half is zero)."""
+    return trace_text(n)
 
 
 def span_hex(n: int) -> str:

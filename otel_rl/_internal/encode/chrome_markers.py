@@ -44,3 +44,10 @@ def slice_id(args: dict[str, Any], key: str) -> Any:
     written before those names were shortened (``span_id``, ``parent_span_id``, ``trace_id``)."""
     value = args.get(key)
     return args.get(_LEGACY_NAME[key]) if value is None else value
+
+
+def slice_trace_id(args: dict[str, Any]) -> Any:
+    """A slice's trace id text: its ``trace`` arg, or on a root, whose line leaves it out, its own
+    span id (``None`` where the line has neither, as in other tools' traces)."""
+    trace = slice_id(args, keys.TRACE_ARG_TRACE_ID)
+    return slice_id(args, keys.TRACE_ARG_SPAN_ID) if trace is None else trace

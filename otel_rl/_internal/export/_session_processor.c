@@ -504,7 +504,7 @@ static PyObject *on_session(PyObject *sp, PyObject *rec, PyObject *attrs) {
         if (!v || (v != Py_None && PyDict_SetItem(record, PyTuple_GET_ITEM(pair, 1), v) < 0)) { Py_DECREF(total); goto done; }
     }
     PyObject *trace_id = PyTuple_GET_ITEM(rec, i_trace), *span_id = PyTuple_GET_ITEM(rec, i_span);
-    if (set(record, f_trace_id, hex_id(trace_id, 16, hex32)) < 0 || set(record, f_span_id, hex_id(span_id, 8, hex16)) < 0) {
+    if (set(record, f_trace_id, trace_text(trace_id, hex32)) < 0 || set(record, f_span_id, hex_id(span_id, 8, hex16)) < 0) {
         Py_DECREF(total);
         goto done;
     }

@@ -23,6 +23,7 @@ from ..encode.readable import ExportSpan
 from .jsonl import JsonlAppender
 from .session_metrics import AggregatedSessionMetrics
 from ..payload import INT64_MAX, INT64_MIN, utf8_text
+from ..recording.ids import trace_text
 from ..recording.record import END, FLAGS, NAME, SPAN_ID, START, STATUS, TRACE_ID, layout
 
 #: Phases every record carries, even at zero (AReaL's fields).
@@ -262,7 +263,7 @@ class SessionSpanProcessor(SpanProcessor):
             value = attrs.get(key)
             if value is not None:
                 record[field] = _plain(value)
-        record["trace_id"] = f"{trace_id:032x}"
+        record["trace_id"] = trace_text(trace_id)  # as the trace file and Jaeger print it
         record["span_id"] = f"{span_id:016x}"
         self._write_record(record)
         if not pending:
