@@ -125,7 +125,10 @@ TRACE_ARG_PARENT_ID = "parent"
 #: root span whose trace id is its own span id.
 TRACE_ARG_TRACE_ID = "trace"
 #: The same args as files written before these names were shortened call them; readers take both.
-TRACE_ARG_LEGACY = {"span_id": TRACE_ARG_SPAN_ID, "parent_span_id": TRACE_ARG_PARENT_ID, "trace_id": TRACE_ARG_TRACE_ID}
+TRACE_ARG_LEGACY = {"span_id": TRACE_ARG_SPAN_ID, "parent_span_id": TRACE_ARG_PARENT_ID,
+                    "trace_id": TRACE_ARG_TRACE_ID}
+#: Every name a slice's id args have had (older names first): not an attribute's name in args.
+TRACE_ARG_NAMES = (*TRACE_ARG_LEGACY, *TRACE_ARG_LEGACY.values())
 #: The category a slice has when the trace file writes none.
 DEFAULT_CATEGORY = "span"
 

@@ -12,7 +12,7 @@ from .._internal.read.sessions import response_length
 from ._model import RunData, SessionRow, SpanRow
 
 #: Chrome args an instant carries that are not request metadata.
-_NOT_METADATA = frozenset({"rank", "role", *keys.TRACE_ARG_LEGACY, *keys.TRACE_ARG_LEGACY.values()})
+_NOT_METADATA = frozenset({"rank", "role", *keys.TRACE_ARG_NAMES})
 
 
 def _num(value: Any) -> bool:

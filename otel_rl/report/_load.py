@@ -39,9 +39,9 @@ from .._internal.read.request_events import read_request_events
 from .._internal.read.sessions import read_session_records, session_pool
 from .._internal.read.sniff import record_kind, sniff_file, why_ignored
 from .._internal.read.annotations import read_annotations
-from .._internal.recording.ids import trace_text
 from .._internal.read.stats_exports import read_stats_exports
 from .._internal.read.torch_trace import is_torch_trace
+from .._internal.recording.ids import trace_text
 from ._clocks import align_clocks as _align
 from ._columns import LazySessions, SessionTable
 from ._derive import derive

@@ -13,11 +13,10 @@ from opentelemetry.trace import SpanContext, SpanKind, TraceFlags
 from opentelemetry.trace.status import Status, StatusCode
 
 from otel_rl._internal import keys
-from otel_rl._internal.encode.chrome_markers import FLOW_CATEGORY, FLOW_SOURCE
+from otel_rl._internal.encode.chrome_markers import FLOW_CATEGORY, FLOW_SOURCE, slice_trace_id
 from otel_rl._internal.encode.chrome_trace import ChromeTraceEncoder
 from otel_rl._internal.encode.flows import FlowJoiner
 from otel_rl._internal.recording.ids import trace_text
-from otel_rl._internal.encode.chrome_markers import slice_trace_id
 from support import T0_NS, SpanFactory
 
 # Span times (support.SpanFactory) are whole microseconds after T0_NS, so ts and

@@ -32,8 +32,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 import otel_rl
 from otel_rl._internal import keys
-from otel_rl.cli import main as otel_rl_cli
 from otel_rl._internal.recording.ids import trace_text
+from otel_rl.cli import main as otel_rl_cli
 from support.paths import ROOT
 
 

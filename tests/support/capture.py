@@ -44,8 +44,8 @@ from opentelemetry.trace.status import StatusCode
 
 import otel_rl
 from otel_rl._internal import keys
-from otel_rl._internal.state import STATE
 from otel_rl._internal.recording.ids import trace_text
+from otel_rl._internal.state import STATE
 
 from .files import read_sessions, read_trace
 from .processes import scrub_environ

@@ -85,9 +85,9 @@ _CHROME_NAMES: dict[str, Any] = {}
 _MAX_CHROME_NAMES = 4096
 
 
-# The trace file's own id args, in the names files have had: an attribute named like one keeps
-# its full key (a raw attribute gets ``attr.``), so a reader never takes the user's value for an id.
-_ID_ARGS = frozenset(keys.TRACE_ARG_LEGACY) | frozenset(keys.TRACE_ARG_LEGACY.values())
+# An attribute named like one of the trace file's own id args keeps its full key (a raw
+# attribute gets ``attr.``), so a reader never takes the user's value for an id.
+_ID_ARGS = frozenset(keys.TRACE_ARG_NAMES)
 
 
 def _chrome_name(key: str) -> Any:

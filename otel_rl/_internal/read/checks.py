@@ -16,8 +16,7 @@ __all__ = ["ID_ARGS", "ID_TYPES", "MAX_NS", "MAX_S", "MAX_US", "bad_id", "is_num
 #: JSON list or object cannot identify anything.
 ID_TYPES = frozenset({str, int, float, bool, type(None)})
 #: Span args that identify something; a line whose one of them is a list or object is skipped.
-ID_ARGS = (*keys.TRACE_ARG_LEGACY, *keys.TRACE_ARG_LEGACY.values(), keys.TASK_ID, keys.SESSION_ID, keys.STEP,
-           keys.REQUEST_ID, keys.THREAD_ID)
+ID_ARGS = (*keys.TRACE_ARG_NAMES, keys.TASK_ID, keys.SESSION_ID, keys.STEP, keys.REQUEST_ID, keys.THREAD_ID)
 _CONTAINERS = frozenset({dict, list})
 #: Times beyond this many seconds from the epoch (either way: years 1019 to 2920)
 #: are garbage, not dates; they could not even be printed as one.
