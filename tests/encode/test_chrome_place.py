@@ -210,3 +210,28 @@ def test_sessions_released_early_or_stale_are_laid_out_as_the_python_steps_lay_t
     walked, _ = _trace_file(monkeypatch, items, 53, compiled_walk=True, **limits)
     stepped, _ = _trace_file(monkeypatch, items, 53, compiled_walk=False, **limits)
     assert walked == stepped
+
+
+def _session_with_phases(phases: list[tuple[int, int]], first_id: int) -> list[tuple]:
+    """A session's phases (``(start, end)`` offsets), then its span, as the exporter gets them."""
+    session_id, span = f"s{first_id}", first_id
+    extra = {keys.SESSION_ID: session_id}
+    items = [(_rec("phase", first_id + 1 + k, span, _T0 + lo, _T0 + hi),
+              _attrs(1, **extra, **{keys.SPAN_KIND: keys.KIND_PHASE})) for k, (lo, hi) in enumerate(phases)]
+    end = max(hi for _, hi in phases) + 10
+    items.append((_rec("session", span, 0, _T0, _T0 + end), _attrs(1, **extra, **{keys.SPAN_KIND: keys.KIND_SESSION})))
+    return items
+
+
+@compiled
+@pytest.mark.parametrize("phases", [
+    [(30, 40), (10, 20), (10, 25), (10, 20), (10, 25)],  # equal keys keep their arrival order
+    [(k % 7, 100 - k % 5) for k in range(40)],  # more than the compiled sort takes: the list's own sort
+], ids=["ties", "many"])
+def test_phases_waiting_for_their_session_are_placed_outer_first_as_the_python_steps_place_them(
+        monkeypatch, phases):
+    items = _session_with_phases(phases, 1000)
+    walked, _ = _trace_file(monkeypatch, items, 100, compiled_walk=True)
+    stepped, _ = _trace_file(monkeypatch, items, 100, compiled_walk=False)
+    assert walked == stepped
+    assert walked.count(b'"name":"phase"') == len(phases)

@@ -83,6 +83,7 @@ typedef struct {
     PyObject *horizon, *max_intervals, *prune_step;
     long long clock, newest;
     PyObject *trace_id, *trace_hex;  /* new references: the latest trace id and its text */
+    int dirty;  /* whether the walk changed clock, newest or the trace text since load() */
 } Batch;
 
 static int load(Batch *b) {  /* the encoder's state that Python may have changed */
@@ -109,10 +110,13 @@ static int load(Batch *b) {  /* the encoder's state that Python may have changed
     if (!(v = PyObject_GetAttr(b->enc, a_record_proc))) return -1;
     if (Py_TYPE(v) != t_proc) Py_CLEAR(v);  /* None until the first record made it */
     Py_XSETREF(b->proc, v);
+    b->dirty = 0;
     return 0;
 }
 
 static int store(Batch *b) {  /* what this file changed, back into the encoder */
+    if (!b->dirty) return 0;  /* the encoder holds these values already */
+    b->dirty = 0;
     PyObject *v = PyLong_FromLongLong(b->clock);
     if (!v || PyObject_SetAttr(b->enc, a_clock, v) < 0) { Py_XDECREF(v); return -1; }
     Py_DECREF(v);
@@ -253,6 +257,7 @@ static int place(Batch *b, PyObject *item) {
             if (!fresh) return -1;
             Py_SETREF(b->trace_id, Py_NewRef(trace_id));
             Py_SETREF(b->trace_hex, fresh);
+            b->dirty = 1;
         }
         text = b->trace_hex;
     }
@@ -276,6 +281,7 @@ static int place(Batch *b, PyObject *item) {
     if (parent && map_set(b->parent_of, span_id, parent_id) < 0) goto done;
     if (end > b->newest) b->newest = end;
     b->clock++;
+    b->dirty = 1;
     if (!(num = PyLong_FromLongLong(b->clock))) goto done;
     set_slot(group, o_group_used, num);
     num = NULL;
@@ -972,14 +978,55 @@ static int add_count(PyObject *enc, Py_ssize_t delta) {  /* enc._buffered_count 
     return r;
 }
 
+/* waiting.sort(key=outer_first) without a call per item, where every key is a pair of int64s
+ * and the list is short (a session's phases): 1 sorted, 0 left to the list's own sort. Insertion
+ * sort is stable, as list.sort is, so equal keys keep their order. */
+#define SORT_IN_C_MAX 32
+static int sort_outer_first(PyObject *waiting) {
+    Py_ssize_t n = PyList_GET_SIZE(waiting);
+    if (n > SORT_IN_C_MAX) return 0;
+    long long start[SORT_IN_C_MAX], neg_end[SORT_IN_C_MAX];
+    PyObject *item[SORT_IN_C_MAX];
+    for (Py_ssize_t k = 0; k < n; k++) {
+        PyObject *it = PyList_GET_ITEM(waiting, k), *rec;
+        long long end;
+        if (!PyTuple_CheckExact(it) || PyTuple_GET_SIZE(it) != 3 || !PyTuple_CheckExact(rec = PyTuple_GET_ITEM(it, 0))
+            || PyTuple_GET_SIZE(rec) != n_fields || !as_int64(PyTuple_GET_ITEM(rec, i_start), &start[k])
+            || !as_int64(PyTuple_GET_ITEM(rec, i_end), &end) || end == LLONG_MIN)
+            return 0;
+        neg_end[k] = -end;
+        item[k] = it;
+    }
+    for (Py_ssize_t k = 1; k < n; k++) {
+        long long s = start[k], e = neg_end[k];
+        PyObject *it = item[k];
+        Py_ssize_t j = k;
+        for (; j > 0 && (start[j - 1] > s || (start[j - 1] == s && neg_end[j - 1] > e)); j--) {
+            start[j] = start[j - 1];
+            neg_end[j] = neg_end[j - 1];
+            item[j] = item[j - 1];
+        }
+        start[j] = s;
+        neg_end[j] = e;
+        item[j] = it;
+    }
+    /* The list holds the same references, reordered: no counts change. */
+    for (Py_ssize_t k = 0; k < n; k++) PyList_SET_ITEM(waiting, k, item[k]);
+    return 1;
+}
+
 /* The spans that waited for a session, outer first, each placed (under `prefer` when given). */
 static int place_waiting(PyObject *enc, PyObject *waiting, PyObject *out, PyObject *prefer) {
     if (!PyList_CheckExact(waiting)) { PyErr_SetString(PyExc_TypeError, "waiting spans must be a list"); return -1; }
     if (add_count(enc, -PyList_GET_SIZE(waiting)) < 0) return -1;
-    PyObject *argv[2] = {waiting, outer_first};
-    PyObject *r = PyObject_VectorcallMethod(s_sort, argv, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET, sort_kwnames);
-    if (!r) return -1;
-    Py_DECREF(r);
+    int sorted = sort_outer_first(waiting);
+    if (sorted < 0) return -1;
+    if (!sorted) {
+        PyObject *argv[2] = {waiting, outer_first};
+        PyObject *r = PyObject_VectorcallMethod(s_sort, argv, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET, sort_kwnames);
+        if (!r) return -1;
+        Py_DECREF(r);
+    }
     for (Py_ssize_t k = 0; k < PyList_GET_SIZE(waiting); k++) {
         PyObject *item = PyList_GET_ITEM(waiting, k);
         if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 3) {
