@@ -18,7 +18,7 @@ import pytest
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.resources import Resource
 
-from otel_rl._internal import keys
+from otel_rl._internal import diagnostics, guard, keys
 from otel_rl._internal.export import session_processor
 from otel_rl._internal.export.jsonl import JsonlAppender
 from otel_rl._internal.export.session_metrics import AggregatedSessionMetrics
@@ -136,3 +136,45 @@ def test_the_compiled_step_takes_the_common_sessions(monkeypatch):
     for rec, attrs in _workload(1, 200):
         processor.on_record(rec, attrs)
     assert sum(taken) > 0.8 * len(taken)
+
+
+def _sessions(items: list[tuple]) -> int:
+    return sum(1 for _, attrs in items if attrs[keys.SPAN_KIND] == keys.KIND_SESSION)
+
+
+@compiled
+def test_the_compiled_step_appends_session_records_itself_as_the_appender_would(tmp_path, monkeypatch):
+    items = _workload(2, 200)
+    handed_on = []
+    original = SessionSpanProcessor._write_record
+    monkeypatch.setattr(SessionSpanProcessor, "_write_record",
+                        lambda self, rec: (handed_on.append(rec), original(self, rec))[1])
+    files = {}
+    for name, native in (("compiled", session_processor._native), ("python", None)):
+        monkeypatch.setattr(session_processor, "_native", native)
+        path = tmp_path / f"{name}.jsonl"
+        processor = SessionSpanProcessor(None, rank=0, role="actor", records=JsonlAppender(str(path), 7),
+                                         metrics=None, max_pending_sessions=1000)
+        for rec, attrs in items:
+            processor.on_record(rec, attrs)
+        if name == "compiled":
+            compiled_handed_on = len(handed_on)
+        processor.shutdown()
+        files[name] = path.read_bytes()
+    assert files["compiled"] == files["python"]
+    assert files["compiled"].count(b"\n") == _sessions(items)
+    assert compiled_handed_on < 0.2 * _sessions(items)  # only what the compiled step leaves to Python
+
+
+@compiled
+def test_a_session_record_the_compiled_step_cannot_write_is_counted_and_the_span_goes_on(tmp_path):
+    guard.clear()
+    records = JsonlAppender(str(tmp_path / "records.jsonl"))  # flushes every line
+    records.flush = lambda: 1 / 0
+    processor = SessionSpanProcessor(None, rank=0, role="actor", records=records, metrics=None,
+                                     max_pending_sessions=1000)
+    items = [(_rec("session", n + 1, _T0 + n, _T0 + n + 10), {keys.SESSION_ID: n, keys.SPAN_KIND: keys.KIND_SESSION})
+             for n in range(5)]
+    returned = [processor.on_record(rec, attrs) for rec, attrs in items]
+    assert [attrs[keys.SESSION_ID] for attrs in returned] == list(range(5))
+    assert guard.diagnostics()[diagnostics.SESSION_RECORDS_LINES_LOST] == 5

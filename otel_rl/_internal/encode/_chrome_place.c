@@ -76,6 +76,47 @@ static int map_empty(PyObject *m) {
     return PyDict_GET_SIZE(young) == 0 && PyDict_GET_SIZE(old) == 0;
 }
 
+/* The encoder's attributes that are set once (its maps and bounds in __init__, the line writer
+ * in set_resource) and never during a batch: encode_records reads each at most once per call
+ * for the spans it hands on, rather than once per span; its Python callbacks only change
+ * what these objects hold. Anything else is the encoder's attribute, read where it is used. */
+static PyObject *a_foreign, *a_session_lane, *a_max_buffered, *a_session_wait,
+    *a_complete_line;  /* interned below */
+#define N_FIXED 9
+static PyObject **const fixed_names[N_FIXED] = {&a_placed, &a_parent_of, &a_waiting, &a_buffered, &a_foreign,
+                                                &a_session_lane, &a_complete_line, &a_max_buffered,
+                                                &a_session_wait};
+typedef struct Fixed {
+    PyObject *enc;  /* borrowed: encode_records holds it */
+    PyObject *values[N_FIXED];  /* new references, fetched on first use */
+    struct Fixed *outer;  /* the walk this one runs inside, if a callback started another */
+} Fixed;
+static Fixed *fixed_now;
+
+static PyObject *attr(PyObject *obj, PyObject *name) {
+    Fixed *f = fixed_now;
+    if (f && f->enc == obj) {
+        for (int k = 0; k < N_FIXED; k++) {
+            if (*fixed_names[k] != name) continue;
+            if (!f->values[k] && !(f->values[k] = PyObject_GetAttr(obj, name))) return NULL;
+            return Py_NewRef(f->values[k]);
+        }
+    }
+    return PyObject_GetAttr(obj, name);
+}
+
+static void fixed_enter(Fixed *f, PyObject *enc) {
+    memset(f, 0, sizeof(*f));
+    f->enc = enc;
+    f->outer = fixed_now;
+    fixed_now = f;
+}
+
+static void fixed_leave(Fixed *f) {
+    fixed_now = f->outer;
+    for (int k = 0; k < N_FIXED; k++) Py_CLEAR(f->values[k]);
+}
+
 /* --- one batch -------------------------------------------------------------------------- */
 typedef struct {
     PyObject *enc, *out;
@@ -397,6 +438,8 @@ static PyObject *encode_records(PyObject *self, PyObject *const *args, Py_ssize_
     b.enc = args[0];
     b.out = args[2];
     PyObject *items = args[1], *slow = args[3];
+    Fixed fixed;
+    fixed_enter(&fixed, b.enc);
     if (get_map(b.enc, a_placed, &b.placed) || get_map(b.enc, a_parent_of, &b.parent_of)
         || get_map(b.enc, a_waiting, &b.waiting) || !(b.buffered = PyObject_GetAttr(b.enc, a_buffered))
         || !(b.horizon = PyObject_GetAttr(b.enc, a_horizon))
@@ -422,9 +465,11 @@ static PyObject *encode_records(PyObject *self, PyObject *const *args, Py_ssize_
     }
     if (store(&b) < 0) goto failed;
     batch_clear(&b);
+    fixed_leave(&fixed);
     Py_RETURN_NONE;
 failed:
     batch_clear(&b);
+    fixed_leave(&fixed);
     return NULL;
 }
 
@@ -591,7 +636,6 @@ inserted:;
     return 1;
 }
 
-static PyObject *attr(PyObject *obj, PyObject *name) { return PyObject_GetAttr(obj, name); }
 
 static int add_clock(PyObject *enc, PyObject *group) {
     PyObject *clock = attr(enc, a_clock);
@@ -957,7 +1001,7 @@ done:
  * (sorted outer first by the encoder's own key function); the spans of a session whose span
  * lives in another process are placed at once. A sampled counter's event is the encoder's
  * Python (_counter_line), as is the count of sessions released early. */
-static PyObject *a_foreign, *a_session_lane, *a_buffered_count, *a_max_buffered, *a_session_wait;
+static PyObject *a_buffered_count;
 static PyObject *s_counter_line, *s_released_early, *s_sort, *outer_first, *sort_kwnames;
 
 static PyObject *place_one(PyObject *enc, PyObject *rec, PyObject *proc, PyObject *attrs, PyObject *out,

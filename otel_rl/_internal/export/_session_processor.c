@@ -406,6 +406,75 @@ done:
     return rc;
 }
 
+/* --- the session record, appended (jsonl.JsonlAppender.add without its Python frames) ---------
+ * Where the processor's records go to the records file's own appender: the line orjson gives
+ * with the appender's options, added to its buffer under its lock, and the buffer written
+ * (its flush()) once it holds flush_threshold lines, as add() does. Anything else, and a
+ * record orjson refuses (add() makes it JSON-safe), is _write_record's. */
+static PyTypeObject *t_appender;
+static PyObject *dumps_fn, *line_option, *option_kwnames, *a_records, *a_lock, *a_buffer, *a_count, *a_threshold,
+    *s_flush, *s_record_failed;
+
+static int add_line(PyObject *records, PyObject *line) {  /* under the appender's lock */
+    PyObject *buffer = PyObject_GetAttr(records, a_buffer), *count = NULL, *threshold = NULL, *next = NULL;
+    int full = -1;
+    if (!buffer) return -1;
+    if (!PyByteArray_CheckExact(buffer) || !PyBytes_CheckExact(line)) {
+        PyErr_SetString(PyExc_TypeError, "an appender's buffer must be a bytearray");
+        goto done;
+    }
+    Py_ssize_t n = PyByteArray_GET_SIZE(buffer), more = PyBytes_GET_SIZE(line);
+    if (PyByteArray_Resize(buffer, n + more) < 0) goto done;
+    memcpy(PyByteArray_AS_STRING(buffer) + n, PyBytes_AS_STRING(line), more);
+    if (!(count = PyObject_GetAttr(records, a_count)) || !(next = PyNumber_Add(count, one))
+        || PyObject_SetAttr(records, a_count, next) < 0 || !(threshold = PyObject_GetAttr(records, a_threshold)))
+        goto done;
+    full = PyObject_RichCompareBool(next, threshold, Py_GE);
+done:
+    Py_DECREF(buffer);
+    Py_XDECREF(count);
+    Py_XDECREF(next);
+    Py_XDECREF(threshold);
+    return full;
+}
+
+/* 1: written (or its failure reported as _write_record reports it); 0: _write_record's; -1: error. */
+static int append_record(PyObject *sp, PyObject *record) {
+    PyObject *records = PyObject_GetAttr(sp, a_records);
+    if (!records) return -1;
+    if (Py_TYPE(records) != t_appender) { Py_DECREF(records); return 0; }
+    PyObject *argv[2] = {record, line_option};
+    PyObject *line = PyObject_Vectorcall(dumps_fn, argv, 1, option_kwnames);
+    if (!line) {  /* add() makes the record JSON-safe */
+        PyErr_Clear();
+        Py_DECREF(records);
+        return 0;
+    }
+    int full = -1;
+    PyObject *lock = PyObject_GetAttr(records, a_lock), *got = lock ? PyObject_CallMethodNoArgs(lock, s_acquire) : NULL;
+    if (got) {
+        Py_DECREF(got);
+        full = add_line(records, line);
+        PyObject *type, *value, *tb;
+        PyErr_Fetch(&type, &value, &tb);  /* released whatever happened */
+        got = PyObject_CallMethodNoArgs(lock, s_release);
+        if (got) { Py_DECREF(got); PyErr_Restore(type, value, tb); }
+        else { Py_XDECREF(type); Py_XDECREF(value); Py_XDECREF(tb); full = -1; }
+    }
+    Py_XDECREF(lock);
+    Py_DECREF(line);
+    if (full > 0) {
+        got = PyObject_CallMethodNoArgs(records, s_flush);
+        Py_XDECREF(got);
+        if (!got) full = -1;
+    }
+    Py_DECREF(records);
+    if (full >= 0) return 1;
+    got = report_raised(sp, s_record_failed, NULL);
+    Py_XDECREF(got);
+    return got ? 1 : -1;
+}
+
 /* Whether a session's phases hold only what this file writes as Python would: text names,
  * lists of (int, int or None). */
 static int phases_plain(PyObject *phases) {
@@ -508,8 +577,13 @@ static PyObject *on_session(PyObject *sp, PyObject *rec, PyObject *attrs) {
         Py_DECREF(total);
         goto done;
     }
-    PyObject *argv[2] = {sp, record};
-    PyObject *got = PyObject_VectorcallMethod(s_write_record, argv, 2 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+    int appended = append_record(sp, record);
+    PyObject *got = appended < 0 ? NULL : Py_NewRef(Py_None);
+    if (appended == 0) {
+        Py_DECREF(got);
+        PyObject *argv[2] = {sp, record};
+        got = PyObject_VectorcallMethod(s_write_record, argv, 2 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+    }
     Py_XDECREF(got);
     if (got && !pending) {
         PyObject *metrics = PyObject_GetAttr(sp, a_metrics);
@@ -589,8 +663,13 @@ static PyObject *configure(PyObject *self, PyObject *config) {
         || take_index(config, "NAME", &i_name) || take_index(config, "TRACE_ID", &i_trace)
         || take_index(config, "SPAN_ID", &i_span) || take_index(config, "START", &i_start)
         || take_index(config, "END", &i_end) || take_index(config, "STATUS", &i_status)
-        || take_index(config, "FLAGS", &i_flags))
+        || take_index(config, "FLAGS", &i_flags) || take(config, "JsonlAppender", (PyObject **)&t_appender)
+        || take(config, "dumps", &dumps_fn) || take(config, "LINE_OPTION", &line_option))
         return NULL;
+    if (!PyType_Check(t_appender)) {
+        PyErr_SetString(PyExc_TypeError, "configure(): JsonlAppender must be a class");
+        return NULL;
+    }
     if (!PyTuple_CheckExact(builtin_phases) || !PyTuple_CheckExact(optional_fields)) {
         PyErr_SetString(PyExc_TypeError, "configure(): BUILTIN_PHASES and OPTIONAL_FIELDS must be tuples");
         return NULL;
@@ -621,6 +700,18 @@ PyMODINIT_FUNC PyInit__session_processor(void) {
     INTERN(s_interrupted, "interrupted");
     INTERN(s_phase, "phase");
     INTERN(s_write_record, "_write_record");
+    INTERN(s_record_failed, "_record_failed");
+    INTERN(s_flush, "flush");
+    INTERN(a_records, "_records");
+    INTERN(a_lock, "_lock");
+    INTERN(a_buffer, "_buffer");
+    INTERN(a_count, "_count");
+    INTERN(a_threshold, "_threshold");
+    /* Interned: orjson finds its keyword arguments by the name's identity. */
+    PyObject *option_name = PyUnicode_InternFromString("option");
+    option_kwnames = option_name ? PyTuple_Pack(1, option_name) : NULL;
+    Py_XDECREF(option_name);
+    if (!option_kwnames) goto failed;
     INTERN(s_session_metrics, "_session_metrics");
     INTERN(a_phases, "_phases");
     INTERN(a_versions, "_versions");

@@ -23,13 +23,14 @@ def bytes_written() -> dict[str, int]:
         return dict(BYTES_WRITTEN)
 
 
-_LINE = orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_APPEND_NEWLINE
+#: The options of every JSON line this module writes (the compiled session step writes them too).
+LINE_OPTION = orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_APPEND_NEWLINE
 
 
 def dumps_line(obj: Any) -> bytes:
     """One JSON line; values orjson cannot encode are made JSON-safe first."""
     try:
-        return orjson.dumps(obj, option=_LINE)
+        return orjson.dumps(obj, option=LINE_OPTION)
     except TypeError:
         return orjson.dumps(json_safe(obj), option=orjson.OPT_APPEND_NEWLINE)
 
@@ -185,7 +186,7 @@ class JsonlAppender:
 
     def add(self, obj: Any) -> None:
         try:  # dumps_line, inlined: a session record is added per session
-            line = orjson.dumps(obj, option=_LINE)
+            line = orjson.dumps(obj, option=LINE_OPTION)
         except TypeError:
             line = dumps_line(obj)
         with self._lock:

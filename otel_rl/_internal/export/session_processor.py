@@ -15,12 +15,14 @@ from __future__ import annotations
 import collections
 from typing import Any
 
+import orjson
+
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 from opentelemetry.trace.status import StatusCode
 
 from .. import diagnostics, guard, keys
 from ..encode.readable import ExportSpan
-from .jsonl import JsonlAppender
+from .jsonl import LINE_OPTION, JsonlAppender
 from .session_metrics import AggregatedSessionMetrics
 from ..payload import INT64_MAX, INT64_MIN, utf8_text
 from ..recording.ids import trace_text
@@ -53,7 +55,8 @@ else:
         "SESSION_PREFIX": keys.SESSION_PREFIX, "SESSION_COUNTER_PREFIX": keys.SESSION_COUNTER_PREFIX,
         "STATUS_PENDING": keys.STATUS_PENDING, "KIND_PHASE": keys.KIND_PHASE, "BUILTIN_PHASES": BUILTIN_PHASES,
         "OPTIONAL_FIELDS": _OPTIONAL_FIELDS, "ERROR": _ERROR, "AggregatedSessionMetrics": AggregatedSessionMetrics,
-        "STALE_REASON_MARK": keys.STALE_REASON_MARK, **layout(),
+        "STALE_REASON_MARK": keys.STALE_REASON_MARK, "JsonlAppender": JsonlAppender, "dumps": orjson.dumps,
+        "LINE_OPTION": LINE_OPTION, **layout(),
     })
 
 #: ``derive(processor, rec, attrs, kind)``: the compiled step for a phase or session span
@@ -276,8 +279,13 @@ class SessionSpanProcessor(SpanProcessor):
             try:
                 self._records.add(record)
             except Exception as exc:  # noqa: BLE001 - the span goes on without its record
-                guard.count(diagnostics.SESSION_RECORDS_LINES_LOST)
-                guard.report(diagnostics.SESSION_RECORDS_WRITE_ERROR, "a session record could not be written: %r", exc)
+                self._record_failed(exc)
+
+    @staticmethod
+    def _record_failed(exc: BaseException) -> None:
+        """Counts and reports a session record that could not be written (the compiled step's too)."""
+        guard.count(diagnostics.SESSION_RECORDS_LINES_LOST)
+        guard.report(diagnostics.SESSION_RECORDS_WRITE_ERROR, "a session record could not be written: %r", exc)
 
     def _session_metrics(self, total_s: float, status: Any, reason: Any, trace_id: int, span_id: int,
                          flags: int) -> None:
