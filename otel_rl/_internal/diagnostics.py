@@ -128,6 +128,8 @@ SPANS_DROPPED_AFTER_END = "spans_dropped_after_end"
 SPANS_DROPPED_EXPORTER_BACKLOG = "spans_dropped_exporter_backlog"
 #: Spans dropped because the trace file's batch buffer was full.
 SPANS_DROPPED_FILE_BUFFER = "spans_dropped_file_buffer"
+#: Spans the OTLP exporter's full queue dropped (the collector fell ``max_queue_size`` spans behind).
+SPANS_DROPPED_OTLP_QUEUE = "spans_dropped_otlp_queue"
 #: Spans dropped because ``max_queue_size`` spans already waited for the export thread.
 SPANS_DROPPED_QUEUE_FULL = "spans_dropped_queue_full"
 #: Spans not yet exported (or not confirmed by the exporter process) when shutdown ran out.

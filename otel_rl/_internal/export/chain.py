@@ -12,7 +12,7 @@ import math
 import threading
 import time
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlparse
 
@@ -37,20 +37,18 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import SpanProcessor, SynchronousMultiSpanProcessor
-from opentelemetry.sdk.trace import ReadableSpan
-from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
 from .. import diagnostics, guard, keys
 from ..config import ConfigError, Settings
 from .jsonl import JsonlAppender
+from .otlp_batch import CountingBatchSpanProcessor, CountingSpanExporter
 from .metrics_file import JsonlMetricExporter
 from .session_metrics import AggregatedSessionMetrics, InstrumentSessionMetrics
 from .session_processor import SessionSpanProcessor
 
 logger = logging.getLogger("otel_rl")
 
-#: The SDK's default queue (2048) drops 2-10% of a 50k-span burst; ours holds it.
-DEFAULT_BSP_QUEUE = 65_536
 #: The other ``OTEL_BSP_*`` defaults, the specification's (and the SDK's).
 DEFAULT_BSP_SCHEDULE_DELAY_MS = 5000
 DEFAULT_BSP_BATCH = 512
@@ -157,8 +155,14 @@ def otlp_compression(environ: Any, signal: str, protocol: str) -> Any:
     return choices[value]
 
 
-def bsp_options(environ: Any) -> dict[str, int]:
+def bsp_options(environ: Any, default_queue: int) -> dict[str, int]:
     """The batch span processor's settings from ``OTEL_BSP_*``, checked.
+
+    The queue holds ``default_queue`` spans unless ``OTEL_BSP_MAX_QUEUE_SIZE`` says
+    otherwise. The export chain gives ``max_queue_size``: a burst the training process's
+    queue holds, the OTLP queue holds too while the collector catches up. (The SDK's
+    default, 2048, drops 2-10 % of a 50k-span burst; 65,536 still dropped 2-5 % of a
+    100k-span one.)
 
     The SDK raises from the processor's constructor on a queue, batch size or
     delay that is not positive (and on a batch larger than the queue), which
@@ -182,7 +186,7 @@ def bsp_options(environ: Any) -> dict[str, int]:
             return default, False
         return value, True
 
-    queue, _ = read(OTEL_BSP_MAX_QUEUE_SIZE, DEFAULT_BSP_QUEUE)
+    queue, _ = read(OTEL_BSP_MAX_QUEUE_SIZE, default_queue)
     delay, _ = read(OTEL_BSP_SCHEDULE_DELAY, DEFAULT_BSP_SCHEDULE_DELAY_MS)
     batch, batch_given = read(OTEL_BSP_MAX_EXPORT_BATCH_SIZE, DEFAULT_BSP_BATCH)
     timeout, _ = read(OTEL_BSP_EXPORT_TIMEOUT, DEFAULT_BSP_EXPORT_TIMEOUT_MS, minimum=0)
@@ -285,48 +289,6 @@ def otlp_metric_exporter(environ: Any, **options: Any) -> Any:
     return HTTPExporter(**options)
 
 
-class CountingSpanExporter(SpanExporter):
-    """Passes batches to the OTLP exporter and counts spans sent and refused,
-    for the run summary."""
-
-    def __init__(self, inner: SpanExporter) -> None:
-        self.inner = inner
-        self.exported = 0
-        self.failed = 0
-        self.failed_calls = 0
-
-    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        try:
-            result = self.inner.export(spans)
-        except Exception as exc:  # noqa: BLE001 - counted like a refused batch
-            guard.report(diagnostics.EXPORT_ERROR, "OTLP export failed: %r", exc)
-            result = SpanExportResult.FAILURE
-        if result is SpanExportResult.SUCCESS:
-            self.exported += len(spans)
-        else:
-            self.failed += len(spans)
-            self.failed_calls += 1
-        return result
-
-    def force_flush(self, timeout_millis: int = 30_000) -> bool:
-        return self.inner.force_flush(timeout_millis)
-
-    def shutdown(self) -> None:
-        self.inner.shutdown()
-
-
-class CountingBatchSpanProcessor(BatchSpanProcessor):
-    """The SDK's batch processor, counting the sampled spans handed to it: those
-    neither exported nor refused by the end were still queued (or dropped by its queue)."""
-
-    accepted = 0
-
-    def on_end(self, span: ReadableSpan) -> None:
-        if span.context.trace_flags.sampled:
-            self.accepted += 1
-        super().on_end(span)
-
-
 class ExportChain:
     """Everything that consumes finished spans for one configuration.
 
@@ -363,7 +325,8 @@ class ExportChain:
             self.batch_hooks.append(self.file_processor.flush_batch)
         exporter = otlp_span_exporter(environ) if with_otlp else None
         if exporter is not None:
-            self.otlp_processor = CountingBatchSpanProcessor(exporter, **bsp_options(environ))
+            self.otlp_processor = CountingBatchSpanProcessor(exporter,
+                                                             **bsp_options(environ, settings.max_queue_size))
             self.otlp_exporter = exporter
             self.exporting.append(self.otlp_processor)
         self._meter_provider = meter_provider

@@ -28,6 +28,7 @@ DROP_REASONS = {
     "file_buffer_full": "spans_dropped_file_buffer",
     "after_shutdown": "spans_dropped_after_end",
     "unprocessed_at_exit": "spans_dropped_unprocessed_at_exit",
+    "otlp_queue_full": diagnostics.SPANS_DROPPED_OTLP_QUEUE,
 }
 #: ``guard`` kinds that are failed writes or exports (the summary's ``export_errors``).
 EXPORT_ERROR_KINDS = ("export_error", "trace_file_error", "session_records_write_error",
@@ -98,7 +99,7 @@ def build(settings: Any, pipeline: Any, chain: Any, *, final: bool) -> dict[str,
     if numbers.get("otlp_spans_failed"):
         dropped["otlp_export_failed"] = numbers["otlp_spans_failed"]
     unsent = (numbers.get("otlp_spans_queued", 0) - numbers.get("otlp_spans_exported", 0)
-              - numbers.get("otlp_spans_failed", 0))
+              - numbers.get("otlp_spans_failed", 0) - problems.get(DROP_REASONS["otlp_queue_full"], 0))
     if final and numbers.get("otlp") and unsent > 0:
         dropped["otlp_unsent_at_exit"] = unsent
     queue_full = problems.get(DROP_REASONS["queue_full"], 0)
