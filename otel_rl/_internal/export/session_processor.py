@@ -16,7 +16,6 @@ import collections
 from typing import Any
 
 import orjson
-
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 from opentelemetry.trace.status import StatusCode
 
