@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import itertools
 import random
+import threading
 
 import pytest
 from opentelemetry.sdk.resources import Resource
@@ -100,23 +101,26 @@ def _workload(seed: int, count: int) -> list[tuple]:
     return out
 
 
-def _trace_file(monkeypatch, items: list[tuple], batch: int, *, compiled_walk: bool,
-                **limits) -> tuple[bytes, int]:
-    """The trace file's bytes, and how many items the Python step took."""
+def _encoder(monkeypatch, *, compiled_walk: bool, **limits) -> tuple[ChromeTraceEncoder, list[int]]:
+    """A fresh encoder, and the count of items its Python step takes (a one-item list)."""
     monkeypatch.setattr(chrome_trace, "_encoder_numbers", itertools.count(1))  # the same tids in both
     encoder = ChromeTraceEncoder(max_intervals_per_lane=64, **limits)  # lanes prune as they fill
     encoder.set_resource(_RESOURCE)
     if not compiled_walk:
         encoder._encode_records = encoder._place_span = encoder._add_span = None
-    python_steps = 0
+    python_steps = [0]
     step = encoder._encode_one
 
     def counted(item, out):
-        nonlocal python_steps
-        python_steps += 1
+        python_steps[0] += 1
         step(item, out)
 
     encoder._encode_one = counted
+    return encoder, python_steps
+
+
+def _write(encoder: ChromeTraceEncoder, items: list[tuple], batch: int) -> bytes:
+    """The trace file's bytes for ``items`` handed to ``encoder`` ``batch`` at a time."""
     data = bytearray()
     for i in range(0, len(items), batch):
         events = encoder.encode(items[i:i + batch])
@@ -125,7 +129,14 @@ def _trace_file(monkeypatch, items: list[tuple], batch: int, *, compiled_walk: b
     events = encoder.finish()
     if events:
         data += file_exporter._batch(events)
-    return bytes(data), python_steps
+    return bytes(data)
+
+
+def _trace_file(monkeypatch, items: list[tuple], batch: int, *, compiled_walk: bool,
+                **limits) -> tuple[bytes, int]:
+    """The trace file's bytes, and how many items the Python step took."""
+    encoder, python_steps = _encoder(monkeypatch, compiled_walk=compiled_walk, **limits)
+    return _write(encoder, items, batch), python_steps[0]
 
 
 @compiled
@@ -235,3 +246,23 @@ def test_phases_waiting_for_their_session_are_placed_outer_first_as_the_python_s
     stepped, _ = _trace_file(monkeypatch, items, 100, compiled_walk=False)
     assert walked == stepped
     assert walked.count(b'"name":"phase"') == len(phases)
+
+
+@compiled
+def test_encoders_walking_batches_on_two_threads_at_once_write_what_each_writes_alone(monkeypatch):
+    # A walk keeps the encoder's set-once attributes for its own thread; a Python step on one
+    # thread lets the other thread's walk start and end in between.
+    items = [_interleaved(seed, 1500) for seed in (21, 22)]
+    alone = [_trace_file(monkeypatch, work, 37, compiled_walk=True)[0] for work in items]
+    encoders = [_encoder(monkeypatch, compiled_walk=True)[0] for _ in items]
+    together: list[bytes | None] = [None, None]
+
+    def run(k: int) -> None:
+        together[k] = _write(encoders[k], items[k], 37)
+
+    threads = [threading.Thread(target=run, args=(k,)) for k in (0, 1)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert together == alone

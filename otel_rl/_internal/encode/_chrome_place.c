@@ -88,19 +88,22 @@ static PyObject **const fixed_names[N_FIXED] = {&a_placed, &a_parent_of, &a_wait
                                                 &a_session_wait};
 typedef struct Fixed {
     PyObject *enc;  /* borrowed: encode_records holds it */
+    PyThreadState *thread;  /* the thread running that call */
     PyObject *values[N_FIXED];  /* new references, fetched on first use */
-    struct Fixed *outer;  /* the walk this one runs inside, if a callback started another */
+    struct Fixed *outer;  /* the walk begun before it, on any thread (a callback may switch threads) */
 } Fixed;
-static Fixed *fixed_now;
+static Fixed *fixed_now;  /* the walks under way, latest first */
 
 static PyObject *attr(PyObject *obj, PyObject *name) {
-    Fixed *f = fixed_now;
-    if (f && f->enc == obj) {
+    PyThreadState *thread = PyThreadState_Get();
+    for (Fixed *f = fixed_now; f; f = f->outer) {
+        if (f->enc != obj || f->thread != thread) continue;
         for (int k = 0; k < N_FIXED; k++) {
             if (*fixed_names[k] != name) continue;
             if (!f->values[k] && !(f->values[k] = PyObject_GetAttr(obj, name))) return NULL;
             return Py_NewRef(f->values[k]);
         }
+        break;
     }
     return PyObject_GetAttr(obj, name);
 }
@@ -108,12 +111,19 @@ static PyObject *attr(PyObject *obj, PyObject *name) {
 static void fixed_enter(Fixed *f, PyObject *enc) {
     memset(f, 0, sizeof(*f));
     f->enc = enc;
+    f->thread = PyThreadState_Get();
     f->outer = fixed_now;
     fixed_now = f;
 }
 
 static void fixed_leave(Fixed *f) {
-    fixed_now = f->outer;
+    /* Unlinked wherever it is: another thread's walk may have begun after it and still run. */
+    for (Fixed **at = &fixed_now; *at; at = &(*at)->outer) {
+        if (*at == f) {
+            *at = f->outer;
+            break;
+        }
+    }
     for (int k = 0; k < N_FIXED; k++) Py_CLEAR(f->values[k]);
 }
 
@@ -636,7 +646,6 @@ inserted:;
     return 1;
 }
 
-
 static int add_clock(PyObject *enc, PyObject *group) {
     PyObject *clock = attr(enc, a_clock);
     if (!clock) return -1;
@@ -998,7 +1007,7 @@ done:
 /* --- any span, sessions included: ChromeTraceEncoder._add -------------------------------------
  * add_span(encoder, rec, attrs, proc, out): what _add does. A session's spans wait, in the
  * encoder's _buffered dict, for their session span, and are laid out under it when it comes
- * (sorted outer first by the encoder's own key function); the spans of a session whose span
+ * (sorted outer first, as the encoder's own key function sorts them); the spans of a session whose span
  * lives in another process are placed at once. A sampled counter's event is the encoder's
  * Python (_counter_line), as is the count of sessions released early. */
 static PyObject *a_buffered_count;
