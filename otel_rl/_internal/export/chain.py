@@ -42,8 +42,8 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from .. import diagnostics, guard, keys
 from ..config import ConfigError, Settings
 from .jsonl import JsonlAppender
-from .otlp_batch import CountingBatchSpanProcessor, CountingSpanExporter
 from .metrics_file import JsonlMetricExporter
+from .otlp_batch import CountingBatchSpanProcessor, CountingSpanExporter
 from .session_metrics import AggregatedSessionMetrics, InstrumentSessionMetrics
 from .session_processor import SessionSpanProcessor
 
