@@ -148,6 +148,24 @@ def test_the_compiled_writer_writes_most_complete_events_itself():
     assert tail.endswith(b',"args":{"lr":0.0001,"trace":"0000000000000007","id":"0000000000000009"}}')
 
 
+@compiled
+def test_more_distinct_keys_than_the_compiled_key_cache_holds_write_the_same_bytes(monkeypatch):
+    # The compiled writer keeps each attribute key's args text (512 slots, at most 8
+    # probes a key); keys beyond that, or a key written before under other names, take
+    # the uncached way and must write the same bytes.
+    rng = random.Random(7)
+    odd = ["lone \udc80 key", "span.kind", keys.ARGS_PREFIX + "status", 'q"uote', "trace"]
+    records = []
+    for n, (rec, attrs) in enumerate(_records(3, 700)):
+        extra = {f"k{rng.randrange(3000)}": rng.randrange(100) for _ in range(4)}
+        if n % 50 == 0:
+            extra[rng.choice(odd)] = n
+        records.append((rec, {**attrs, **extra}))
+    native = _file_bytes(monkeypatch, records, 64)
+    assert native == _python_bytes(monkeypatch, records, 64)
+    assert native.count(b'"k') > 2000
+
+
 def test_without_the_compiled_module_the_encoder_builds_dicts(monkeypatch):
     monkeypatch.setattr(chrome_lines, "native", None)
     records = _records(1, 200)

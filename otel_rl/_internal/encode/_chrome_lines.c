@@ -302,6 +302,91 @@ static int same_text(PyObject *a, PyObject *c) {
 
 #define MAX_ARGS 64
 
+/* What an attribute key becomes in the args, found once per key object: the same few keys
+ * (interned by the records' producers) recur on every span, and their args name, its checks
+ * and its escaped text (with the quotes and the colon) are the same each time. The entry holds
+ * the key, so its address is not reused while cached; arg_name is a function of the key's text. */
+enum { KEY_WRITE, KEY_DROPPED, KEY_SKIP };
+typedef struct {
+    PyObject *key;  /* strong; NULL: a free slot */
+    PyObject *name;  /* strong: the args name (KEY_WRITE) */
+    char *frag;  /* '"name":', PyMem */
+    Py_ssize_t frag_len;
+    int state;
+} KeyEntry;
+#define KEY_SLOTS 512  /* a power of two */
+#define KEY_PROBES 8
+static KeyEntry key_cache[KEY_SLOTS];
+
+static void key_cache_clear(void) {
+    for (int k = 0; k < KEY_SLOTS; k++) {
+        KeyEntry *e = &key_cache[k];
+        Py_CLEAR(e->key);
+        Py_CLEAR(e->name);
+        PyMem_Free(e->frag);
+        e->frag = NULL;
+    }
+}
+
+/* The args name of key as chrome_args finds it (a new reference), or NULL (error set). */
+static PyObject *name_of(PyObject *key) {
+    PyObject *name = PyDict_GetItemWithError(arg_names, key);
+    if (name) return Py_NewRef(name);
+    return PyErr_Occurred() ? NULL : PyObject_CallOneArg(arg_name, key);
+}
+
+/* Whether name is one of the keys the encoder sets itself. */
+static int is_fixed(PyObject *name);
+
+/* The slot of key, or the first free slot of its neighbourhood; NULL when neither. */
+static KeyEntry *key_slot(PyObject *key) {
+    size_t h = ((size_t)key >> 4) * 0x9E3779B97F4A7C15ULL;
+    for (int probe = 0; probe < KEY_PROBES; probe++) {
+        KeyEntry *e = &key_cache[(h + (size_t)probe) & (KEY_SLOTS - 1)];
+        if (e->key == key || !e->key) return e;
+    }
+    return NULL;
+}
+
+/* The cached entry of key, filled on first sight; NULL when key is not cacheable here (the
+ * caller takes the uncached way) or on error (set). */
+static KeyEntry *key_entry(PyObject *key) {
+    if (!PyUnicode_CheckExact(key)) return NULL;
+    KeyEntry *e = key_slot(key);
+    if (!e || e->key) return e;
+    PyObject *name = name_of(key);  /* may run Python, and let another thread fill the slot */
+    if (!name) return NULL;
+    int state = name == dropped ? KEY_DROPPED : !PyUnicode_CheckExact(name) || is_fixed(name) ? KEY_SKIP : KEY_WRITE;
+    char *frag = NULL;
+    Py_ssize_t frag_len = 0;
+    if (state == KEY_WRITE) {
+        Buf b;
+        buf_init(&b);
+        int r = put_text(&b, name);
+        if (r == 0) r = PUTS(&b, ":");
+        if (r == SKIP) state = KEY_SKIP;
+        else if (r == 0 && (frag = PyMem_Malloc((size_t)b.n))) { memcpy(frag, b.p, (size_t)b.n); frag_len = b.n; }
+        buf_free(&b);
+        if (r < 0 || (state == KEY_WRITE && !frag)) {
+            if (r == 0) PyErr_NoMemory();
+            Py_DECREF(name);
+            return NULL;
+        }
+    }
+    e = key_slot(key);
+    if (!e || e->key) {  /* filled meanwhile */
+        Py_DECREF(name);
+        PyMem_Free(frag);
+        return e;
+    }
+    e->key = Py_NewRef(key);
+    e->name = name;
+    e->frag = frag;
+    e->frag_len = frag_len;
+    e->state = state;
+    return e;
+}
+
 /* The args of chrome_args(attrs), comma-separated; SKIP where a key would repeat. */
 static int put_args(Buf *b, PyObject *attrs) {
     PyObject *seen[MAX_ARGS];
@@ -311,26 +396,24 @@ static int put_args(Buf *b, PyObject *attrs) {
     while (r == 0 && PyDict_Next(attrs, &pos, &key, &value)) {
         Py_INCREF(key);
         Py_INCREF(value);
-        PyObject *name = PyDict_GetItemWithError(arg_names, key);
-        if (name) Py_INCREF(name);
-        else if (!PyErr_Occurred()) name = PyObject_CallOneArg(arg_name, key);
+        KeyEntry *e = key_entry(key);
+        PyObject *name = e ? Py_NewRef(e->name) : PyErr_Occurred() ? NULL : name_of(key);
         if (!name) {
             PyErr_Clear();
             r = SKIP;
         } else if (name == dropped) {
             Py_DECREF(name);
-        } else if (!PyUnicode_CheckExact(name) || count == MAX_ARGS) {
+        } else if ((e && e->state == KEY_SKIP) || !PyUnicode_CheckExact(name) || count == MAX_ARGS
+                   || (!e && is_fixed(name))) {
             Py_DECREF(name);
             r = SKIP;
         } else {
             seen[count++] = name;  /* held until the end: compared with later names */
             for (int k = 0; k < count - 1 && r == 0; k++)
                 if (same_text(seen[k], name)) r = SKIP;
-            for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(fixed_keys) && r == 0; k++)
-                if (same_text(PyTuple_GET_ITEM(fixed_keys, k), name)) r = SKIP;
             if (r == 0 && count > 1) r = PUTS(b, ",");
-            if (r == 0) r = put_text(b, name);
-            if (r == 0) r = PUTS(b, ":");
+            if (r == 0) r = e ? put(b, e->frag, e->frag_len) : put_text(b, name);
+            if (r == 0 && !e) r = PUTS(b, ":");
             if (r == 0) r = put_arg(b, value);
         }
         Py_DECREF(key);
@@ -338,6 +421,12 @@ static int put_args(Buf *b, PyObject *attrs) {
     }
     for (int k = 0; k < count; k++) Py_DECREF(seen[k]);
     return r;
+}
+
+static int is_fixed(PyObject *name) {
+    for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(fixed_keys); k++)
+        if (same_text(PyTuple_GET_ITEM(fixed_keys, k), name)) return 1;
+    return 0;
 }
 
 static int put_hex64(Buf *b, PyObject *v) {
@@ -564,6 +653,7 @@ static PyObject *configure(PyObject *self, PyObject *config) {
     Py_ssize_t all[] = {i_trace, i_span, i_parent, i_kind, i_status, i_desc, i_links};
     for (int k = 0; k < 7; k++) if (all[k] > top) top = all[k];
     i_top = top;  /* a record shorter than this is left to the Python encoder */
+    key_cache_clear();  /* the names and fixed keys may be others now */
     Py_RETURN_NONE;
 }
 
