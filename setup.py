@@ -7,6 +7,7 @@ Python paths (the modules' importers fall back when the extension is missing).
 from setuptools import Extension, setup
 
 _SHARED = "otel_rl/_internal/_cext.h"  # the byte buffer and configure() readers most of them share
+_JSON = "otel_rl/_internal/_json.h"  # JSON values as orjson writes them
 
 
 def twin(module: str, *headers: str) -> Extension:
@@ -25,11 +26,11 @@ setup(
     ext_modules=[
         twin("_internal.encode.perfetto._native"),
         twin("_internal.read._facts_native", "otel_rl/_internal/read/_facts_scan.h"),
-        twin("_internal.encode._chrome_lines", _SHARED),
+        twin("_internal.encode._chrome_lines", _SHARED, _JSON),
         twin("_internal.encode._chrome_place", _SHARED),
         twin("_internal.encode._otlp", _SHARED),
         twin("_internal.export._record_sink", _SHARED),
-        twin("_internal.export._session_processor", _SHARED),
+        twin("_internal.export._session_processor", _SHARED, _JSON),
         twin("_internal.export._wire", _SHARED),
     ],
 )

@@ -42,14 +42,16 @@ def _workload(seed: int, sessions: int) -> list[tuple]:
     out = []
     span_id = 1
     for n in range(sessions):
-        sid = rng.choice([n, f"s-{n}", f"é-{n}"])
+        sid = rng.choice([n, f"s-{n}", f"é-{n}", n + 0.5, f"c\x01-{n}"])
         start = _T0 + n * 1_000_000
         base = {keys.SESSION_ID: sid, keys.TASK_ID: n // 4, keys.STEP: rng.choice([None, n % 3])}
         for k in range(rng.randrange(0, 4)):
             span_id += 1
             lo = start + rng.randrange(0, 500_000)
             attrs = {**base, keys.SPAN_KIND: keys.KIND_PHASE,
-                     keys.PHASE: rng.choice(["generate", "reward", "toolcall", "judge", "ünï"])}
+                     keys.PHASE: rng.choice(["generate", "reward", "toolcall", "judge", "ünï", 'q"uote'])}
+            if rng.random() < 0.03:  # its "total_s" field would take the session's own key
+                attrs[keys.PHASE] = "total"
             if rng.random() < 0.2:
                 attrs[keys.PHASE_INTERRUPTED] = True
             odd = rng.random()
@@ -71,7 +73,8 @@ def _workload(seed: int, sessions: int) -> list[tuple]:
         if rng.random() < 0.5:
             attrs[keys.SESSION_REASON] = rng.choice(["stale policy", "too long", "Stale"])
         if rng.random() < 0.5:
-            attrs[keys.SESSION_COUNTER_PREFIX + rng.choice(["tokens", "tool_calls"])] = rng.randrange(100)
+            attrs[keys.SESSION_COUNTER_PREFIX + rng.choice(["tokens", "tool_calls"])] = rng.choice(
+                [rng.randrange(100), 2.5e-7, 1e22, float("inf"), True, None, "ten\n", [1, 2], (1 << 63) - 1])
         for key in (keys.SESSION_CONSUMED_STEP, keys.SESSION_STALENESS, keys.SESSION_REWARD, keys.SESSION_SUBMIT_STEP):
             if rng.random() < 0.3:
                 attrs[key] = rng.choice([1, 0.5, 2])

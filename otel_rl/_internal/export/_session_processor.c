@@ -10,6 +10,7 @@
  * (_write_record, _session_metrics), so their error handling is the Python step's.
  */
 #include "../_cext.h"
+#include "../_json.h"
 #include <time.h>
 
 static PyObject *k_session_id, *k_phase, *k_interrupted, *k_version, *k_status, *k_reason, *k_task, *k_step,
@@ -438,18 +439,9 @@ done:
     return full;
 }
 
-/* 1: written (or its failure reported as _write_record reports it); 0: _write_record's; -1: error. */
-static int append_record(PyObject *sp, PyObject *record) {
-    PyObject *records = PyObject_GetAttr(sp, a_records);
-    if (!records) return -1;
-    if (Py_TYPE(records) != t_appender) { Py_DECREF(records); return 0; }
-    PyObject *argv[2] = {record, line_option};
-    PyObject *line = PyObject_Vectorcall(dumps_fn, argv, 1, option_kwnames);
-    if (!line) {  /* add() makes the record JSON-safe */
-        PyErr_Clear();
-        Py_DECREF(records);
-        return 0;
-    }
+/* Appends line (bytes) to the processor's records appender (records, of t_appender) as add()
+ * does. 1: written, or its failure reported as _write_record reports it; -1: error. */
+static int append_line(PyObject *sp, PyObject *records, PyObject *line) {
     int full = -1;
     PyObject *lock = PyObject_GetAttr(records, a_lock), *got = lock ? PyObject_CallMethodNoArgs(lock, s_acquire) : NULL;
     if (got) {
@@ -462,17 +454,41 @@ static int append_record(PyObject *sp, PyObject *record) {
         else { Py_XDECREF(type); Py_XDECREF(value); Py_XDECREF(tb); full = -1; }
     }
     Py_XDECREF(lock);
-    Py_DECREF(line);
     if (full > 0) {
         got = PyObject_CallMethodNoArgs(records, s_flush);
         Py_XDECREF(got);
         if (!got) full = -1;
     }
-    Py_DECREF(records);
     if (full >= 0) return 1;
     got = report_raised(sp, s_record_failed, NULL);
     Py_XDECREF(got);
     return got ? 1 : -1;
+}
+
+/* The processor's records appender (a new reference) when it is jsonl.JsonlAppender itself,
+ * None (a new reference) when it is anything else (_write_record's), NULL on error. */
+static PyObject *appender_of(PyObject *sp) {
+    PyObject *records = PyObject_GetAttr(sp, a_records);
+    if (records && Py_TYPE(records) != t_appender) Py_SETREF(records, Py_NewRef(Py_None));
+    return records;
+}
+
+/* 1: written (or its failure reported as _write_record reports it); 0: _write_record's; -1: error. */
+static int append_record(PyObject *sp, PyObject *record) {
+    PyObject *records = appender_of(sp);
+    if (!records) return -1;
+    if (records == Py_None) { Py_DECREF(records); return 0; }
+    PyObject *argv[2] = {record, line_option};
+    PyObject *line = PyObject_Vectorcall(dumps_fn, argv, 1, option_kwnames);
+    if (!line) {  /* add() makes the record JSON-safe */
+        PyErr_Clear();
+        Py_DECREF(records);
+        return 0;
+    }
+    int r = append_line(sp, records, line);
+    Py_DECREF(line);
+    Py_DECREF(records);
+    return r;
 }
 
 /* Whether a session's phases hold only what this file writes as Python would: text names,
@@ -491,6 +507,156 @@ static int phases_plain(PyObject *phases) {
         }
     }
     return 1;
+}
+
+/* --- the session record's line, written here --------------------------------------------------
+ * The bytes orjson gives (with jsonl.LINE_OPTION) for the record dict the Python step builds
+ * (_finalize: the ids, times, phase fields, counters, optional fields, trace ids), without
+ * building it. SKIP where that is not certain (a value of another type, a phase whose "<name>_s"
+ * is another field's key): the dict is built then. */
+static PyObject *top_keys;  /* the record's own keys, which no phase field may take */
+
+typedef struct {
+    PyObject *task, *session_id, *rank, *role, *step, *status, *reason, *submit_step, *attrs, *trace_id, *span_id;
+    long long start, end;
+    int pending;
+} RecordIn;
+
+static int put_key(Buf *b, PyObject *name) {  /* "name": */
+    int r = put_text(b, name);
+    return r ? r : PUTS(b, ":");
+}
+
+static int put_seconds(Buf *b, long long ns) {
+    return put_double(b, (double)ns / 1e9);  /* seconds(): the same division */
+}
+
+/* "name_s" fields, "phase_counts" and "phases", as phase_fields() puts them in the dict; derived
+ * gains what phase_fields() gives it. */
+static int put_phase_fields(Buf *b, PyObject *phases, PyObject *derived) {
+    PyObject *names[64];
+    Py_ssize_t n_names = 0, counts[64];
+    for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(builtin_phases) && n_names < 64; k++)
+        names[n_names++] = PyTuple_GET_ITEM(builtin_phases, k);
+    Py_ssize_t pos = 0;
+    PyObject *name, *instances;
+    while (PyDict_Next(phases, &pos, &name, &instances)) {
+        int builtin = PySequence_Contains(builtin_phases, name);
+        if (builtin < 0) return -1;
+        if (builtin) continue;
+        if (n_names == 64) return SKIP;
+        names[n_names++] = name;
+    }
+    int r;
+    for (Py_ssize_t k = 0; k < n_names; k++) {
+        instances = PyDict_GetItemWithError(phases, names[k]);
+        if (!instances && PyErr_Occurred()) return -1;
+        Py_ssize_t n = instances ? PyList_GET_SIZE(instances) : 0;
+        long long total = 0;
+        for (Py_ssize_t j = 0; j < n; j++) {
+            PyObject *pair = PyList_GET_ITEM(instances, j);
+            long long s, e;
+            if (PyTuple_GET_ITEM(pair, 1) == Py_None) continue;
+            if (!as_int64(PyTuple_GET_ITEM(pair, 0), &s) || !as_int64(PyTuple_GET_ITEM(pair, 1), &e)) return SKIP;
+            total += e - s;
+        }
+        counts[k] = n;
+        PyObject *names3 = keys_of(names[k]);
+        if (!names3) return -1;
+        int taken = PySet_Contains(top_keys, PyTuple_GET_ITEM(names3, 0));
+        r = taken < 0 ? -1 : taken ? SKIP : 0;
+        if (r == 0 && !(r = PUTS(b, ",")) && !(r = put_key(b, PyTuple_GET_ITEM(names3, 0))))
+            r = put_seconds(b, total);
+        if (r == 0 && n) {
+            PyObject *secs = seconds(total), *count = PyLong_FromSsize_t(n);
+            r = !secs || !count || PyDict_SetItem(derived, PyTuple_GET_ITEM(names3, 1), secs) < 0
+                || PyDict_SetItem(derived, PyTuple_GET_ITEM(names3, 2), count) < 0 ? -1 : 0;
+            Py_XDECREF(secs);
+            Py_XDECREF(count);
+        }
+        Py_DECREF(names3);
+        if (r) return r;
+    }
+    if (PUTS(b, ",\"phase_counts\":{") < 0) return -1;
+    for (Py_ssize_t k = 0; k < n_names; k++) {
+        char tmp[24];
+        int len = snprintf(tmp, sizeof(tmp), "%zd", counts[k]);
+        if ((k && PUTS(b, ",") < 0) || (r = put_key(b, names[k])) || put(b, tmp, len) < 0) return r ? r : -1;
+    }
+    if (PUTS(b, "},\"phases\":{") < 0) return -1;
+    pos = 0;
+    int first = 1;
+    while (PyDict_Next(phases, &pos, &name, &instances)) {
+        if ((!first && PUTS(b, ",") < 0) || (r = put_key(b, name)) || PUTS(b, "[") < 0) return r ? r : -1;
+        first = 0;
+        for (Py_ssize_t j = 0; j < PyList_GET_SIZE(instances); j++) {
+            PyObject *pair = PyList_GET_ITEM(instances, j);
+            long long s, e;
+            if (!as_int64(PyTuple_GET_ITEM(pair, 0), &s)) return SKIP;
+            if ((j && PUTS(b, ",") < 0) || PUTS(b, "{\"start_ts\":") < 0) return -1;
+            if ((r = put_seconds(b, s)) || PUTS(b, ",\"end_ts\":") < 0) return r ? r : -1;
+            PyObject *end = PyTuple_GET_ITEM(pair, 1);
+            if (end == Py_None) r = PUTS(b, "null");
+            else r = as_int64(end, &e) ? put_seconds(b, e) : SKIP;
+            if (r || PUTS(b, "}") < 0) return r ? r : -1;
+        }
+        if (PUTS(b, "]") < 0) return -1;
+    }
+    return PUTS(b, "}");
+}
+
+static int record_line(Buf *b, RecordIn *in, PyObject *phases, PyObject *derived) {
+    int r;
+#define FIELD(lit, value) \
+    if (PUTS(b, lit) < 0) return -1; \
+    if ((r = put_simple(b, (value)))) return r
+    FIELD("{\"task_id\":", in->task);
+    FIELD(",\"session_id\":", in->session_id);
+    FIELD(",\"rank\":", in->rank);
+    FIELD(",\"role\":", in->role);
+    FIELD(",\"step\":", in->step);
+    FIELD(",\"status\":", in->status);
+    FIELD(",\"reason\":", in->reason);
+    if (PUTS(b, ",\"submit_ts\":") < 0 || (r = put_seconds(b, in->start))) return r ? r : -1;
+    if (in->pending) {
+        if (PUTS(b, ",\"finalized_ts\":null,\"total_s\":null") < 0) return -1;
+    } else {
+        if (PUTS(b, ",\"finalized_ts\":") < 0 || (r = put_seconds(b, in->end))) return r ? r : -1;
+        if (PUTS(b, ",\"total_s\":") < 0 || (r = put_seconds(b, in->end - in->start))) return r ? r : -1;
+    }
+    if (in->submit_step != Py_None) { FIELD(",\"submit_step\":", in->submit_step); }
+    if ((r = put_phase_fields(b, phases, derived))) return r;
+    if (PUTS(b, ",\"counters\":{") < 0) return -1;
+    Py_ssize_t plen = PyUnicode_GET_LENGTH(counter_prefix), pos = 0;
+    PyObject *key, *value;
+    int first = 1;
+    while (PyDict_Next(in->attrs, &pos, &key, &value)) {
+        if (!PyUnicode_Check(key) || PyUnicode_Tailmatch(key, counter_prefix, 0, plen, -1) != 1) continue;
+        PyObject *name = PyUnicode_Substring(key, plen, PyUnicode_GET_LENGTH(key));
+        if (!name) return -1;
+        r = first ? 0 : PUTS(b, ",");
+        if (!r) r = put_key(b, name);
+        Py_DECREF(name);
+        if (r || (r = put_simple(b, value))) return r;
+        first = 0;
+    }
+    if (PUTS(b, "}") < 0) return -1;
+    for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(optional_fields); k++) {
+        PyObject *pair = PyTuple_GET_ITEM(optional_fields, k), *v = get(in->attrs, PyTuple_GET_ITEM(pair, 0));
+        if (!v) return -1;
+        if (v == Py_None) continue;
+        if (PUTS(b, ",") < 0 || (r = put_key(b, PyTuple_GET_ITEM(pair, 1))) || (r = put_simple(b, v))) return r ? r : -1;
+    }
+#undef FIELD
+    PyObject *trace = trace_text(in->trace_id, hex32), *span = trace ? hex_id(in->span_id, 8, hex16) : NULL;
+    r = span ? PUTS(b, ",\"trace_id\":") : -1;
+    if (!r) r = put_text(b, trace);
+    if (!r) r = PUTS(b, ",\"span_id\":");
+    if (!r) r = put_text(b, span);
+    if (!r) r = PUTS(b, "}\n");
+    Py_XDECREF(trace);
+    Py_XDECREF(span);
+    return r;
 }
 
 /* The attributes of the session span (a new dict with what it gained), NULL and no error when
@@ -549,42 +715,75 @@ static PyObject *on_session(PyObject *sp, PyObject *rec, PyObject *attrs) {
     PyObject *total = pending ? Py_NewRef(Py_None) : seconds(end - start);
     if (!total) goto done;
     if (!pending && PyDict_SetItem(derived, k_total_s, total) < 0) { Py_DECREF(total); goto done; }
-    if (PyDict_SetItem(record, f_task_id, task) < 0 || PyDict_SetItem(record, f_session_id, session_id) < 0
-        || PyDict_SetItem(record, f_rank, rank) < 0 || PyDict_SetItem(record, f_role, role) < 0
-        || PyDict_SetItem(record, f_step, step) < 0 || PyDict_SetItem(record, f_status, status) < 0
-        || PyDict_SetItem(record, f_reason, reason) < 0 || set(record, f_submit_ts, seconds(start)) < 0
-        || set(record, f_finalized_ts, pending ? Py_NewRef(Py_None) : seconds(end)) < 0
-        || PyDict_SetItem(record, f_total_s, total) < 0
-        || (submit_step != Py_None && PyDict_SetItem(record, f_submit_step, submit_step) < 0)
-        || phase_fields(phases, record, derived) < 0) {
-        Py_DECREF(total);
-        goto done;
-    }
-    pos = 0;
-    while (PyDict_Next(attrs, &pos, &key, &value)) {
-        if (!PyUnicode_Check(key) || PyUnicode_Tailmatch(key, counter_prefix, 0, plen, -1) != 1) continue;
-        PyObject *name = PyUnicode_Substring(key, plen, PyUnicode_GET_LENGTH(key));
-        if (set(counters, name, Py_NewRef(value)) < 0) { Py_XDECREF(name); Py_DECREF(total); goto done; }
-        Py_DECREF(name);
-    }
-    if (PyDict_SetItem(record, f_counters, counters) < 0) { Py_DECREF(total); goto done; }
-    for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(optional_fields); k++) {
-        PyObject *pair = PyTuple_GET_ITEM(optional_fields, k), *v = get(attrs, PyTuple_GET_ITEM(pair, 0));
-        if (!v || (v != Py_None && PyDict_SetItem(record, PyTuple_GET_ITEM(pair, 1), v) < 0)) { Py_DECREF(total); goto done; }
-    }
     PyObject *trace_id = PyTuple_GET_ITEM(rec, i_trace), *span_id = PyTuple_GET_ITEM(rec, i_span);
-    if (set(record, f_trace_id, trace_text(trace_id, hex32)) < 0 || set(record, f_span_id, hex_id(span_id, 8, hex16)) < 0) {
-        Py_DECREF(total);
-        goto done;
+    PyObject *got = NULL;
+    PyObject *records = appender_of(sp);
+    if (!records) { Py_DECREF(total); goto done; }
+    if (records != Py_None) {  /* the line written here, without the record dict */
+        RecordIn in = {task, session_id, rank, role, step, status, reason, submit_step, attrs, trace_id, span_id,
+                       start, end, pending};
+        Buf b;
+        buf_init(&b);
+        int r = record_line(&b, &in, phases, derived);
+        PyObject *line = r == 0 ? PyBytes_FromStringAndSize(b.p, b.n) : NULL;
+        buf_free(&b);
+        if (line) {
+            r = append_line(sp, records, line);
+            Py_DECREF(line);
+            got = r < 0 ? NULL : Py_NewRef(Py_None);
+        } else if (r != SKIP) {
+            Py_DECREF(records);
+            Py_DECREF(total);
+            goto done;
+        } else {  /* the dict's way: derived as it was before record_line */
+            PyDict_Clear(derived);
+            if (!pending && PyDict_SetItem(derived, k_total_s, total) < 0) {
+                Py_DECREF(records);
+                Py_DECREF(total);
+                goto done;
+            }
+        }
     }
-    int appended = append_record(sp, record);
-    PyObject *got = appended < 0 ? NULL : Py_NewRef(Py_None);
-    if (appended == 0) {
-        Py_DECREF(got);
-        PyObject *argv[2] = {sp, record};
-        got = PyObject_VectorcallMethod(s_write_record, argv, 2 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+    Py_DECREF(records);
+    if (!got && !PyErr_Occurred()) {  /* the record dict, for orjson or _write_record */
+        if (PyDict_SetItem(record, f_task_id, task) < 0 || PyDict_SetItem(record, f_session_id, session_id) < 0
+            || PyDict_SetItem(record, f_rank, rank) < 0 || PyDict_SetItem(record, f_role, role) < 0
+            || PyDict_SetItem(record, f_step, step) < 0 || PyDict_SetItem(record, f_status, status) < 0
+            || PyDict_SetItem(record, f_reason, reason) < 0 || set(record, f_submit_ts, seconds(start)) < 0
+            || set(record, f_finalized_ts, pending ? Py_NewRef(Py_None) : seconds(end)) < 0
+            || PyDict_SetItem(record, f_total_s, total) < 0
+            || (submit_step != Py_None && PyDict_SetItem(record, f_submit_step, submit_step) < 0)
+            || phase_fields(phases, record, derived) < 0) {
+            Py_DECREF(total);
+            goto done;
+        }
+        pos = 0;
+        while (PyDict_Next(attrs, &pos, &key, &value)) {
+            if (!PyUnicode_Check(key) || PyUnicode_Tailmatch(key, counter_prefix, 0, plen, -1) != 1) continue;
+            PyObject *name = PyUnicode_Substring(key, plen, PyUnicode_GET_LENGTH(key));
+            if (set(counters, name, Py_NewRef(value)) < 0) { Py_XDECREF(name); Py_DECREF(total); goto done; }
+            Py_DECREF(name);
+        }
+        if (PyDict_SetItem(record, f_counters, counters) < 0) { Py_DECREF(total); goto done; }
+        for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(optional_fields); k++) {
+            PyObject *pair = PyTuple_GET_ITEM(optional_fields, k), *v = get(attrs, PyTuple_GET_ITEM(pair, 0));
+            if (!v || (v != Py_None && PyDict_SetItem(record, PyTuple_GET_ITEM(pair, 1), v) < 0)) { Py_DECREF(total); goto done; }
+        }
+        if (set(record, f_trace_id, trace_text(trace_id, hex32)) < 0 || set(record, f_span_id, hex_id(span_id, 8, hex16)) < 0) {
+            Py_DECREF(total);
+            goto done;
+        }
+        int appended = append_record(sp, record);
+        got = appended < 0 ? NULL : Py_NewRef(Py_None);
+        if (appended == 0) {
+            Py_DECREF(got);
+            PyObject *argv[2] = {sp, record};
+            got = PyObject_VectorcallMethod(s_write_record, argv, 2 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+        }
+        Py_XDECREF(got);
+    } else {
+        Py_XDECREF(got);
     }
-    Py_XDECREF(got);
     if (got && !pending) {
         PyObject *metrics = PyObject_GetAttr(sp, a_metrics);
         Values v = {total, NULL, status, trace_id, span_id, PyTuple_GET_ITEM(rec, i_flags)};  /* no phase */
@@ -674,6 +873,20 @@ static PyObject *configure(PyObject *self, PyObject *config) {
         PyErr_SetString(PyExc_TypeError, "configure(): BUILTIN_PHASES and OPTIONAL_FIELDS must be tuples");
         return NULL;
     }
+    PyObject *taken = PySet_New(NULL);
+    PyObject *own[] = {f_task_id, f_session_id, f_rank, f_role, f_step, f_status, f_reason, f_submit_ts, f_finalized_ts,
+                       f_total_s, f_submit_step, f_phase_counts, f_phases, f_counters, f_trace_id, f_span_id};
+    for (size_t k = 0; taken && k < sizeof(own) / sizeof(own[0]); k++)
+        if (PySet_Add(taken, own[k]) < 0) Py_CLEAR(taken);
+    for (Py_ssize_t k = 0; taken && k < PyTuple_GET_SIZE(optional_fields); k++) {
+        PyObject *pair = PyTuple_GET_ITEM(optional_fields, k);
+        if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2 || PySet_Add(taken, PyTuple_GET_ITEM(pair, 1)) < 0) {
+            if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "configure(): OPTIONAL_FIELDS must be pairs");
+            Py_CLEAR(taken);
+        }
+    }
+    if (!taken) return NULL;
+    Py_XSETREF(top_keys, taken);
     error_code = (long)error;
     n_fields = fields;
     PyDict_Clear(phase_keys);
