@@ -337,6 +337,20 @@ static int set(PyObject *d, PyObject *key, PyObject *value) {  /* d[key] = value
     return r;
 }
 
+/* The summed length of a phase's closed instances (a list of (start, end or None), or NULL for
+ * none) into *total; 0 when a time is not an int64. */
+static int closed_total(PyObject *instances, long long *total) {
+    *total = 0;
+    for (Py_ssize_t j = 0; instances && j < PyList_GET_SIZE(instances); j++) {
+        PyObject *pair = PyList_GET_ITEM(instances, j);
+        long long s, e;
+        if (PyTuple_GET_ITEM(pair, 1) == Py_None) continue;
+        if (!as_int64(PyTuple_GET_ITEM(pair, 0), &s) || !as_int64(PyTuple_GET_ITEM(pair, 1), &e)) return 0;
+        *total += e - s;
+    }
+    return 1;
+}
+
 /* The record's phase fields and the derived attributes, for the session's phases. */
 static int phase_fields(PyObject *phases, PyObject *record, PyObject *derived) {
     PyObject *names = PyList_New(0), *counts = PyDict_New(), *spans = PyDict_New();
@@ -355,16 +369,10 @@ static int phase_fields(PyObject *phases, PyObject *record, PyObject *derived) {
         instances = PyDict_GetItemWithError(phases, name);
         if (!instances && PyErr_Occurred()) goto done;
         Py_ssize_t n = instances ? PyList_GET_SIZE(instances) : 0;
-        long long total = 0;
-        for (Py_ssize_t j = 0; j < n; j++) {
-            PyObject *pair = PyList_GET_ITEM(instances, j);
-            long long s, e;
-            if (PyTuple_GET_ITEM(pair, 1) == Py_None) continue;
-            if (!as_int64(PyTuple_GET_ITEM(pair, 0), &s) || !as_int64(PyTuple_GET_ITEM(pair, 1), &e)) {
-                PyErr_SetString(PyExc_TypeError, "phase times must be int64");
-                goto done;
-            }
-            total += e - s;
+        long long total;
+        if (!closed_total(instances, &total)) {
+            PyErr_SetString(PyExc_TypeError, "phase times must be int64");
+            goto done;
         }
         PyObject *names3 = keys_of(name);
         if (!names3) goto done;
@@ -552,14 +560,8 @@ static int put_phase_fields(Buf *b, PyObject *phases, PyObject *derived) {
         instances = PyDict_GetItemWithError(phases, names[k]);
         if (!instances && PyErr_Occurred()) return -1;
         Py_ssize_t n = instances ? PyList_GET_SIZE(instances) : 0;
-        long long total = 0;
-        for (Py_ssize_t j = 0; j < n; j++) {
-            PyObject *pair = PyList_GET_ITEM(instances, j);
-            long long s, e;
-            if (PyTuple_GET_ITEM(pair, 1) == Py_None) continue;
-            if (!as_int64(PyTuple_GET_ITEM(pair, 0), &s) || !as_int64(PyTuple_GET_ITEM(pair, 1), &e)) return SKIP;
-            total += e - s;
-        }
+        long long total;
+        if (!closed_total(instances, &total)) return SKIP;
         counts[k] = n;
         PyObject *names3 = keys_of(names[k]);
         if (!names3) return -1;
