@@ -66,7 +66,22 @@ static int put_text(Buf *b, PyObject *s) {
 
 /* Decimal digits of v into the end of tmp; returns where they start. */
 static char *digits64(char *end, unsigned long long v) {
-    do { *--end = (char)('0' + (int)(v % 10)); v /= 10; } while (v);
+    static const char pairs[201] =
+        "00010203040506070809101112131415161718192021222324252627282930313233343536373839"
+        "40414243444546474849505152535455565758596061626364656667686970717273747576777879"
+        "8081828384858687888990919293949596979899";
+    while (v >= 100) {  /* two digits a division */
+        unsigned long long at = (v % 100) * 2;
+        v /= 100;
+        *--end = pairs[at + 1];
+        *--end = pairs[at];
+    }
+    if (v >= 10) {
+        *--end = pairs[v * 2 + 1];
+        *--end = pairs[v * 2];
+    } else {
+        *--end = (char)('0' + (int)v);
+    }
     return end;
 }
 
@@ -80,80 +95,133 @@ static char *digits(char *end, unsigned __int128 v) {
     return digits(at, v / e19);
 }
 
+/* orjson's text for the decimal n / 10^d (n its shortest digits, no trailing zero unless d
+ * is 0), into out: fixed down to 10^-5 ("0.000025"), below that with an exponent ("6.41e-6"),
+ * an integer with ".0". Returns the length. */
+static Py_ssize_t put_decimal(unsigned __int128 n, int d, char *out) {
+    char tmp[48];
+    char *end = tmp + sizeof(tmp);
+    char *at = digits(end, n);
+    Py_ssize_t nd = end - at;
+    Py_ssize_t o = 0;
+    if (nd - 1 - d < -5) {  /* below 10^-5: "<digit>[.<digits>]e-<exponent>" */
+        out[o++] = at[0];
+        if (nd > 1) {
+            out[o++] = '.';
+            memcpy(out + o, at + 1, nd - 1);
+            o += nd - 1;
+        }
+        int exp10 = (int)(d - nd + 1);  /* 6 to 22 */
+        out[o++] = 'e';
+        out[o++] = '-';
+        if (exp10 >= 10) out[o++] = (char)('0' + exp10 / 10);
+        out[o++] = (char)('0' + exp10 % 10);
+    } else if (d == 0) {
+        memcpy(out, at, nd);
+        o = nd;
+        out[o++] = '.';
+        out[o++] = '0';
+    } else if (nd > d) {
+        memcpy(out, at, nd - d);
+        o = nd - d;
+        out[o++] = '.';
+        memcpy(out + o, at + nd - d, d);
+        o += d;
+    } else {
+        out[o++] = '0';
+        out[o++] = '.';
+        for (Py_ssize_t z = nd; z < d; z++) out[o++] = '0';
+        memcpy(out + o, at, nd);
+        o += nd;
+    }
+    return o;
+}
+
 /* The text orjson gives a double in [1e-20, 1e16), found directly: the fewest fraction digits
  * d whose nearest decimal N / 10^d (the even one of two as near) lies strictly within half an
  * ulp of x (x = M * 2^e held exactly in 128-bit integers: M < 2^53 and 10^d <= 10^22 keep
- * M * 10^d below 2^127). Those are repr's shortest digits; orjson writes them fixed down to
- * 10^-5 ("0.000025") and below that with an exponent ("6.41e-6"). Where that is not certain
- * (N half an ulp away, a power of two, whose lower neighbour is nearer, more than 22 fraction
- * digits) it returns 0 and the caller asks Python. */
+ * M * 10^d below 2^127). Those are repr's shortest digits, written by put_decimal. Where that
+ * is not certain (N half an ulp away, a power of two, whose lower neighbour is nearer, more
+ * than 22 fraction digits) it returns 0 and the caller asks Python.
+ *
+ * M * 10^d is kept as q * 2^k + r and carried from one d to the next (times ten: r's overflow
+ * goes to q), a multiplication by ten a digit rather than a 128-bit product. */
 static int shortest_fixed(double x, char *out, Py_ssize_t *len) {
     if (!(x >= 1e-20 && x < 1e16)) return 0;
     int ex;
     double m = frexp(x, &ex);
     unsigned long long mant = (unsigned long long)ldexp(m, 53);
     int e = ex - 53;
-    char tmp[64];
-    char *end = tmp + sizeof(tmp);
     if (e >= 0) {  /* an integer below 1e16: nothing shorter lies within half an ulp */
-        char *at = digits(end, (unsigned __int128)mant << e);
-        Py_ssize_t n = end - at;
-        memcpy(out, at, n);
-        memcpy(out + n, ".0", 2);
-        *len = n + 2;
+        *len = put_decimal((unsigned __int128)mant << e, 0, out);
         return 1;
     }
     if (mant == (1ULL << 52)) return 0;
     int k = -e;
     if (k > 120) return 0;
+    if (k <= 59) {  /* r below 2^59: the same steps in 64 bits (timestamps, most values above 1) */
+        /* 2 * dist < 2^60 < 10^19, so some d <= 19 is taken; q stays below 20 * 2^53 */
+        const unsigned long long full = 1ULL << k, mask = full - 1, half = full >> 1;
+        unsigned long long q = mant >> k, r = mant & mask, p10 = 1;
+        for (int d = 0; d <= 19; d++) {
+            if (d) {
+                unsigned long long r10 = r * 10;
+                q = q * 10 + (r10 >> k);
+                r = r10 & mask;
+                p10 *= 10;
+            }
+            int up = r > half || (r == half && (q & 1));
+            unsigned long long dist = up ? full - r : r;
+            if (2 * dist == p10) return 0;
+            if (2 * dist > p10) continue;
+            *len = put_decimal(up ? q + 1 : q, d, out);
+            return 1;
+        }
+        return 0;
+    }
+    const unsigned __int128 full = (unsigned __int128)1 << k, mask = full - 1, half = full >> 1;
+    unsigned __int128 q = k >= 64 ? 0 : (unsigned __int128)(mant >> k), r = (unsigned __int128)mant & mask;
     unsigned __int128 p10 = 1;
-    for (int d = 0; d <= 22; d++, p10 *= 10) {
-        unsigned __int128 big = (unsigned __int128)mant * p10;  /* x * 10^d * 2^k */
-        unsigned __int128 q = big >> k;
-        unsigned __int128 r = big - (q << k);
-        unsigned __int128 half = (unsigned __int128)1 << (k - 1);
+    for (int d = 0; d <= 22; d++) {
+        if (d) {
+            unsigned __int128 r10 = r * 10;
+            q = q * 10 + (r10 >> k);
+            r = r10 & mask;
+            p10 *= 10;
+        }
         /* two decimals equally near: repr (and orjson) take the even one */
-        unsigned __int128 n = r > half || (r == half && (q & 1)) ? q + 1 : q;
-        unsigned __int128 scaled = n << k;
-        unsigned __int128 dist = scaled > big ? scaled - big : big - scaled;
+        int up = r > half || (r == half && (q & 1));
+        unsigned __int128 dist = up ? full - r : r;
         if (2 * dist == p10) return 0;
         if (2 * dist > p10) continue;
-        char *at = digits(end, n);
-        Py_ssize_t nd = end - at;
-        Py_ssize_t o = 0;
-        if (nd - 1 - d < -5) {  /* below 10^-5: "<digit>[.<digits>]e-<exponent>" */
-            out[o++] = at[0];
-            if (nd > 1) {
-                out[o++] = '.';
-                memcpy(out + o, at + 1, nd - 1);
-                o += nd - 1;
-            }
-            int exp10 = (int)(d - nd + 1);  /* 6 to 22 */
-            out[o++] = 'e';
-            out[o++] = '-';
-            if (exp10 >= 10) out[o++] = (char)('0' + exp10 / 10);
-            out[o++] = (char)('0' + exp10 % 10);
-        } else if (d == 0) {
-            memcpy(out, at, nd);
-            o = nd;
-            out[o++] = '.';
-            out[o++] = '0';
-        } else if (nd > d) {
-            memcpy(out, at, nd - d);
-            o = nd - d;
-            out[o++] = '.';
-            memcpy(out + o, at + nd - d, d);
-            o += d;
-        } else {
-            out[o++] = '0';
-            out[o++] = '.';
-            for (Py_ssize_t z = nd; z < d; z++) out[o++] = '0';
-            memcpy(out + o, at, nd);
-            o += nd;
-        }
-        *len = o;
+        *len = put_decimal(up ? q + 1 : q, d, out);
         return 1;
     }
+    return 0;
+}
+
+/* orjson's text for the double (double)v / 10^scale (scale 1 to 9), without searching for
+ * its digits where they are known. When |v| < 2^53 and the quotient's ulp is below
+ * 10^-scale, the double is v / 10^scale correctly rounded, and that decimal is the one
+ * within half an ulp with the fewest digits: a decimal with fewer fraction digits is at least
+ * 10^-scale from v / 10^scale, so more than half an ulp from the double; and v / 10^scale is
+ * never half-way between two doubles (it would be dyadic, so a double itself). Its digits,
+ * trailing zeros dropped, are then repr's. SKIP where that does not hold (the caller writes
+ * the double), and for 0. */
+static int put_scaled(Buf *b, long long v, int scale) {
+    /* the largest binary exponent E with 2^(E - 52) < 10^-scale: a quotient below 2^E + 1
+     * has an exponent of at most E, so an ulp below 10^-scale */
+    static const int below[10] = {0, 48, 45, 42, 38, 35, 32, 28, 25, 22};
+    if (scale < 1 || scale > 9 || v == 0) return SKIP;
+    unsigned long long u = v < 0 ? 0ULL - (unsigned long long)v : (unsigned long long)v;
+    unsigned long long p = 1;
+    for (int k = 0; k < scale; k++) p *= 10;
+    if (u >= (1ULL << 53) || u / p >= (1ULL << below[scale])) return SKIP;
+    int d = scale;
+    while (d > 0 && u % 10 == 0) { u /= 10; d--; }
+    if (buf_grow(b, 48) < 0) return -1;
+    if (v < 0) b->p[b->n++] = '-';
+    b->n += put_decimal(u, d, b->p + b->n);
     return 0;
 }
 

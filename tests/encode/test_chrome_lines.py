@@ -229,3 +229,29 @@ def test_floats_are_written_as_orjson_writes_them(seed):
             values.append(rng.randrange(1, 10 ** rng.randint(1, 7)) / 1e9)
     wrong = [x for x in values if chrome_lines.native.float_text(x) != orjson.dumps(x)]
     assert wrong == []
+
+
+@compiled
+@pytest.mark.parametrize("scale", [1, 3, 6, 9])
+def test_integer_quotients_are_written_with_the_digits_repr_finds(scale):
+    # Durations are integer nanoseconds over 10**3 (µs in the trace) or 10**9 (seconds in the
+    # session record): below a bound the quotient's digits are the integer's, trailing zeros
+    # dropped, and the writer takes them without searching; past the bound it declines.
+    rng = random.Random(scale)
+    divisor = 10 ** scale
+    values = [1, -1, 7, 10, 100 * divisor, divisor - 1, (1 << 53) - 1, -(1 << 53) + 1, 1 << 53, 12_345_678]
+    for _ in range(40_000):
+        pick = rng.randrange(4)
+        if pick == 0:
+            values.append(rng.randrange(1, 10 ** rng.randint(1, 16)))
+        elif pick == 1:
+            values.append(-rng.randrange(1, 10 ** rng.randint(1, 12)))
+        elif pick == 2:
+            values.append(rng.randrange(1, 10_000) * 10 ** rng.randint(0, 12))
+        else:
+            values.append((1 << rng.randint(10, 60)) + rng.randrange(-5, 6))
+    written = {v: chrome_lines.native.scaled_text(v, scale) for v in values}
+    wrong = [v for v, text in written.items() if text is not None and text != orjson.dumps(v / divisor)]
+    assert wrong == []
+    assert sum(text is not None for text in written.values()) > len(written) // 2
+    assert written[1 << 53] is None  # (double)v would round first

@@ -535,8 +535,9 @@ static int put_key(Buf *b, PyObject *name) {  /* "name": */
     return r ? r : PUTS(b, ":");
 }
 
-static int put_seconds(Buf *b, long long ns) {
-    return put_double(b, (double)ns / 1e9);  /* seconds(): the same division */
+static int put_seconds(Buf *b, long long ns) {  /* what put_double writes for seconds(ns) */
+    int r = put_scaled(b, ns, 9);
+    return r == SKIP ? put_double(b, (double)ns / 1e9) : r;
 }
 
 /* "name_s" fields, "phase_counts" and "phases", as phase_fields() puts them in the dict; derived
