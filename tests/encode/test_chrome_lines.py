@@ -187,8 +187,11 @@ def test_the_python_join_reads_lines_and_dicts_alike(monkeypatch):
 @compiled
 def test_the_compiled_join_is_the_python_join(monkeypatch):
     line = b'{"ph":"X","name":",\\"pid\\":9","cat":"span","ts":1.0,"dur":0.0,"pid":-42,"tid":5,"args":{}}'
-    events = [line, {"ph": "M", "pid": 7}, {"ph": "C", "pid": True}, {"ph": "i", "name": "\ud800", "pid": 3}]
+    other = line.replace(b'"pid":-42', b'"pid":8')
+    events = [line, {"ph": "M", "pid": 7}, {"ph": "C", "pid": True}, {"ph": "i", "name": "\ud800", "pid": 3},
+              line, other, other, line, b'{"ph":"X","name":"no pid here"}']
     native = chrome_lines.join(events, file_exporter._dumps)
+    assert native[2] == {-42, 7, 8, 3}
     monkeypatch.setattr(chrome_lines, "native", None)
     assert chrome_lines.join(events, file_exporter._dumps) == native
 

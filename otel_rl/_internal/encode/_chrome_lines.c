@@ -342,19 +342,16 @@ static PyObject *complete(PyObject *self, PyObject *const *args, Py_ssize_t narg
 static int line_pid(const char *s, Py_ssize_t n, long long *pid) {
     static const char key[] = ",\"pid\":";
     const Py_ssize_t klen = sizeof(key) - 1;
-    for (Py_ssize_t k = 0; k + klen <= n; k++) {
-        if (s[k] == ',' && memcmp(s + k, key, klen) == 0) {
-            k += klen;
-            int neg = k < n && s[k] == '-';
-            if (neg) k++;
-            if (k >= n || s[k] < '0' || s[k] > '9') return 0;
-            long long v = 0;
-            while (k < n && s[k] >= '0' && s[k] <= '9') v = v * 10 + (s[k++] - '0');
-            *pid = neg ? -v : v;
-            return 1;
-        }
-    }
-    return 0;
+    const char *at = memmem(s, (size_t)n, key, (size_t)klen);
+    if (!at) return 0;
+    Py_ssize_t k = at - s + klen;
+    int neg = k < n && s[k] == '-';
+    if (neg) k++;
+    if (k >= n || s[k] < '0' || s[k] > '9') return 0;
+    long long v = 0;
+    while (k < n && s[k] >= '0' && s[k] <= '9') v = v * 10 + (s[k++] - '0');
+    *pid = neg ? -v : v;
+    return 1;
 }
 
 /* join(events, dumps_event) -> (bytearray of lines, line count, set of pids) */
@@ -369,6 +366,8 @@ static PyObject *join(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     Buf b;
     buf_init(&b);
     Py_ssize_t lines = 0;
+    long long last = 0;  /* the pid of the latest line, already in the set (a batch is mostly one process) */
+    int have_last = 0;
     for (Py_ssize_t k = 0; k < PyList_GET_SIZE(events); k++) {
         PyObject *event = PyList_GET_ITEM(events, k);
         Py_INCREF(event);
@@ -377,9 +376,11 @@ static PyObject *join(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
         if (PyBytes_CheckExact(event)) {
             long long v;
             ok = put(&b, PyBytes_AS_STRING(event), PyBytes_GET_SIZE(event)) == 0 && PUTS(&b, "\n") == 0;
-            if (ok && line_pid(PyBytes_AS_STRING(event), PyBytes_GET_SIZE(event), &v)) {
+            if (ok && line_pid(PyBytes_AS_STRING(event), PyBytes_GET_SIZE(event), &v) && !(have_last && v == last)) {
                 pid = PyLong_FromLongLong(v);
                 ok = pid != NULL;
+                last = v;
+                have_last = ok;
             }
         } else {
             PyObject *line = PyObject_CallOneArg(dump, event);
