@@ -87,11 +87,12 @@ def _workload(seed: int, sessions: int) -> list[tuple]:
     return out
 
 
-def _run(tmp_path, name: str, items: list[tuple], native, max_pending: int, monkeypatch) -> dict:
+def _run(tmp_path, name: str, items: list[tuple], native, max_pending: int, monkeypatch,
+         environ: dict | None = None) -> dict:
     monkeypatch.setattr(session_processor, "_native", native)
     path = os.path.join(tmp_path, f"{name}.jsonl")
     reader = InMemoryMetricReader()
-    metrics = AggregatedSessionMetrics(Resource({"service.name": "t"}), {})
+    metrics = AggregatedSessionMetrics(Resource({"service.name": "t"}), environ or {})
     metrics.attach(reader)
     processor = SessionSpanProcessor(None, rank=2, role="actor", records=JsonlAppender(path), metrics=metrics,
                                      max_pending_sessions=max_pending)
@@ -121,6 +122,21 @@ def test_the_compiled_step_derives_what_the_python_step_derives(tmp_path, monkey
     python_run = _run(tmp_path, "python", items, None, max_pending, monkeypatch)
     assert compiled_run == python_run
     assert compiled_run["records"].count(b"\n") > 250
+
+
+@compiled
+def test_each_metrics_object_keeps_its_own_exemplar_filter_in_the_compiled_step(tmp_path, monkeypatch):
+    # The compiled step reads a metrics object's lock, filter and points once; runs with
+    # other filters, one after the other, must each record what the Python step records.
+    items = _workload(4, 120)
+    native = session_processor._native
+    for n, mode in enumerate(["always_on", "always_off", "trace_based", "always_on"]):
+        environ = {"OTEL_METRICS_EXEMPLAR_FILTER": mode}
+        compiled_run = _run(tmp_path, f"c{n}", items, native, 100_000, monkeypatch, environ)
+        python_run = _run(tmp_path, f"p{n}", items, None, 100_000, monkeypatch, environ)
+        assert compiled_run["points"] == python_run["points"]
+        exemplars = sum(point.count("exemplars', []") for _, point in compiled_run["points"])
+        assert (exemplars == len(compiled_run["points"])) == (mode == "always_off")
 
 
 @compiled

@@ -72,33 +72,111 @@ static int bump(PyObject *list, Py_ssize_t k, PyObject *by) {  /* list[k] += by 
     return sum ? PyList_SetItem(list, k, sum) : -1;
 }
 
-static int histogram(PyObject *instrument, PyObject *key, PyObject *attributes, PyObject *value,
-                     PyObject *trace_id, PyObject *span_id, PyObject *flags, long exemplars) {
-    PyObject *bounds = PyObject_GetAttr(instrument, a_bounds), *points = PyObject_GetAttr(instrument, a_points);
-    PyObject *now = now_ns(), *point = NULL;
+/* The parts of an AggregatedSessionMetrics read here, fetched once per metrics object: its
+ * __init__ sets them and nothing rebinds them (collection clears the points dicts in place),
+ * so each value's update reads no attribute. The entry holds the metrics object, so its
+ * address is not reused while cached. */
+enum { I_PHASE, I_SESSION, I_SESSIONS, N_INSTRUMENTS };
+#define MAX_BOUNDS 64
+typedef struct {
+    PyObject *metrics, *acquire, *release;  /* strong; acquire and release: its lock's bound methods */
+    PyObject *points[N_INSTRUMENTS];  /* strong: each instrument's points dict */
+    double bounds[N_INSTRUMENTS][MAX_BOUNDS];
+    Py_ssize_t n_bounds[N_INSTRUMENTS];
+    long exemplars;
+} Parts;
+static Parts parts;
+
+static void parts_clear(Parts *p) {  /* drops the references (after the fields are replaced) */
+    Py_CLEAR(p->metrics);
+    Py_CLEAR(p->acquire);
+    Py_CLEAR(p->release);
+    for (int k = 0; k < N_INSTRUMENTS; k++) Py_CLEAR(p->points[k]);
+}
+
+static int instrument_parts(PyObject *metrics, PyObject *name, Parts *p, int k) {
+    PyObject *instrument = PyObject_GetAttr(metrics, name), *bounds = NULL;
     int rc = -1;
-    if (!bounds || !points || !now) goto done;
-    if (!PyTuple_Check(bounds) || !PyDict_Check(points) || !PyFloat_Check(value)) {
+    if (!instrument || !(p->points[k] = PyObject_GetAttr(instrument, a_points))
+        || !(bounds = PyObject_GetAttr(instrument, a_bounds)))
+        goto done;
+    if (!PyDict_CheckExact(p->points[k]) || !PyTuple_Check(bounds) || PyTuple_GET_SIZE(bounds) > MAX_BOUNDS) {
+        PyErr_SetString(PyExc_TypeError, "histogram points of an unexpected shape");
+        goto done;
+    }
+    p->n_bounds[k] = PyTuple_GET_SIZE(bounds);
+    for (Py_ssize_t j = 0; j < p->n_bounds[k]; j++) {
+        double b = PyFloat_AsDouble(PyTuple_GET_ITEM(bounds, j));
+        if (b == -1.0 && PyErr_Occurred()) goto done;
+        p->bounds[k][j] = b;
+    }
+    rc = 0;
+done:
+    Py_XDECREF(instrument);
+    Py_XDECREF(bounds);
+    return rc;
+}
+
+static Parts *parts_of(PyObject *metrics) {
+    if (parts.metrics == metrics) return &parts;
+    Parts fresh;
+    memset(&fresh, 0, sizeof(fresh));
+    PyObject *lock = PyObject_GetAttr(metrics, a_m_lock), *mode = PyObject_GetAttr(metrics, a_m_exemplars);
+    int ok = lock && mode && (fresh.acquire = PyObject_GetAttr(lock, s_acquire))
+             && (fresh.release = PyObject_GetAttr(lock, s_release))
+             && instrument_parts(metrics, a_m_phase, &fresh, I_PHASE) == 0
+             && instrument_parts(metrics, a_m_session, &fresh, I_SESSION) == 0
+             && instrument_parts(metrics, a_m_sessions, &fresh, I_SESSIONS) == 0;
+    if (ok) {
+        fresh.exemplars = PyLong_AsLong(mode);
+        ok = !(fresh.exemplars == -1 && PyErr_Occurred());
+    }
+    Py_XDECREF(lock);
+    Py_XDECREF(mode);
+    if (!ok) {
+        parts_clear(&fresh);
+        return NULL;
+    }
+    fresh.metrics = Py_NewRef(metrics);
+    Parts old = parts;  /* released after the swap: a finalizer may run Python */
+    parts = fresh;
+    parts_clear(&old);
+    return &parts;
+}
+
+/* The attributes of a new point, built only when one is made. */
+typedef struct { Py_ssize_t n; PyObject *items[4]; } Labels;
+
+static PyObject *tuple_of(Labels *labels) {
+    PyObject *out = PyTuple_New(labels->n);
+    if (out) for (Py_ssize_t k = 0; k < labels->n; k++) PyTuple_SET_ITEM(out, k, Py_NewRef(labels->items[k]));
+    return out;
+}
+
+static int histogram(Parts *p, int k, PyObject *key, Labels *labels, PyObject *value,
+                     PyObject *trace_id, PyObject *span_id, PyObject *flags) {
+    PyObject *points = p->points[k], *now = now_ns(), *point = NULL, *attributes = NULL;
+    int rc = -1;
+    if (!now) goto done;
+    if (!PyFloat_Check(value)) {
         PyErr_SetString(PyExc_TypeError, "histogram points of an unexpected shape");
         goto done;
     }
     double x = PyFloat_AS_DOUBLE(value);
-    Py_ssize_t lo = 0, hi = PyTuple_GET_SIZE(bounds);
+    Py_ssize_t lo = 0, hi = p->n_bounds[k];
     while (lo < hi) {  /* bisect_left(bounds, value) */
         Py_ssize_t mid = (lo + hi) / 2;
-        double b = PyFloat_AsDouble(PyTuple_GET_ITEM(bounds, mid));
-        if (b == -1.0 && PyErr_Occurred()) goto done;
-        if (b < x) lo = mid + 1;
+        if (p->bounds[k][mid] < x) lo = mid + 1;
         else hi = mid;
     }
     point = Py_XNewRef(PyDict_GetItemWithError(points, key));
     if (!point) {
-        if (PyErr_Occurred()) goto done;
-        Py_ssize_t n = PyTuple_GET_SIZE(bounds) + 1;
+        if (PyErr_Occurred() || !(attributes = tuple_of(labels))) goto done;
+        Py_ssize_t n = p->n_bounds[k] + 1;
         PyObject *counts = PyList_New(n), *by_bucket = PyDict_New(), *zero = PyFloat_FromDouble(0.0);
-        if (counts) for (Py_ssize_t k = 0; k < n; k++) PyList_SET_ITEM(counts, k, Py_NewRef(zero_int));
+        if (counts) for (Py_ssize_t j = 0; j < n; j++) PyList_SET_ITEM(counts, j, Py_NewRef(zero_int));
         PyObject *fields[9] = {attributes, now, zero_int, zero, value, value, counts, by_bucket, zero};
-        point = counts && by_bucket && zero ? list_of(9, fields) : NULL;
+        point = attributes && counts && by_bucket && zero ? list_of(9, fields) : NULL;
         Py_XDECREF(counts);
         Py_XDECREF(by_bucket);
         Py_XDECREF(zero);
@@ -117,56 +195,59 @@ static int histogram(PyObject *instrument, PyObject *key, PyObject *attributes, 
     int has_span = PyObject_IsTrue(span_id);
     long sampled = PyLong_AsLong(flags) & 1;
     if (has_span < 0 || (sampled == -1 && PyErr_Occurred())) goto done;
-    if (has_span && (exemplars == 2 || (exemplars && sampled))) {
+    if (has_span && (p->exemplars == 2 || (p->exemplars && sampled))) {
         PyObject *bucket = PyLong_FromSsize_t(lo), *exemplar = PyTuple_Pack(4, value, now, span_id, trace_id);
-        int r = bucket && exemplar ? PyObject_SetItem(PyList_GET_ITEM(point, 7), bucket, exemplar) : -1;
+        PyObject *by_bucket = PyList_GET_ITEM(point, 7);
+        int r = !bucket || !exemplar ? -1
+                : PyDict_CheckExact(by_bucket) ? PyDict_SetItem(by_bucket, bucket, exemplar)
+                : PyObject_SetItem(by_bucket, bucket, exemplar);
         Py_XDECREF(bucket);
         Py_XDECREF(exemplar);
         if (r < 0) goto done;
     }
     rc = 0;
 done:
-    Py_XDECREF(bounds);
-    Py_XDECREF(points);
     Py_XDECREF(now);
     Py_XDECREF(point);
+    Py_XDECREF(attributes);
     return rc;
 }
 
-static int add_one(PyObject *instrument, PyObject *key, PyObject *attributes) {  /* _add(points, key, attrs, 1) */
-    PyObject *points = PyObject_GetAttr(instrument, a_points), *point = NULL, *now = NULL;
+static int add_one(Parts *p, int k, PyObject *key, Labels *labels) {  /* _add(points, key, attrs, 1) */
+    PyObject *points = p->points[k], *point = Py_XNewRef(PyDict_GetItemWithError(points, key)), *now = NULL;
+    PyObject *attributes = NULL;
     int rc = -1;
-    if (!points) return -1;
-    if (!PyDict_Check(points)) { PyErr_SetString(PyExc_TypeError, "counter points must be a dict"); goto done; }
-    point = Py_XNewRef(PyDict_GetItemWithError(points, key));
     if (!point) {
-        if (PyErr_Occurred() || !(now = now_ns())) goto done;
+        if (PyErr_Occurred() || !(now = now_ns()) || !(attributes = tuple_of(labels))) goto done;
         PyObject *fields[3] = {attributes, now, one};
-        point = list_of(3, fields);
+        point = attributes ? list_of(3, fields) : NULL;
         rc = point ? PyDict_SetItem(points, key, point) : -1;
         goto done;
     }
     rc = PyList_CheckExact(point) && PyList_GET_SIZE(point) == 3 ? bump(point, 2, one) : -1;
     if (rc < 0 && !PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "a counter point of an unexpected shape");
 done:
-    Py_XDECREF(points);
     Py_XDECREF(point);
     Py_XDECREF(now);
+    Py_XDECREF(attributes);
     return rc;
 }
 
-/* Runs what(metrics, ...) under the metrics' lock. */
-static int locked(PyObject *metrics, int (*what)(PyObject *, void *), void *arg) {
-    PyObject *lock = PyObject_GetAttr(metrics, a_m_lock);
-    if (!lock) return -1;
-    PyObject *got = PyObject_CallMethodNoArgs(lock, s_acquire);
-    if (!got) { Py_DECREF(lock); return -1; }
+typedef struct { PyObject *seconds, *phase, *status, *trace_id, *span_id, *flags; } Values;
+
+/* Runs what(parts, values) under the metrics' lock. */
+static int locked(PyObject *metrics, int (*what)(Parts *, Values *), Values *v) {
+    Parts *p = parts_of(metrics);
+    if (!p) return -1;
+    PyObject *release = Py_NewRef(p->release);  /* p may be refreshed by another thread meanwhile */
+    PyObject *got = PyObject_CallNoArgs(p->acquire);
+    if (!got) { Py_DECREF(release); return -1; }
     Py_DECREF(got);
-    int r = what(metrics, arg);
+    int r = what(p, v);
     PyObject *type, *value, *tb;
     PyErr_Fetch(&type, &value, &tb);  /* released whatever happened */
-    got = PyObject_CallMethodNoArgs(lock, s_release);
-    Py_DECREF(lock);
+    got = PyObject_CallNoArgs(release);
+    Py_DECREF(release);
     if (!got) {
         Py_XDECREF(type);
         Py_XDECREF(value);
@@ -178,41 +259,18 @@ static int locked(PyObject *metrics, int (*what)(PyObject *, void *), void *arg)
     return r;
 }
 
-static long exemplar_mode(PyObject *metrics) {
-    PyObject *mode = PyObject_GetAttr(metrics, a_m_exemplars);
-    long m = mode ? PyLong_AsLong(mode) : -1;
-    Py_XDECREF(mode);
-    return m;
-}
-
-typedef struct { PyObject *seconds, *phase, *status, *trace_id, *span_id, *flags; } Values;
-
-static int phase_point(PyObject *metrics, void *arg) {
-    Values *v = arg;
-    long mode = exemplar_mode(metrics);
-    PyObject *instrument = PyObject_GetAttr(metrics, a_m_phase);
+static int phase_point(Parts *p, Values *v) {
     PyObject *key = PyTuple_Pack(2, v->phase, v->status);
-    PyObject *attributes = PyTuple_Pack(4, k_phase, v->phase, f_status_attr, v->status);
-    int r = mode >= 0 && instrument && key && attributes
-            ? histogram(instrument, key, attributes, v->seconds, v->trace_id, v->span_id, v->flags, mode) : -1;
-    Py_XDECREF(instrument);
+    Labels labels = {4, {k_phase, v->phase, f_status_attr, v->status}};
+    int r = key ? histogram(p, I_PHASE, key, &labels, v->seconds, v->trace_id, v->span_id, v->flags) : -1;
     Py_XDECREF(key);
-    Py_XDECREF(attributes);
     return r;
 }
 
-static int session_points(PyObject *metrics, void *arg) {
-    Values *v = arg;
-    long mode = exemplar_mode(metrics);
-    PyObject *durations = PyObject_GetAttr(metrics, a_m_session), *counts = PyObject_GetAttr(metrics, a_m_sessions);
-    PyObject *attributes = PyTuple_Pack(2, k_status, v->status);
-    int r = mode >= 0 && durations && counts && attributes
-            ? histogram(durations, v->status, attributes, v->seconds, v->trace_id, v->span_id, v->flags, mode) : -1;
-    if (r == 0) r = add_one(counts, v->status, attributes);
-    Py_XDECREF(durations);
-    Py_XDECREF(counts);
-    Py_XDECREF(attributes);
-    return r;
+static int session_points(Parts *p, Values *v) {
+    Labels labels = {2, {k_status, v->status}};
+    int r = histogram(p, I_SESSION, v->status, &labels, v->seconds, v->trace_id, v->span_id, v->flags);
+    return r == 0 ? add_one(p, I_SESSIONS, v->status, &labels) : r;
 }
 
 /* A finalized session's metrics: _session_metrics, with the aggregated points written here. */
