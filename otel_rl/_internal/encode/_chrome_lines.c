@@ -342,7 +342,9 @@ static PyObject *complete(PyObject *self, PyObject *const *args, Py_ssize_t narg
 static int line_pid(const char *s, Py_ssize_t n, long long *pid) {
     static const char key[] = ",\"pid\":";
     const Py_ssize_t klen = sizeof(key) - 1;
-    const char *at = memmem(s, (size_t)n, key, (size_t)klen);
+    const char *at = s, *end = s + n;
+    /* from comma to comma: the key follows the name, category, ts and dur */
+    while ((at = memchr(at, ',', (size_t)(end - at))) && (end - at < klen || memcmp(at, key, klen) != 0)) at++;
     if (!at) return 0;
     Py_ssize_t k = at - s + klen;
     int neg = k < n && s[k] == '-';
