@@ -640,9 +640,9 @@ static int put_phase_fields(Buf *b, PyObject *phases, PyObject *derived) {
     }
     if (PUTS(b, ",\"phase_counts\":{") < 0) return -1;
     for (Py_ssize_t k = 0; k < n_names; k++) {
-        char tmp[24];
-        int len = snprintf(tmp, sizeof(tmp), "%zd", counts[k]);
-        if ((k && PUTS(b, ",") < 0) || (r = put_key(b, names[k])) || put(b, tmp, len) < 0) return r ? r : -1;
+        char tmp[24], *at = digits64(tmp + sizeof(tmp), (unsigned long long)counts[k]);
+        if ((k && PUTS(b, ",") < 0) || (r = put_key(b, names[k])) || put(b, at, tmp + sizeof(tmp) - at) < 0)
+            return r ? r : -1;
     }
     if (PUTS(b, "},\"phases\":{") < 0) return -1;
     pos = 0;
