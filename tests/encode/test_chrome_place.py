@@ -266,3 +266,22 @@ def test_encoders_walking_batches_on_two_threads_at_once_write_what_each_writes_
     for thread in threads:
         thread.join()
     assert together == alone
+
+
+@compiled
+def test_timestamps_in_microseconds_are_pythons_int_division():
+    # A start in nanoseconds since the epoch is past 2^53: the placement divides it by 1000
+    # in integers, rounding to the double as Python's int division does (ties to even).
+    rng = random.Random(11)
+    values = [2**53, 2**53 + 1, -(2**53), 2**63 - 1, -(2**63), 1_795_687_747_323_989_500,
+              1_795_687_747_323_989_125, 1_795_687_747_323_989_375, 1_795_687_747_323_989_625]
+    for _ in range(50_000):
+        pick = rng.randrange(3)
+        if pick == 0:
+            values.append(rng.randrange(1_700_000_000_000_000_000, 1_900_000_000_000_000_000))
+        elif pick == 1:
+            values.append(rng.choice([1, -1]) * rng.randrange(2**53, 2**63))
+        else:  # the remainders that fall on or beside half a unit of the grid
+            values.append(rng.randrange(2**53, 2**60) // 1000 * 1000 + rng.choice([125, 375, 500, 625, 875, 999]))
+    wrong = [ns for ns in values if repr(chrome_place.native.micros_of(ns)) != repr(ns / 1000)]
+    assert wrong == []

@@ -198,12 +198,35 @@ static PyObject *category(PyObject *attrs, PyObject *span_kind) {
     return t ? span_kind : default_cat;
 }
 
-/* ns / 1000 as Python's int division gives it (exact doubles below 2^53, Python's own above). */
+/* ns / 1000 as Python's int division gives it: correctly rounded, ties to even. Below 2^53 both
+ * are exact doubles, so one division rounds it. Above (a timestamp's start), the quotient q and
+ * remainder r are exact, q + r/1000 lies in q's binade, and the double is q on the grid of that
+ * binade's ulp plus r/1000 of a unit rounded to that grid, in integers (Python's own division,
+ * its exact long algorithm, where q itself has more than 53 bits). */
 static PyObject *micros(long long ns) {
     if (ns < (1LL << 53) && ns > -(1LL << 53)) return PyFloat_FromDouble((double)ns / 1000.0);
+    unsigned long long u = ns < 0 ? 0ULL - (unsigned long long)ns : (unsigned long long)ns;
+    unsigned long long q = u / 1000, r = u % 1000;
+    if (q < (1ULL << 53)) {  /* q >= 2^53 / 1000 > 2^42 here */
+        int shift = 52 - (63 - __builtin_clzll(q));  /* grid steps per unit: 2^shift, shift <= 10 */
+        unsigned long long num = r << shift, m = (q << shift) + num / 1000, rem = num % 1000;
+        if (rem > 500 || (rem == 500 && (m & 1))) m++;
+        double x = ldexp((double)m, -shift);
+        return PyFloat_FromDouble(ns < 0 ? -x : x);
+    }
     PyObject *d = PyLong_FromLongLong(ns), *out = d ? PyNumber_TrueDivide(d, thousand) : NULL;
     Py_XDECREF(d);
     return out;
+}
+
+/* micros_of(ns): micros() for the tests against Python's int division. */
+static PyObject *micros_of(PyObject *self, PyObject *v) {
+    long long ns;
+    if (!as_int64(v, &ns)) {
+        PyErr_SetString(PyExc_TypeError, "micros_of() takes an int64");
+        return NULL;
+    }
+    return micros(ns);
 }
 
 /* 1: placed; 0: not this file's (nothing changed); -1: a Python error. */
@@ -312,7 +335,7 @@ static int place(Batch *b, PyObject *item) {
         }
         text = b->trace_hex;
     }
-    PyObject *ts = PyNumber_TrueDivide(start_o, thousand);
+    PyObject *ts = micros(start);
     if (!ts) return -1;
     PyObject *dur = micros(end_c - start);
     if (!dur) { Py_DECREF(ts); return -1; }
@@ -859,7 +882,7 @@ static PyObject *place_span(PyObject *self, PyObject *const *args, Py_ssize_t na
         Py_XDECREF(parent_rec);
         goto done;
     }
-    if (!(ts = PyNumber_TrueDivide(start_o, thousand))) { Py_XDECREF(parent_rec); goto done; }
+    if (!(ts = micros(start))) { Py_XDECREF(parent_rec); goto done; }
     PyObject *span_kind = PyDict_GetItemWithError(attrs, k_span_kind);
     PyObject *cat = span_kind || !PyErr_Occurred() ? category(attrs, span_kind) : NULL;
     if (!cat) { Py_XDECREF(parent_rec); goto done; }
@@ -1341,6 +1364,7 @@ static PyMethodDef methods[] = {
      "ChromeTraceEncoder._place: places one span, returns (group, lane index)."},
     {"encode_records", (PyCFunction)(void (*)(void))encode_records, METH_FASTCALL,
      "Places a batch of (record, attributes) pairs, handing each item it does not take to slow(item, out)."},
+    {"micros_of", micros_of, METH_O, "ns / 1000 as the placement computes it (for the tests)."},
     {NULL, NULL, 0, NULL},
 };
 
