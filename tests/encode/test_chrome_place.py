@@ -249,6 +249,27 @@ def test_phases_waiting_for_their_session_are_placed_outer_first_as_the_python_s
 
 
 @compiled
+def test_what_the_encoders_python_places_during_a_walk_counts_for_the_spans_after_it(monkeypatch):
+    # The walk keeps the encoder's clock, newest end and trace text itself and hands them to
+    # the encoder's attributes around each call into its Python. The first span of a fresh
+    # encoder takes the Python step (it makes the process): the newest end it sets must hold
+    # for the phase after it, which is then past the session wait and released at once.
+    wait = 1_000_000_000
+    session = {keys.SESSION_ID: "s1"}
+    items = [
+        (_rec("late", 1, 0, _T0, _T0 + 10 * wait), _attrs(1)),
+        (_rec("phase", 3, 2, _T0 + 1_000, _T0 + 2_000), _attrs(1, **session, **{keys.SPAN_KIND: keys.KIND_PHASE})),
+        (_rec("scope", 4, 0, _T0 + 2_500, _T0 + 2_600), _attrs(2)),
+        (_rec("session", 2, 0, _T0 + 500, _T0 + 3_000), _attrs(1, **session, **{keys.SPAN_KIND: keys.KIND_SESSION})),
+    ]
+    walked, python_steps = _trace_file(monkeypatch, items, 10, compiled_walk=True, session_wait_s=wait / 1e9)
+    stepped, _ = _trace_file(monkeypatch, items, 10, compiled_walk=False, session_wait_s=wait / 1e9)
+    assert walked == stepped
+    assert python_steps == 1  # the first span: it makes the process
+    assert walked.index(b'"name":"phase"') < walked.index(b'"name":"session"')  # released, not held
+
+
+@compiled
 def test_encoders_walking_batches_on_two_threads_at_once_write_what_each_writes_alone(monkeypatch):
     # A walk keeps the encoder's set-once attributes for its own thread; a Python step on one
     # thread lets the other thread's walk start and end in between.

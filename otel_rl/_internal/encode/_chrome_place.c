@@ -90,6 +90,7 @@ typedef struct Fixed {
     PyObject *enc;  /* borrowed: encode_records holds it */
     PyThreadState *thread;  /* the thread running that call */
     PyObject *values[N_FIXED];  /* new references, fetched on first use */
+    void *batch;  /* the walk's Batch (below): the encoder's live clock, newest end and trace text */
     struct Fixed *outer;  /* the walk begun before it, on any thread (a callback may switch threads) */
 } Fixed;
 static Fixed *fixed_now;  /* the walks under way, latest first */
@@ -178,6 +179,51 @@ static int store(Batch *b) {  /* what this file changed, back into the encoder *
     if (!v || PyObject_SetAttr(b->enc, a_trace_hex, v) < 0) { Py_XDECREF(v); return -1; }
     Py_DECREF(v);
     return 0;
+}
+
+/* The walk's batch for enc on this thread, or NULL outside a walk. While a walk runs, the
+ * encoder's clock, newest end and trace text live in its Batch (the attributes are stale until
+ * store()): add_span and what it calls read and change them there, and hand them back to the
+ * attributes around each call into the encoder's Python (hand_out before, take_back after). */
+static Batch *live(PyObject *enc) {
+    PyThreadState *thread = PyThreadState_Get();
+    for (Fixed *f = fixed_now; f; f = f->outer)
+        if (f->enc == enc && f->thread == thread) return f->batch;
+    return NULL;
+}
+
+/* Hands the live state back to the encoder's attributes for a call into its Python, and
+ * takes it back after: in between, the walk is not live, so C code that Python calls reads and
+ * changes the attributes, which load() then reads. */
+typedef struct { Fixed *fixed; Batch *batch; } Handover;
+
+static int hand_out(PyObject *enc, Handover *h) {
+    PyThreadState *thread = PyThreadState_Get();
+    h->fixed = NULL;
+    h->batch = NULL;
+    for (Fixed *f = fixed_now; f; f = f->outer) {
+        if (f->enc != enc || f->thread != thread) continue;
+        if (!f->batch) return 0;
+        if (store(f->batch) < 0) return -1;
+        h->fixed = f;
+        h->batch = f->batch;
+        f->batch = NULL;
+        return 0;
+    }
+    return 0;
+}
+
+static int take_back(Handover *h) {  /* keeps an error already set */
+    if (!h->batch) return 0;
+    h->fixed->batch = h->batch;
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    int r = load(h->batch);
+    if (type) {  /* the first error stands */
+        PyErr_Clear();
+        PyErr_Restore(type, value, tb);
+    }
+    return r;
 }
 
 static int truthy_list(PyObject *v) {  /* events or links: None or a list, anything else counts */
@@ -443,18 +489,31 @@ static PyObject *s_encode_error;
 /* The step for an item the walk does not take: a record goes to add_span once the encoder
  * has its process (a failure reported as _encode_one reports it), anything else to slow(). */
 static int step(Batch *b, PyObject *item, PyObject *slow) {
-    if (store(b) < 0) return -1;
     PyObject *done;
     if (b->proc && PyTuple_CheckExact(item) && PyTuple_GET_SIZE(item) == 2) {
+        /* add_span works on the batch's live state (see live()) */
         PyObject *argv[5] = {b->enc, PyTuple_GET_ITEM(item, 0), PyTuple_GET_ITEM(item, 1), b->proc, b->out};
         done = add_span(NULL, argv, 5);
-        if (!done) done = report_raised(b->enc, s_encode_error, NULL);
+        if (done) {
+            Py_DECREF(done);
+            return 1;
+        }
+        PyObject *type, *value, *tb;
+        PyErr_Fetch(&type, &value, &tb);
+        Handover h;
+        int out = hand_out(b->enc, &h);
+        PyErr_Restore(type, value, tb);
+        done = out < 0 ? NULL : report_raised(b->enc, s_encode_error, NULL);
+        if (take_back(&h) < 0) Py_CLEAR(done);
     } else {
+        Handover h;
+        if (hand_out(b->enc, &h) < 0) return -1;
         done = PyObject_CallFunctionObjArgs(slow, item, b->out, NULL);
+        if (take_back(&h) < 0) Py_CLEAR(done);
     }
     if (!done) return -1;
     Py_DECREF(done);
-    return load(b) < 0 ? -1 : 1;
+    return 1;
 }
 
 /* encode_records(encoder, items, out, slow) -> None */
@@ -479,6 +538,7 @@ static PyObject *encode_records(PyObject *self, PyObject *const *args, Py_ssize_
         || !(b.max_intervals = PyObject_GetAttr(b.enc, a_max_intervals))
         || !(b.prune_step = PyObject_GetAttr(b.enc, a_prune_step)) || load(&b) < 0)
         goto failed;
+    fixed.batch = &b;
     if (!PyDict_CheckExact(b.buffered)) {
         PyErr_SetString(PyExc_TypeError, "_buffered must be a dict");
         goto failed;
@@ -487,9 +547,11 @@ static PyObject *encode_records(PyObject *self, PyObject *const *args, Py_ssize_
         PyObject *item = Py_NewRef(PyList_GET_ITEM(items, k));
         int r = place(&b, item);
         if (r == 1 && PyDict_GET_SIZE(b.buffered)) {
-            PyObject *done;
-            if (store(&b) < 0 || !(done = PyObject_CallMethodOneArg(b.enc, s_release_stale, b.out))) r = -1;
-            else { Py_DECREF(done); r = load(&b) < 0 ? -1 : 1; }
+            Handover h;
+            PyObject *done = hand_out(b.enc, &h) < 0 ? NULL : PyObject_CallMethodOneArg(b.enc, s_release_stale, b.out);
+            if (take_back(&h) < 0) Py_CLEAR(done);
+            if (!done) r = -1;
+            else Py_DECREF(done);
         } else if (r == 0) {
             r = step(&b, item, slow);
         }
@@ -501,6 +563,12 @@ static PyObject *encode_records(PyObject *self, PyObject *const *args, Py_ssize_
     fixed_leave(&fixed);
     Py_RETURN_NONE;
 failed:
+    if (fixed.batch) {  /* what the walk changed before the error stays the encoder's */
+        PyObject *type, *value, *tb;
+        PyErr_Fetch(&type, &value, &tb);
+        if (store(&b) < 0) PyErr_Clear();
+        PyErr_Restore(type, value, tb);
+    }
     batch_clear(&b);
     fixed_leave(&fixed);
     return NULL;
@@ -670,6 +738,14 @@ inserted:;
 }
 
 static int add_clock(PyObject *enc, PyObject *group) {
+    Batch *b = live(enc);
+    if (b) {
+        PyObject *num = PyLong_FromLongLong(++b->clock);
+        b->dirty = 1;
+        if (!num) return -1;
+        set_slot(group, o_group_used, num);
+        return 0;
+    }
     PyObject *clock = attr(enc, a_clock);
     if (!clock) return -1;
     PyObject *next = PyNumber_Add(clock, one);
@@ -700,11 +776,19 @@ static Py_ssize_t lane_index(PyObject *lane) {
     return index ? PyLong_AsSsize_t(index) : -1;
 }
 
-static int call_out(PyObject *enc, PyObject *name, PyObject **args, size_t n) {  /* enc.name(*args) */
+/* enc.name(*args): a call into the encoder's Python, with the live state handed over. */
+static PyObject *call_encoder(PyObject *enc, PyObject *name, PyObject **args, size_t n) {
+    Handover h;
+    if (hand_out(enc, &h) < 0) return NULL;
     PyObject *r = PyObject_VectorcallMethod(name, args, n | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+    if (take_back(&h) < 0) Py_CLEAR(r);
+    return r;
+}
+
+static int call_out(PyObject *enc, PyObject *name, PyObject **args, size_t n) {  /* enc.name(*args) */
+    PyObject *r = call_encoder(enc, name, args, n);
     if (!r) return -1;
     Py_DECREF(r);
-    (void)enc;
     return 0;
 }
 
@@ -763,7 +847,7 @@ static PyObject *place_span(PyObject *self, PyObject *const *args, Py_ssize_t na
         if (add_clock(enc, group) < 0) goto done;
     } else {
         PyObject *call[4] = {enc, proc, attrs, rec};
-        group = PyObject_VectorcallMethod(s_group, call, 4 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+        group = call_encoder(enc, s_group, call, 4);
         if (!group) goto done;
     }
     if (Py_TYPE(group) != t_group) { PyErr_SetString(PyExc_TypeError, "not a LaneGroup"); goto done; }
@@ -853,7 +937,7 @@ static PyObject *place_span(PyObject *self, PyObject *const *args, Py_ssize_t na
     }
     if (!chosen) {
         PyObject *call[4] = {enc, proc, group, out};
-        chosen = PyObject_VectorcallMethod(s_new_lane, call, 4 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+        chosen = call_encoder(enc, s_new_lane, call, 4);
         if (!chosen || lane_insert(chosen, start_o, start, end_o, end, span_id, parent_of) < 0) {
             Py_XDECREF(parent_rec);
             goto done;
@@ -889,10 +973,22 @@ static PyObject *place_span(PyObject *self, PyObject *const *args, Py_ssize_t na
     /* The trace's text (None on a root, whose span id is its trace id); the latest trace id
      * and its text are shared with the walk over batches. */
     PyObject *trace_id = PyTuple_GET_ITEM(rec, i_trace);
+    Batch *live_b;
     int root = PyObject_RichCompareBool(trace_id, span_id, Py_EQ);
     if (root < 0) { Py_XDECREF(parent_rec); goto done; }
     if (root) {
         trace_hex = Py_NewRef(Py_None);
+    } else if ((live_b = live(enc))) {  /* the walk's latest trace id and text */
+        int same = PyObject_RichCompareBool(live_b->trace_id, trace_id, Py_EQ);
+        if (same < 0) { Py_XDECREF(parent_rec); goto done; }
+        if (!same) {
+            PyObject *fresh = trace_text(trace_id, hex_spec);
+            if (!fresh) { Py_XDECREF(parent_rec); goto done; }
+            Py_SETREF(live_b->trace_id, Py_NewRef(trace_id));
+            Py_SETREF(live_b->trace_hex, fresh);
+            live_b->dirty = 1;
+        }
+        trace_hex = Py_NewRef(live_b->trace_hex);
     } else {
         PyObject *cached = attr(enc, a_trace_hex);
         if (!cached) { Py_XDECREF(parent_rec); goto done; }
@@ -1136,7 +1232,8 @@ static PyObject *first_key(PyObject *dict) {  /* next(iter(dict)), borrowed */
 }
 
 static int release_stale(PyObject *enc, PyObject *buffered, PyObject *out) {
-    PyObject *newest = attr(enc, a_newest_end), *wait = attr(enc, a_session_wait);
+    Batch *b = live(enc);
+    PyObject *newest = b ? PyLong_FromLongLong(b->newest) : attr(enc, a_newest_end), *wait = attr(enc, a_session_wait);
     PyObject *limit = newest && wait ? PyNumber_Subtract(newest, wait) : NULL;
     Py_XDECREF(newest);
     Py_XDECREF(wait);
@@ -1225,9 +1322,21 @@ static PyObject *add_span(PyObject *self, PyObject *const *args, Py_ssize_t narg
     }
     if (!local_root && map_set(parent_of, span_id, parent_id) < 0) goto done;
     PyObject *end = PyTuple_GET_ITEM(rec, i_end);
-    if (!(newest = attr(enc, a_newest_end))) goto done;
-    int later = PyObject_RichCompareBool(end, newest, Py_GT);
-    if (later < 0 || (later && PyObject_SetAttr(enc, a_newest_end, end) < 0)) goto done;
+    Batch *b = live(enc);
+    long long end_ns;
+    if (b && as_int64(end, &end_ns)) {
+        if (end_ns > b->newest) {
+            b->newest = end_ns;
+            b->dirty = 1;
+        }
+    } else {
+        Handover h;
+        if (hand_out(enc, &h) < 0) goto done;
+        newest = attr(enc, a_newest_end);
+        int later = newest ? PyObject_RichCompareBool(end, newest, Py_GT) : -1;
+        if (later > 0 && PyObject_SetAttr(enc, a_newest_end, end) < 0) later = -1;
+        if (take_back(&h) < 0 || later < 0) goto done;
+    }
     PyObject *session = PyDict_GetItemWithError(attrs, k_session_id);
     if (!session && PyErr_Occurred()) goto done;
     if (!session || session == Py_None) {
