@@ -272,6 +272,13 @@ static int put_int(Buf *b, PyObject *v) {
 /* A finite double as orjson writes it (SKIP for NaN and the infinities, which it writes as null). */
 static int put_double(Buf *b, double x) {
     if (!isfinite(x)) return SKIP;
+    if (fabs(x) < 4e6) {  /* a whole number of nanoseconds (a duration in seconds): put_scaled's digits */
+        long long n = llround(x * 1e9);
+        if ((double)n / 1e9 == x) {
+            int r = put_scaled(b, n, 9);
+            if (r != SKIP) return r;
+        }
+    }
     if (buf_grow(b, 48) < 0) return -1;
     Py_ssize_t n;
     if (x == 0.0) {

@@ -490,8 +490,14 @@ static int add_line(PyObject *records, PyObject *line) {  /* under the appender'
         PyErr_SetString(PyExc_TypeError, "an appender's buffer must be a bytearray");
         goto done;
     }
-    Py_ssize_t n = PyByteArray_GET_SIZE(buffer), more = PyBytes_GET_SIZE(line);
-    if (PyByteArray_Resize(buffer, n + more) < 0) goto done;
+    Py_ssize_t n = PyByteArray_GET_SIZE(buffer), more = PyBytes_GET_SIZE(line), need = n + more;
+    /* Room for twice what it holds: a bytearray grows by an eighth, so filling one to the
+     * flush threshold line by line would copy it dozens of times. Resizing down to at least
+     * half of the room keeps the room (CPython frees only below half). */
+    if (need + 1 > ((PyByteArrayObject *)buffer)->ob_alloc
+        && PyByteArray_Resize(buffer, need < 2048 ? 4096 : 2 * need) < 0)
+        goto done;
+    if (PyByteArray_Resize(buffer, need) < 0) goto done;
     memcpy(PyByteArray_AS_STRING(buffer) + n, PyBytes_AS_STRING(line), more);
     if (!(count = PyObject_GetAttr(records, a_count)) || !(next = PyNumber_Add(count, one))
         || PyObject_SetAttr(records, a_count, next) < 0 || !(threshold = PyObject_GetAttr(records, a_threshold)))
