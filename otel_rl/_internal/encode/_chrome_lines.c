@@ -220,9 +220,8 @@ static int is_fixed(PyObject *name) {
 }
 
 static int put_hex64(Buf *b, PyObject *v) {
-    if (!PyLong_CheckExact(v)) return SKIP;
-    unsigned long long u = PyLong_AsUnsignedLongLong(v);
-    if (u == (unsigned long long)-1 && PyErr_Occurred()) { PyErr_Clear(); return SKIP; }
+    unsigned long long u;
+    if (!as_uint64(v, &u)) return SKIP;
     char tmp[18];
     tmp[0] = tmp[17] = '"';
     hex64(tmp + 1, u);
