@@ -272,7 +272,9 @@ static int put_int(Buf *b, PyObject *v) {
 /* A finite double as orjson writes it (SKIP for NaN and the infinities, which it writes as null). */
 static int put_double(Buf *b, double x) {
     if (!isfinite(x)) return SKIP;
-    if (fabs(x) < 4e6) {  /* a whole number of nanoseconds (a duration in seconds): put_scaled's digits */
+    /* A multiple of 10^-9 (durations: seconds of whole nanoseconds, microseconds to three
+     * decimals) has put_scaled's digits; below 4e6, x * 1e9 rounds to that multiple. */
+    if (fabs(x) < 4e6) {
         long long n = llround(x * 1e9);
         if ((double)n / 1e9 == x) {
             int r = put_scaled(b, n, 9);

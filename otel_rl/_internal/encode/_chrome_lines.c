@@ -14,7 +14,7 @@
 
 /* Set by configure(). */
 static PyObject *kind_names, *status_names, *arg_names, *dropped, *arg_name, *safe_value, *dumps;
-static Py_ssize_t i_name, i_trace, i_span, i_parent, i_kind, i_status, i_desc, i_links, i_start, i_end, i_top;
+static Py_ssize_t i_name, i_trace, i_span, i_parent, i_kind, i_status, i_desc, i_links, i_top;
 static PyObject *fixed_keys;  /* args keys the encoder sets itself (a tuple of str) */
 static PyObject *default_category;  /* the category a line does not write */
 static PyObject *flow_name, *flow_category;
@@ -237,19 +237,6 @@ static int put_named(Buf *b, const char *key, Py_ssize_t keylen, PyObject *names
     return put_text(b, name);
 }
 
-/* The duration dur (µs): the placement divides the record's end - start by 1000, and that
- * quotient's digits are known (put_scaled); any other float is written as it is. */
-static int put_dur(Buf *b, PyObject *rec, PyObject *dur) {
-    long long start, end, ns;
-    if (as_int64(PyTuple_GET_ITEM(rec, i_start), &start) && as_int64(PyTuple_GET_ITEM(rec, i_end), &end)
-        && !__builtin_sub_overflow(end, start, &ns) && ns > -(1LL << 53) && ns < (1LL << 53)
-        && (double)ns / 1000.0 == PyFloat_AS_DOUBLE(dur)) {
-        int r = put_scaled(b, ns, 3);
-        if (r != SKIP) return r;
-    }
-    return put_float(b, dur);
-}
-
 static int write_complete(Buf *b, PyObject *const *a) {
     PyObject *rec = a[0], *attrs = a[1];
     int r;
@@ -269,7 +256,7 @@ static int write_complete(Buf *b, PyObject *const *a) {
     if (PUTS(b, ",\"ts\":") < 0) return -1;
     if ((r = put_float(b, a[3]))) return r;
     if (PUTS(b, ",\"dur\":") < 0) return -1;
-    if ((r = put_dur(b, rec, a[4]))) return r;
+    if ((r = put_float(b, a[4]))) return r;
     if (!PyLong_CheckExact(a[5]) || !PyLong_CheckExact(a[6])) return SKIP;
     if (PUTS(b, ",\"pid\":") < 0) return -1;
     if ((r = put_int(b, a[5]))) return r;
@@ -438,7 +425,6 @@ static PyObject *configure(PyObject *self, PyObject *config) {
         || take_index(config, "SPAN_ID", &i_span) || take_index(config, "PARENT_ID", &i_parent)
         || take_index(config, "KIND", &i_kind) || take_index(config, "STATUS", &i_status)
         || take_index(config, "STATUS_DESC", &i_desc) || take_index(config, "LINKS", &i_links)
-        || take_index(config, "START", &i_start) || take_index(config, "END", &i_end)
         || take(config, "dumps", &dumps) || take(config, "FLOW_NAME", &flow_name)
         || take(config, "FLOW_CATEGORY", &flow_category))
         return NULL;
@@ -456,8 +442,8 @@ static PyObject *configure(PyObject *self, PyObject *config) {
         return NULL;
     }
     Py_ssize_t top = i_name;
-    Py_ssize_t all[] = {i_trace, i_span, i_parent, i_kind, i_status, i_desc, i_links, i_start, i_end};
-    for (int k = 0; k < 9; k++) if (all[k] > top) top = all[k];
+    Py_ssize_t all[] = {i_trace, i_span, i_parent, i_kind, i_status, i_desc, i_links};
+    for (int k = 0; k < 7; k++) if (all[k] > top) top = all[k];
     i_top = top;  /* a record shorter than this is left to the Python encoder */
     key_cache_clear();  /* the names and fixed keys may be others now */
     Py_RETURN_NONE;

@@ -95,16 +95,19 @@ typedef struct Fixed {
 } Fixed;
 static Fixed *fixed_now;  /* the walks under way, latest first */
 
-static PyObject *attr(PyObject *obj, PyObject *name) {
+static Fixed *walk_of(PyObject *enc) {  /* the latest walk over enc on this thread, or NULL */
     PyThreadState *thread = PyThreadState_Get();
-    for (Fixed *f = fixed_now; f; f = f->outer) {
-        if (f->enc != obj || f->thread != thread) continue;
-        for (int k = 0; k < N_FIXED; k++) {
-            if (*fixed_names[k] != name) continue;
-            if (!f->values[k] && !(f->values[k] = PyObject_GetAttr(obj, name))) return NULL;
-            return Py_NewRef(f->values[k]);
-        }
-        break;
+    for (Fixed *f = fixed_now; f; f = f->outer)
+        if (f->enc == enc && f->thread == thread) return f;
+    return NULL;
+}
+
+static PyObject *attr(PyObject *obj, PyObject *name) {
+    Fixed *f = walk_of(obj);
+    for (int k = 0; f && k < N_FIXED; k++) {
+        if (*fixed_names[k] != name) continue;
+        if (!f->values[k] && !(f->values[k] = PyObject_GetAttr(obj, name))) return NULL;
+        return Py_NewRef(f->values[k]);
     }
     return PyObject_GetAttr(obj, name);
 }
@@ -186,10 +189,8 @@ static int store(Batch *b) {  /* what this file changed, back into the encoder *
  * store()): add_span and what it calls read and change them there, and hand them back to the
  * attributes around each call into the encoder's Python (hand_out before, take_back after). */
 static Batch *live(PyObject *enc) {
-    PyThreadState *thread = PyThreadState_Get();
-    for (Fixed *f = fixed_now; f; f = f->outer)
-        if (f->enc == enc && f->thread == thread) return f->batch;
-    return NULL;
+    Fixed *f = walk_of(enc);
+    return f ? f->batch : NULL;
 }
 
 /* Hands the live state back to the encoder's attributes for a call into its Python, and
@@ -198,18 +199,15 @@ static Batch *live(PyObject *enc) {
 typedef struct { Fixed *fixed; Batch *batch; } Handover;
 
 static int hand_out(PyObject *enc, Handover *h) {
-    PyThreadState *thread = PyThreadState_Get();
-    h->fixed = NULL;
-    h->batch = NULL;
-    for (Fixed *f = fixed_now; f; f = f->outer) {
-        if (f->enc != enc || f->thread != thread) continue;
-        if (!f->batch) return 0;
-        if (store(f->batch) < 0) return -1;
-        h->fixed = f;
-        h->batch = f->batch;
-        f->batch = NULL;
-        return 0;
+    Fixed *f = walk_of(enc);
+    h->fixed = f;
+    h->batch = f ? f->batch : NULL;
+    if (!h->batch) return 0;
+    if (store(h->batch) < 0) {
+        h->batch = NULL;
+        return -1;
     }
+    f->batch = NULL;
     return 0;
 }
 

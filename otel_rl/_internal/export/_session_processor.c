@@ -600,7 +600,7 @@ static int put_key(Buf *b, PyObject *name) {  /* "name": */
 }
 
 static int put_seconds(Buf *b, long long ns) {  /* what put_double writes for seconds(ns) */
-    int r = put_scaled(b, ns, 9);
+    int r = put_scaled(b, ns, 9);  /* the ns are at hand: put_double would find them again */
     return r == SKIP ? put_double(b, (double)ns / 1e9) : r;
 }
 
@@ -726,6 +726,77 @@ static int record_line(Buf *b, RecordIn *in, PyObject *phases, PyObject *derived
     return r;
 }
 
+/* The record as a dict, as the Python step builds it (phase_fields gives derived its fields),
+ * written by orjson into the appender or handed to _write_record. 0: written, or its failure
+ * reported as _write_record reports it; -1: error. */
+static int write_record_dict(PyObject *sp, RecordIn *in, PyObject *phases, PyObject *derived, PyObject *total) {
+    PyObject *record = PyDict_New(), *counters = PyDict_New();
+    int rc = -1;
+    if (!record || !counters) goto done;
+    if (PyDict_SetItem(record, f_task_id, in->task) < 0 || PyDict_SetItem(record, f_session_id, in->session_id) < 0
+        || PyDict_SetItem(record, f_rank, in->rank) < 0 || PyDict_SetItem(record, f_role, in->role) < 0
+        || PyDict_SetItem(record, f_step, in->step) < 0 || PyDict_SetItem(record, f_status, in->status) < 0
+        || PyDict_SetItem(record, f_reason, in->reason) < 0 || set(record, f_submit_ts, seconds(in->start)) < 0
+        || set(record, f_finalized_ts, in->pending ? Py_NewRef(Py_None) : seconds(in->end)) < 0
+        || PyDict_SetItem(record, f_total_s, total) < 0
+        || (in->submit_step != Py_None && PyDict_SetItem(record, f_submit_step, in->submit_step) < 0)
+        || phase_fields(phases, record, derived) < 0)
+        goto done;
+    Py_ssize_t plen = PyUnicode_GET_LENGTH(counter_prefix), pos = 0;
+    PyObject *key, *value;
+    while (PyDict_Next(in->attrs, &pos, &key, &value)) {
+        if (!PyUnicode_Check(key) || PyUnicode_Tailmatch(key, counter_prefix, 0, plen, -1) != 1) continue;
+        PyObject *name = PyUnicode_Substring(key, plen, PyUnicode_GET_LENGTH(key));
+        int r = name ? set(counters, name, Py_NewRef(value)) : -1;
+        Py_XDECREF(name);
+        if (r < 0) goto done;
+    }
+    if (PyDict_SetItem(record, f_counters, counters) < 0) goto done;
+    for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(optional_fields); k++) {
+        PyObject *pair = PyTuple_GET_ITEM(optional_fields, k), *v = get(in->attrs, PyTuple_GET_ITEM(pair, 0));
+        if (!v || (v != Py_None && PyDict_SetItem(record, PyTuple_GET_ITEM(pair, 1), v) < 0)) goto done;
+    }
+    if (set(record, f_trace_id, trace_text(in->trace_id, hex32)) < 0
+        || set(record, f_span_id, hex_id(in->span_id, 8, hex16)) < 0)
+        goto done;
+    int appended = append_record(sp, record);
+    if (appended == 0) {
+        PyObject *argv[2] = {sp, record};
+        PyObject *got = PyObject_VectorcallMethod(s_write_record, argv, 2 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+        Py_XDECREF(got);
+        appended = got ? 1 : -1;
+    }
+    rc = appended < 0 ? -1 : 0;
+done:
+    Py_XDECREF(record);
+    Py_XDECREF(counters);
+    return rc;
+}
+
+/* The session's record written: its line here where record_line can (into the appender), the
+ * dict's way otherwise. derived holds total_s and gains the phase fields. 0 or -1 (error). */
+static int write_record(PyObject *sp, RecordIn *in, PyObject *phases, PyObject *derived, PyObject *total) {
+    PyObject *records = appender_of(sp);
+    if (!records) return -1;
+    int r = SKIP;
+    if (records != Py_None) {
+        Buf b;
+        buf_init(&b);
+        r = record_line(&b, in, phases, derived);
+        PyObject *line = r == 0 ? PyBytes_FromStringAndSize(b.p, b.n) : NULL;
+        buf_free(&b);
+        if (line) r = append_line(sp, records, line) < 0 ? -1 : 0;
+        else if (r == 0) r = -1;
+        Py_XDECREF(line);
+    }
+    Py_DECREF(records);
+    if (r != SKIP) return r;
+    /* the dict's way, with derived as it was before record_line */
+    PyDict_Clear(derived);
+    if (!in->pending && PyDict_SetItem(derived, k_total_s, total) < 0) return -1;
+    return write_record_dict(sp, in, phases, derived, total);
+}
+
 /* The attributes of the session span (a new dict with what it gained), NULL and no error when
  * it is left to Python. */
 static PyObject *on_session(PyObject *sp, PyObject *rec, PyObject *attrs) {
@@ -753,8 +824,8 @@ static PyObject *on_session(PyObject *sp, PyObject *rec, PyObject *attrs) {
         PyObject *v = get(attrs, PyTuple_GET_ITEM(PyTuple_GET_ITEM(optional_fields, k), 0));
         if (!v || !plain(v)) return NULL;
     }
-    PyObject *phases_map = NULL, *versions = NULL, *statuses = NULL, *phases = NULL, *record = NULL;
-    PyObject *derived = NULL, *counters = NULL, *result = NULL, *rank = NULL, *role = NULL;
+    PyObject *phases_map = NULL, *versions = NULL, *statuses = NULL, *phases = NULL;
+    PyObject *derived = NULL, *result = NULL, *rank = NULL, *role = NULL;
     if (!(phases_map = PyObject_GetAttr(sp, a_phases)) || !(versions = PyObject_GetAttr(sp, a_versions))
         || !(statuses = PyObject_GetAttr(sp, a_statuses)) || !(rank = PyObject_GetAttr(sp, a_rank))
         || !(role = PyObject_GetAttr(sp, a_role)))
@@ -778,87 +849,20 @@ static PyObject *on_session(PyObject *sp, PyObject *rec, PyObject *attrs) {
         Py_DECREF(next);
     }
     int pending = PyUnicode_Compare(status, status_pending) == 0;
-    if (!(record = PyDict_New()) || !(derived = PyDict_New()) || !(counters = PyDict_New())) goto done;
     PyObject *total = pending ? Py_NewRef(Py_None) : seconds(end - start);
     if (!total) goto done;
-    if (!pending && PyDict_SetItem(derived, k_total_s, total) < 0) { Py_DECREF(total); goto done; }
-    PyObject *trace_id = PyTuple_GET_ITEM(rec, i_trace), *span_id = PyTuple_GET_ITEM(rec, i_span);
-    PyObject *got = NULL;
-    PyObject *records = appender_of(sp);
-    if (!records) { Py_DECREF(total); goto done; }
-    if (records != Py_None) {  /* the line written here, without the record dict */
-        RecordIn in = {task, session_id, rank, role, step, status, reason, submit_step, attrs, trace_id, span_id,
-                       start, end, pending};
-        Buf b;
-        buf_init(&b);
-        int r = record_line(&b, &in, phases, derived);
-        PyObject *line = r == 0 ? PyBytes_FromStringAndSize(b.p, b.n) : NULL;
-        buf_free(&b);
-        if (line) {
-            r = append_line(sp, records, line);
-            Py_DECREF(line);
-            got = r < 0 ? NULL : Py_NewRef(Py_None);
-        } else if (r != SKIP) {
-            Py_DECREF(records);
-            Py_DECREF(total);
-            goto done;
-        } else {  /* the dict's way: derived as it was before record_line */
-            PyDict_Clear(derived);
-            if (!pending && PyDict_SetItem(derived, k_total_s, total) < 0) {
-                Py_DECREF(records);
-                Py_DECREF(total);
-                goto done;
-            }
-        }
-    }
-    Py_DECREF(records);
-    if (!got && !PyErr_Occurred()) {  /* the record dict, for orjson or _write_record */
-        if (PyDict_SetItem(record, f_task_id, task) < 0 || PyDict_SetItem(record, f_session_id, session_id) < 0
-            || PyDict_SetItem(record, f_rank, rank) < 0 || PyDict_SetItem(record, f_role, role) < 0
-            || PyDict_SetItem(record, f_step, step) < 0 || PyDict_SetItem(record, f_status, status) < 0
-            || PyDict_SetItem(record, f_reason, reason) < 0 || set(record, f_submit_ts, seconds(start)) < 0
-            || set(record, f_finalized_ts, pending ? Py_NewRef(Py_None) : seconds(end)) < 0
-            || PyDict_SetItem(record, f_total_s, total) < 0
-            || (submit_step != Py_None && PyDict_SetItem(record, f_submit_step, submit_step) < 0)
-            || phase_fields(phases, record, derived) < 0) {
-            Py_DECREF(total);
-            goto done;
-        }
-        pos = 0;
-        while (PyDict_Next(attrs, &pos, &key, &value)) {
-            if (!PyUnicode_Check(key) || PyUnicode_Tailmatch(key, counter_prefix, 0, plen, -1) != 1) continue;
-            PyObject *name = PyUnicode_Substring(key, plen, PyUnicode_GET_LENGTH(key));
-            if (set(counters, name, Py_NewRef(value)) < 0) { Py_XDECREF(name); Py_DECREF(total); goto done; }
-            Py_DECREF(name);
-        }
-        if (PyDict_SetItem(record, f_counters, counters) < 0) { Py_DECREF(total); goto done; }
-        for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(optional_fields); k++) {
-            PyObject *pair = PyTuple_GET_ITEM(optional_fields, k), *v = get(attrs, PyTuple_GET_ITEM(pair, 0));
-            if (!v || (v != Py_None && PyDict_SetItem(record, PyTuple_GET_ITEM(pair, 1), v) < 0)) { Py_DECREF(total); goto done; }
-        }
-        if (set(record, f_trace_id, trace_text(trace_id, hex32)) < 0 || set(record, f_span_id, hex_id(span_id, 8, hex16)) < 0) {
-            Py_DECREF(total);
-            goto done;
-        }
-        int appended = append_record(sp, record);
-        got = appended < 0 ? NULL : Py_NewRef(Py_None);
-        if (appended == 0) {
-            Py_DECREF(got);
-            PyObject *argv[2] = {sp, record};
-            got = PyObject_VectorcallMethod(s_write_record, argv, 2 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
-        }
-        Py_XDECREF(got);
-    } else {
-        Py_XDECREF(got);
-    }
-    if (got && !pending) {
+    RecordIn in = {task, session_id, rank, role, step, status, reason, submit_step, attrs, PyTuple_GET_ITEM(rec, i_trace),
+                   PyTuple_GET_ITEM(rec, i_span), start, end, pending};
+    int ok = (derived = PyDict_New()) && (pending || PyDict_SetItem(derived, k_total_s, total) == 0)
+             && write_record(sp, &in, phases, derived, total) == 0;
+    if (ok && !pending) {
         PyObject *metrics = PyObject_GetAttr(sp, a_metrics);
-        Values v = {total, NULL, status, trace_id, span_id, PyTuple_GET_ITEM(rec, i_flags)};  /* no phase */
-        if (!metrics || (metrics != Py_None && session_metrics(sp, metrics, &v, reason) < 0)) got = NULL;
+        Values v = {total, NULL, status, in.trace_id, in.span_id, PyTuple_GET_ITEM(rec, i_flags)};  /* no phase */
+        ok = metrics && (metrics == Py_None || session_metrics(sp, metrics, &v, reason) == 0);
         Py_XDECREF(metrics);
     }
     Py_DECREF(total);
-    if (!got) goto done;
+    if (!ok) goto done;
     if (PyDict_GET_SIZE(derived)) {
         result = PyDict_Copy(attrs);
         if (result && PyDict_Update(result, derived) < 0) Py_CLEAR(result);
@@ -870,9 +874,7 @@ done:
     Py_XDECREF(versions);
     Py_XDECREF(statuses);
     Py_XDECREF(phases);
-    Py_XDECREF(record);
     Py_XDECREF(derived);
-    Py_XDECREF(counters);
     Py_XDECREF(rank);
     Py_XDECREF(role);
     return result;
