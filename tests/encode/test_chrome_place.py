@@ -248,6 +248,39 @@ def test_phases_waiting_for_their_session_are_placed_outer_first_as_the_python_s
     assert walked.count(b'"name":"phase"') == len(phases)
 
 
+def _phases_then_session(session_id: str, span: int, phase_ends: list[int], end: int) -> list[tuple]:
+    """A session's phases, each ending at ``_T0 + phase_ends[k]``, right before its span."""
+    extra = {keys.SESSION_ID: session_id}
+    items = [(_rec("phase", span + 1 + k, span, _T0 + e - 5, _T0 + e), _attrs(1, **extra, **{keys.SPAN_KIND: keys.KIND_PHASE}))
+             for k, e in enumerate(phase_ends)]
+    items.append((_rec("session", span, 0, _T0, _T0 + end), _attrs(1, **extra, **{keys.SPAN_KIND: keys.KIND_SESSION})))
+    return items
+
+
+_WAIT_NS = 1_000
+
+
+@compiled
+@pytest.mark.parametrize("older_end, bound", [
+    (3_000 - _WAIT_NS, 3),  # the older session's phase just fresh, the bound just reached: one wait
+    (3_000 - _WAIT_NS - 1, 3),  # stale once the last phase ends: released between the phases
+    (3_000 - _WAIT_NS, 2),  # the bound passed by the last phase: the older session released early
+], ids=["fits", "stale-at-the-last-phase", "bound-at-the-last-phase"])
+def test_phases_right_before_their_session_span_are_laid_out_as_the_python_steps_lay_them_out(
+        monkeypatch, older_end, bound):
+    # The walk hands a session's phases to its span as one wait where buffering them one by one
+    # could release nothing; at each edge of that the bytes must still be the Python steps'.
+    older = [(_rec("phase", 101, 100, _T0 + older_end - 5, _T0 + older_end),
+              _attrs(1, **{keys.SESSION_ID: "s100", keys.SPAN_KIND: keys.KIND_PHASE}))]
+    items = older + _phases_then_session("s1", 1, [2_000, 3_000], 3_500) + _phases_then_session("s10", 10, [4_000], 4_500)
+    limits = {"max_buffered_spans": bound, "session_wait_s": _WAIT_NS / 1e9}
+    walked, _ = _trace_file(monkeypatch, items, 100, compiled_walk=True, **limits)
+    stepped, _ = _trace_file(monkeypatch, items, 100, compiled_walk=False, **limits)
+    assert walked == stepped
+    released_first = walked.index(b'"id":"0000000000000065"') < walked.index(b'"name":"session"')
+    assert released_first == (older_end < 3_000 - _WAIT_NS or bound < 3)
+
+
 @compiled
 def test_what_the_encoders_python_places_during_a_walk_counts_for_the_spans_after_it(monkeypatch):
     # The walk keeps the encoder's clock, newest end and trace text itself and hands them to

@@ -514,6 +514,8 @@ static int step(Batch *b, PyObject *item, PyObject *slow) {
     return 1;
 }
 
+static Py_ssize_t wait_as_one(Batch *b, PyObject *items, Py_ssize_t k);  /* below */
+
 /* encode_records(encoder, items, out, slow) -> None */
 static PyObject *encode_records(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 4 || !PyList_CheckExact(args[1]) || !PyList_CheckExact(args[2])) {
@@ -542,6 +544,9 @@ static PyObject *encode_records(PyObject *self, PyObject *const *args, Py_ssize_
         goto failed;
     }
     for (Py_ssize_t k = 0; k < PyList_GET_SIZE(items); k++) {
+        Py_ssize_t run = wait_as_one(&b, items, k);
+        if (run < 0) goto failed;
+        k += run;  /* what waited is now under its session span, which comes next */
         PyObject *item = Py_NewRef(PyList_GET_ITEM(items, k));
         int r = place(&b, item);
         if (r == 1 && PyDict_GET_SIZE(b.buffered)) {
@@ -1390,6 +1395,101 @@ done:
     Py_XDECREF(newest);
     Py_XDECREF(foreign);
     Py_XDECREF(session_lane);
+    return result;
+}
+
+/* A session's spans that come in the batch right before its session span (its bundled phases,
+ * which the exporter expands ahead of it) would each take add_span's way to _buffered, one at a
+ * time, and wait there until the session span comes next and places them under it. Where nothing
+ * else could happen meanwhile, they are put there as one list instead: the same spans, placed the
+ * same way, without a buffering step (key, maps, count, bound, stale check) per span. Nothing else
+ * happens meanwhile when each would be buffered (a span of the session, not its span nor a
+ * counter, with a local parent), the session has no lane, no foreign mark and nothing waiting yet,
+ * the bound has room for all of them, and the stale check (the newest end less the session wait,
+ * against the first waiting span of the first session) would release nothing even with the
+ * newest end among them. Returns how many spans it put there (the walk goes on with the session
+ * span), 0 where it put none, -1 on error. */
+#define WAIT_AS_ONE_MAX 32
+static Py_ssize_t wait_as_one(Batch *b, PyObject *items, Py_ssize_t k) {
+    Py_ssize_t n_items = PyList_GET_SIZE(items), j = k;
+    if (!b->proc) return 0;
+    PyObject *session = NULL;
+    long long newest = b->newest, first_end = 0;
+    for (;; j++) {
+        if (j == n_items || j - k > WAIT_AS_ONE_MAX) return 0;
+        PyObject *item = PyList_GET_ITEM(items, j), *rec, *attrs;
+        if (!PyTuple_CheckExact(item) || PyTuple_GET_SIZE(item) != 2 || !PyTuple_CheckExact(rec = PyTuple_GET_ITEM(item, 0))
+            || PyTuple_GET_SIZE(rec) != n_fields || !PyDict_CheckExact(attrs = PyTuple_GET_ITEM(item, 1)))
+            return 0;
+        PyObject *kind = PyDict_GetItemWithError(attrs, k_span_kind);
+        PyObject *id = kind || !PyErr_Occurred() ? PyDict_GetItemWithError(attrs, k_session_id) : NULL;
+        if (!id || id == Py_None || is_text(kind, kind_counter)) return PyErr_Occurred() ? -1 : 0;
+        int same = session ? PyObject_RichCompareBool(id, session, Py_EQ) : 1;
+        if (same <= 0) return same;
+        if (is_text(kind, kind_session)) break;
+        long long end;
+        int has_parent = PyObject_IsTrue(PyTuple_GET_ITEM(rec, i_parent));
+        if (has_parent <= 0 || PyTuple_GET_ITEM(rec, i_remote) != Py_False || !as_int64(PyTuple_GET_ITEM(rec, i_end), &end))
+            return has_parent < 0 ? -1 : 0;
+        if (!session) {
+            session = id;
+            first_end = end;
+        }
+        if (end > newest) newest = end;
+    }
+    Py_ssize_t n = j - k;
+    if (!n) return 0;  /* the session span alone: add_span's way */
+    PyObject *enc = b->enc, *key = NULL, *foreign = NULL, *lanes = NULL, *count = NULL, *bound = NULL, *wait = NULL;
+    PyObject *waiting = NULL, *pid = SLOT(b->proc, o_proc_pid);
+    Py_ssize_t result = -1;
+    long long c, limit, w;
+    if (!pid || !(key = PyTuple_Pack(2, pid, session)) || !(foreign = attr(enc, a_foreign))
+        || !(lanes = attr(enc, a_session_lane)) || !(count = attr(enc, a_buffered_count))
+        || !(bound = attr(enc, a_max_buffered)) || !(wait = attr(enc, a_session_wait)))
+        goto done;
+    result = 0;
+    if (Py_TYPE(foreign) != t_map || Py_TYPE(lanes) != t_map || !as_int64(count, &c) || !as_int64(bound, &limit)
+        || c + n > limit || !as_int64(wait, &w) || newest - w > newest)
+        goto done;
+    int r;
+    if ((r = map_has(foreign, key)) || (r = map_has(lanes, key)) || (r = PyDict_Contains(b->buffered, key))) {
+        result = r < 0 ? -1 : 0;
+        goto done;
+    }
+    if (PyDict_GET_SIZE(b->buffered)) {  /* the first session's first waiting span */
+        PyObject *first = PyDict_GetItemWithError(b->buffered, first_key(b->buffered)), *it;
+        if (!first || !PyList_CheckExact(first) || !PyList_GET_SIZE(first) || !PyTuple_Check(it = PyList_GET_ITEM(first, 0))
+            || !PyTuple_GET_SIZE(it) || !PyTuple_CheckExact(PyTuple_GET_ITEM(it, 0))
+            || PyTuple_GET_SIZE(PyTuple_GET_ITEM(it, 0)) != n_fields
+            || !as_int64(PyTuple_GET_ITEM(PyTuple_GET_ITEM(it, 0), i_end), &first_end)) {
+            result = PyErr_Occurred() ? -1 : 0;
+            goto done;
+        }
+    }
+    if (first_end < newest - w) goto done;  /* the stale check would release something */
+    result = -1;
+    if (!(waiting = PyList_New(n))) goto done;
+    for (Py_ssize_t m = 0; m < n; m++) {
+        PyObject *item = PyList_GET_ITEM(items, k + m), *rec = PyTuple_GET_ITEM(item, 0);
+        PyObject *entry = PyTuple_Pack(3, rec, PyTuple_GET_ITEM(item, 1), b->proc);
+        if (!entry) goto done;
+        PyList_SET_ITEM(waiting, m, entry);
+        if (map_set(b->parent_of, PyTuple_GET_ITEM(rec, i_span), PyTuple_GET_ITEM(rec, i_parent)) < 0) goto done;
+    }
+    if (newest > b->newest) {
+        b->newest = newest;
+        b->dirty = 1;
+    }
+    if (PyDict_SetItem(b->buffered, key, waiting) < 0 || add_count(enc, n) < 0) goto done;
+    result = n;
+done:
+    Py_XDECREF(key);
+    Py_XDECREF(foreign);
+    Py_XDECREF(lanes);
+    Py_XDECREF(count);
+    Py_XDECREF(bound);
+    Py_XDECREF(wait);
+    Py_XDECREF(waiting);
     return result;
 }
 
