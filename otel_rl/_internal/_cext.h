@@ -144,6 +144,17 @@ static inline int uint_bytes(PyObject *v, unsigned char *out, size_t n, int litt
     return r < 0 ? -1 : 0;
 }
 
+/* An empty dict with room for n items: the dicts a batch builds one per record would otherwise
+ * grow past their first eight slots (five items) by a resize that moves every item again. */
+static inline PyObject *dict_for(Py_ssize_t n) {
+#if PY_VERSION_HEX < 0x030D0000
+    return _PyDict_NewPresized(n);
+#else
+    (void)n;  /* 3.13 keeps that call to itself */
+    return PyDict_New();
+#endif
+}
+
 static const char hex_digits[] = "0123456789abcdef";
 
 /* The 16 lowercase hex digits of u into out (not terminated). */

@@ -157,6 +157,19 @@ def test_the_compiled_step_takes_the_common_sessions(monkeypatch):
     assert sum(taken) > 0.8 * len(taken)
 
 
+@compiled
+def test_a_sessions_attributes_the_caller_still_holds_are_left_as_they_were():
+    # The compiled step adds a session's derived attributes to the dict itself only where its
+    # caller's reference is the only one (the compiled record sink's); here the test holds it too.
+    processor = SessionSpanProcessor(None, rank=0, role="actor", records=None, metrics=None,
+                                     max_pending_sessions=1000)
+    rec, attrs = _workload(0, 1)[-1]
+    held = dict(attrs)
+    got = session_processor._native.derive(processor, rec, held, keys.KIND_SESSION)
+    assert held == attrs
+    assert got is not held and got[keys.SESSION_TOTAL_S] == 0.0009
+
+
 def _sessions(items: list[tuple]) -> int:
     return sum(1 for _, attrs in items if attrs[keys.SPAN_KIND] == keys.KIND_SESSION)
 

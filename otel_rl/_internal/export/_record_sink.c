@@ -90,8 +90,12 @@ static int flatten(PyObject *values, int args, PyObject *attrs, Py_ssize_t max_s
 }
 
 /* The attributes of rec (a new dict), or NULL: NULL without an error when it is not plain. */
+static Py_ssize_t size_of(PyObject *v) { return PyDict_CheckExact(v) ? PyDict_GET_SIZE(v) : 0; }
+
 static PyObject *attributes(PyObject *rec, PyObject *thread_names, Py_ssize_t max_str) {
-    PyObject *attrs = PyDict_New();
+    /* room for every item it may get: the ids, the thread's two, the category, attributes and args */
+    PyObject *attrs = dict_for(size_of(PyTuple_GET_ITEM(rec, i_ids)) + 3 + size_of(PyTuple_GET_ITEM(rec, i_attributes))
+                               + size_of(PyTuple_GET_ITEM(rec, i_args)));
     if (!attrs) return NULL;
     int r = 1;
     PyObject *bag = PyTuple_GET_ITEM(rec, i_ids);

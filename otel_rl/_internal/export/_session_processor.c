@@ -864,7 +864,9 @@ static PyObject *on_session(PyObject *sp, PyObject *rec, PyObject *attrs) {
     Py_DECREF(total);
     if (!ok) goto done;
     if (PyDict_GET_SIZE(derived)) {
-        result = PyDict_Copy(attrs);
+        /* A new dict, as the Python step returns; where the caller's reference is the only one
+         * (the compiled record sink's dict), no one else could see it change, so it gains them. */
+        result = Py_REFCNT(attrs) == 1 ? Py_NewRef(attrs) : PyDict_Copy(attrs);
         if (result && PyDict_Update(result, derived) < 0) Py_CLEAR(result);
     } else {
         result = Py_NewRef(attrs);
