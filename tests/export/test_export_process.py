@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import collections
+import gc
 import os
 import signal
+import time
+import weakref
 
 from opentelemetry.sdk.trace import TracerProvider
 from support import export_to, read_trace, run_python, slice_names, slices
@@ -157,3 +160,46 @@ def test_payloads_marshal_cannot_hold_are_summarised_not_lost(tmp_path):
     assert events["odd"]["args"]["level"] == 3
     assert events["odd"]["args"]["handle"].startswith("<object object")
     assert "export_error" not in otel_rl.diagnostics()
+
+
+class _Node:
+    """A gc-tracked object that can refer to itself."""
+
+
+class _Chain:
+    def after_batch(self) -> None:
+        pass
+
+
+def _one_batch(on_records) -> None:
+    from otel_rl._internal.export import process, wire
+
+    process.export_batch(on_records, _Chain(), {}, wire.dumps({}, []))
+
+
+def test_what_a_batch_leaves_alive_is_frozen_out_of_young_collections():
+    kept = []
+    try:
+        before = gc.get_freeze_count()
+        _one_batch(lambda records: kept.extend(_Node() for _ in range(1_000)))
+        assert gc.get_freeze_count() >= before + len(kept)
+        assert gc.get_count()[0] < 100  # what the batch made no longer counts towards a collection
+    finally:
+        gc.unfreeze()
+
+
+def test_a_full_collection_every_interval_reclaims_cycles_frozen_before(monkeypatch):
+    from otel_rl._internal.export import process
+
+    node = _Node()
+    node.itself = node
+    gone = weakref.ref(node)
+    del node
+    try:
+        gc.freeze()  # as an earlier batch left it
+        monkeypatch.setattr(process, "_next_full_collect", 0.0)
+        _one_batch(lambda records: None)
+        assert gone() is None
+        assert process._next_full_collect > time.monotonic() + process.EXPORTER_FULL_COLLECT_S / 2
+    finally:
+        gc.unfreeze()
