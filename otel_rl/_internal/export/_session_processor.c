@@ -19,7 +19,7 @@ static PyObject *k_session_id, *k_phase, *k_interrupted, *k_version, *k_status, 
 static Py_ssize_t i_name, i_trace, i_span, i_start, i_end, i_status, i_flags, n_fields = -1;
 static long error_code;
 static PyObject *s_ok, *s_error, *s_interrupted, *s_phase, *s_write_record, *s_session_metrics;
-static PyObject *a_phases, *a_versions, *a_statuses, *a_max_pending, *a_metrics, *a_rank, *a_role;
+static PyObject *a_phases, *a_versions, *a_statuses, *a_max_pending, *a_metrics, *a_rank, *a_role, *a_records;
 static PyObject *f_task_id, *f_session_id, *f_rank, *f_role, *f_step, *f_status, *f_reason, *f_submit_ts,
     *f_finalized_ts, *f_total_s, *f_submit_step, *f_phase_counts, *f_phases, *f_counters, *f_trace_id, *f_span_id,
     *f_start_ts, *f_end_ts, *hex32, *hex16;
@@ -301,6 +301,31 @@ static int session_metrics(PyObject *sp, PyObject *metrics, Values *v, PyObject 
     return 0;
 }
 
+/* The processor's attributes read here, fetched once per processor: its __init__ sets them and
+ * nothing rebinds them, so a span's step reads none of them again (about 190 instructions each,
+ * eleven a session). The entry holds the processor, so its address is not reused while cached. */
+#define N_OWN 8
+static PyObject **const own_names[N_OWN] = {&a_phases, &a_versions, &a_statuses, &a_max_pending,
+                                            &a_metrics, &a_rank, &a_role, &a_records};
+static PyObject *own_sp, *own_values[N_OWN];
+
+static PyObject *own_attr(PyObject *sp, PyObject *name) {  /* getattr(sp, name), a new reference */
+    if (sp != own_sp) {
+        PyObject *old = own_sp, *values[N_OWN];
+        memcpy(values, own_values, sizeof(values));
+        memset(own_values, 0, sizeof(own_values));
+        own_sp = Py_NewRef(sp);
+        for (int k = 0; k < N_OWN; k++) Py_XDECREF(values[k]);  /* after the swap: they may run code */
+        Py_XDECREF(old);
+    }
+    for (int k = 0; k < N_OWN; k++) {
+        if (*own_names[k] != name) continue;
+        if (!own_values[k] && !(own_values[k] = PyObject_GetAttr(sp, name))) return NULL;
+        return Py_NewRef(own_values[k]);
+    }
+    return PyObject_GetAttr(sp, name);
+}
+
 /* 1 handled, 0 left to Python (nothing changed), -1 error. */
 static int on_phase(PyObject *sp, PyObject *rec, PyObject *attrs) {
     int has = PyDict_Contains(attrs, k_version);
@@ -315,14 +340,14 @@ static int on_phase(PyObject *sp, PyObject *rec, PyObject *attrs) {
     if (!flag) return -1;
     int interrupted = PyObject_IsTrue(flag);
     if (interrupted < 0) return -1;
-    PyObject *phases = PyObject_GetAttr(sp, a_phases), *inner = NULL, *metrics = NULL;
+    PyObject *phases = own_attr(sp, a_phases), *inner = NULL, *metrics = NULL;
     int rc = -1;
     if (!phases) return -1;
     if (!PyDict_Check(phases)) { rc = 0; goto done; }
     inner = Py_XNewRef(PyDict_GetItemWithError(phases, session_id));
     if (!inner) {
         if (PyErr_Occurred()) goto done;
-        PyObject *bound = PyObject_GetAttr(sp, a_max_pending);
+        PyObject *bound = own_attr(sp, a_max_pending);
         if (!bound) goto done;
         Py_ssize_t max_pending = PyLong_AsSsize_t(bound);
         Py_DECREF(bound);
@@ -345,7 +370,7 @@ static int on_phase(PyObject *sp, PyObject *rec, PyObject *attrs) {
         if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "a phase's instances must be a list");
         goto done;
     }
-    if (!(metrics = PyObject_GetAttr(sp, a_metrics))) goto done;
+    if (!(metrics = own_attr(sp, a_metrics))) goto done;
     if (metrics != Py_None) {
         long long code;
         int error = as_int64(PyTuple_GET_ITEM(rec, i_status), &code) && code == error_code;
@@ -479,7 +504,7 @@ done:
  * (its flush()) once it holds flush_threshold lines, as add() does. Anything else, and a
  * record orjson refuses (add() makes it JSON-safe), is _write_record's. */
 static PyTypeObject *t_appender;
-static PyObject *dumps_fn, *line_option, *option_kwnames, *a_records, *a_lock, *a_buffer, *a_count, *a_threshold,
+static PyObject *dumps_fn, *line_option, *option_kwnames, *a_lock, *a_buffer, *a_count, *a_threshold,
     *s_flush, *s_record_failed;
 
 static int add_line(PyObject *records, PyObject *line) {  /* under the appender's lock */
@@ -540,7 +565,7 @@ static int append_line(PyObject *sp, PyObject *records, PyObject *line) {
 /* The processor's records appender (a new reference) when it is jsonl.JsonlAppender itself,
  * None (a new reference) when it is anything else (_write_record's), NULL on error. */
 static PyObject *appender_of(PyObject *sp) {
-    PyObject *records = PyObject_GetAttr(sp, a_records);
+    PyObject *records = own_attr(sp, a_records);
     if (records && Py_TYPE(records) != t_appender) Py_SETREF(records, Py_NewRef(Py_None));
     return records;
 }
@@ -826,9 +851,9 @@ static PyObject *on_session(PyObject *sp, PyObject *rec, PyObject *attrs) {
     }
     PyObject *phases_map = NULL, *versions = NULL, *statuses = NULL, *phases = NULL;
     PyObject *derived = NULL, *result = NULL, *rank = NULL, *role = NULL;
-    if (!(phases_map = PyObject_GetAttr(sp, a_phases)) || !(versions = PyObject_GetAttr(sp, a_versions))
-        || !(statuses = PyObject_GetAttr(sp, a_statuses)) || !(rank = PyObject_GetAttr(sp, a_rank))
-        || !(role = PyObject_GetAttr(sp, a_role)))
+    if (!(phases_map = own_attr(sp, a_phases)) || !(versions = own_attr(sp, a_versions))
+        || !(statuses = own_attr(sp, a_statuses)) || !(rank = own_attr(sp, a_rank))
+        || !(role = own_attr(sp, a_role)))
         goto done;
     if (!PyDict_Check(phases_map) || !PyDict_Check(versions) || !PyDict_Check(statuses)) goto done;
     if ((has = PyDict_Contains(versions, session_id))) goto done;  /* policy versions: Python's */
@@ -856,7 +881,7 @@ static PyObject *on_session(PyObject *sp, PyObject *rec, PyObject *attrs) {
     int ok = (derived = PyDict_New()) && (pending || PyDict_SetItem(derived, k_total_s, total) == 0)
              && write_record(sp, &in, phases, derived, total) == 0;
     if (ok && !pending) {
-        PyObject *metrics = PyObject_GetAttr(sp, a_metrics);
+        PyObject *metrics = own_attr(sp, a_metrics);
         Values v = {total, NULL, status, in.trace_id, in.span_id, PyTuple_GET_ITEM(rec, i_flags)};  /* no phase */
         ok = metrics && (metrics == Py_None || session_metrics(sp, metrics, &v, reason) == 0);
         Py_XDECREF(metrics);
