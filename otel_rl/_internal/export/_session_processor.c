@@ -507,15 +507,15 @@ static PyTypeObject *t_appender;
 static PyObject *dumps_fn, *line_option, *option_kwnames, *a_lock, *a_buffer, *a_count, *a_threshold,
     *s_flush, *s_record_failed;
 
-static int add_line(PyObject *records, PyObject *line) {  /* under the appender's lock */
+static int add_line(PyObject *records, const char *line, Py_ssize_t more) {  /* under the appender's lock */
     PyObject *buffer = PyObject_GetAttr(records, a_buffer), *count = NULL, *threshold = NULL, *next = NULL;
     int full = -1;
     if (!buffer) return -1;
-    if (!PyByteArray_CheckExact(buffer) || !PyBytes_CheckExact(line)) {
+    if (!PyByteArray_CheckExact(buffer)) {
         PyErr_SetString(PyExc_TypeError, "an appender's buffer must be a bytearray");
         goto done;
     }
-    Py_ssize_t n = PyByteArray_GET_SIZE(buffer), more = PyBytes_GET_SIZE(line), need = n + more;
+    Py_ssize_t n = PyByteArray_GET_SIZE(buffer), need = n + more;
     /* Room for twice what it holds: a bytearray grows by an eighth, so filling one to the
      * flush threshold line by line would copy it dozens of times. Resizing down to at least
      * half of the room keeps the room (CPython frees only below half). */
@@ -523,7 +523,7 @@ static int add_line(PyObject *records, PyObject *line) {  /* under the appender'
         && PyByteArray_Resize(buffer, need < 2048 ? 4096 : 2 * need) < 0)
         goto done;
     if (PyByteArray_Resize(buffer, need) < 0) goto done;
-    memcpy(PyByteArray_AS_STRING(buffer) + n, PyBytes_AS_STRING(line), more);
+    memcpy(PyByteArray_AS_STRING(buffer) + n, line, more);
     if (!(count = PyObject_GetAttr(records, a_count)) || !(next = PyNumber_Add(count, one))
         || PyObject_SetAttr(records, a_count, next) < 0 || !(threshold = PyObject_GetAttr(records, a_threshold)))
         goto done;
@@ -536,21 +536,48 @@ done:
     return full;
 }
 
+/* The bound acquire and release of an appender's lock, fetched once per appender (its __init__
+ * sets the lock and nothing rebinds it). The entry holds the appender, so its address is not
+ * reused while cached. */
+static PyObject *lock_of, *lock_acquire, *lock_release;
+
+static int appender_lock(PyObject *records) {
+    if (records == lock_of) return 0;
+    PyObject *lock = PyObject_GetAttr(records, a_lock);
+    PyObject *acquire = lock ? PyObject_GetAttr(lock, s_acquire) : NULL;
+    PyObject *release = acquire ? PyObject_GetAttr(lock, s_release) : NULL;
+    Py_XDECREF(lock);
+    if (!release) {
+        Py_XDECREF(acquire);
+        return -1;
+    }
+    PyObject *old[3] = {lock_of, lock_acquire, lock_release};
+    lock_of = Py_NewRef(records);
+    lock_acquire = acquire;
+    lock_release = release;
+    for (int k = 0; k < 3; k++) Py_XDECREF(old[k]);
+    return 0;
+}
+
 /* Appends line (bytes) to the processor's records appender (records, of t_appender) as add()
  * does. 1: written, or its failure reported as _write_record reports it; -1: error. */
-static int append_line(PyObject *sp, PyObject *records, PyObject *line) {
+static int append_line(PyObject *sp, PyObject *records, const char *line, Py_ssize_t n) {
     int full = -1;
-    PyObject *lock = PyObject_GetAttr(records, a_lock), *got = lock ? PyObject_CallMethodNoArgs(lock, s_acquire) : NULL;
+    PyObject *release = NULL, *got = NULL;
+    if (appender_lock(records) == 0) {
+        release = Py_NewRef(lock_release);  /* the cache may move to another appender meanwhile */
+        got = PyObject_CallNoArgs(lock_acquire);
+    }
     if (got) {
         Py_DECREF(got);
-        full = add_line(records, line);
+        full = add_line(records, line, n);
         PyObject *type, *value, *tb;
         PyErr_Fetch(&type, &value, &tb);  /* released whatever happened */
-        got = PyObject_CallMethodNoArgs(lock, s_release);
+        got = PyObject_CallNoArgs(release);
         if (got) { Py_DECREF(got); PyErr_Restore(type, value, tb); }
         else { Py_XDECREF(type); Py_XDECREF(value); Py_XDECREF(tb); full = -1; }
     }
-    Py_XDECREF(lock);
+    Py_XDECREF(release);
     if (full > 0) {
         got = PyObject_CallMethodNoArgs(records, s_flush);
         Py_XDECREF(got);
@@ -582,7 +609,7 @@ static int append_record(PyObject *sp, PyObject *record) {
         Py_DECREF(records);
         return 0;
     }
-    int r = append_line(sp, records, line);
+    int r = PyBytes_CheckExact(line) ? append_line(sp, records, PyBytes_AS_STRING(line), PyBytes_GET_SIZE(line)) : 0;
     Py_DECREF(line);
     Py_DECREF(records);
     return r;
@@ -808,11 +835,8 @@ static int write_record(PyObject *sp, RecordIn *in, PyObject *phases, PyObject *
         Buf b;
         buf_init(&b);
         r = record_line(&b, in, phases, derived);
-        PyObject *line = r == 0 ? PyBytes_FromStringAndSize(b.p, b.n) : NULL;
+        if (r == 0) r = append_line(sp, records, b.p, b.n) < 0 ? -1 : 0;
         buf_free(&b);
-        if (line) r = append_line(sp, records, line) < 0 ? -1 : 0;
-        else if (r == 0) r = -1;
-        Py_XDECREF(line);
     }
     Py_DECREF(records);
     if (r != SKIP) return r;
