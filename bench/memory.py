@@ -10,7 +10,8 @@ chunks mean memory does not grow with the number of sessions.
 ``--rate N`` paces the loop at ``N`` sessions a second (a rollout producing
 sessions at that rate) instead of running it flat out; with otel_rl the line
 also says how many spans were dropped (the exporter process falling behind
-drops spans at its backlog bound, counted) and the exporter's CPU.
+drops spans at its backlog bound, counted); with otel_rl each chunk also gives the
+exporter process's CPU and resident memory.
 
 The suite runs it with ``--memory-sessions`` (default 100,000); one million
 sessions takes a few minutes and is the figure to quote for long runs.
@@ -27,7 +28,7 @@ import time
 from typing import Any
 
 from .harness import max_rss_kib, rss_kib, scrub_environment
-from .totals import descendants_cpu_s
+from .totals import descendants_cpu_s, descendants_rss_kib
 from .workloads import SESSIONS_PER_TASK, jsonl_session_loop, otel_session_loop
 
 
@@ -99,6 +100,7 @@ def run_series(kind: str, sessions: int, chunks: int, fileroot: str, file_export
             chunk_cpu = descendants_cpu_s()
             chunk["exporter_cpu_us_per_session"] = round(
                 (chunk_cpu - chunk_cpu0) / (per_chunk * SESSIONS_PER_TASK) * 1e6, 1)
+            chunk["exporter_rss_kib"] = descendants_rss_kib()  # its memory must stay flat too
             chunk_cpu0 = chunk_cpu
         out_chunks.append(chunk)
     result = {

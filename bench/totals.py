@@ -43,39 +43,52 @@ from .workloads import (
 )
 
 _TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+_PAGE_KIB = (os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096) // 1024
 
 
 # --------------------------------------------------------------------------- CPU of every process
 
 
-def _proc_table() -> dict[int, tuple[int, float]]:
-    """``pid -> (ppid, cpu seconds)`` for every process /proc shows (Linux)."""
+def _proc_table() -> dict[int, tuple[int, float, int]]:
+    """``pid -> (ppid, cpu seconds, resident KiB)`` for every process /proc shows (Linux)."""
     table = {}
     for path in glob.glob("/proc/[0-9]*/stat"):
         try:
             with open(path, "rb") as fh:
                 fields = fh.read().rsplit(b")", 1)[1].split()
-            table[int(path.split("/")[2])] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / _TICK)
+            table[int(path.split("/")[2])] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / _TICK,
+                                              int(fields[21]) * _PAGE_KIB)
         except (OSError, ValueError, IndexError):
             continue
     return table
+
+
+def _descendants(table: dict[int, tuple[int, float, int]], exclude: set[int]) -> list[int]:
+    """Every live descendant of this process in ``table``, except ``exclude`` and their own."""
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, *_) in table.items():
+        children.setdefault(ppid, []).append(pid)
+    found, todo = [], list(children.get(os.getpid(), ()))
+    while todo:
+        pid = todo.pop()
+        if pid in exclude:
+            continue
+        found.append(pid)
+        todo.extend(children.get(pid, ()))
+    return found
 
 
 def descendants_cpu_s(exclude: set[int] = frozenset()) -> float:
     """CPU seconds of every live descendant of this process, except ``exclude``
     and their own descendants."""
     table = _proc_table()
-    children: dict[int, list[int]] = {}
-    for pid, (ppid, _) in table.items():
-        children.setdefault(ppid, []).append(pid)
-    total, todo = 0.0, list(children.get(os.getpid(), ()))
-    while todo:
-        pid = todo.pop()
-        if pid in exclude:
-            continue
-        total += table[pid][1]
-        todo.extend(children.get(pid, ()))
-    return total
+    return sum(table[pid][1] for pid in _descendants(table, exclude))
+
+
+def descendants_rss_kib() -> int:
+    """Resident KiB of every live descendant of this process (otel_rl's exporter process)."""
+    table = _proc_table()
+    return sum(table[pid][2] for pid in _descendants(table, set()))
 
 
 def _reaped_children_cpu_s() -> float:
