@@ -397,7 +397,23 @@ done:
     return rc;
 }
 
-/* (name_s, prefix name_s, prefix name_count) for a phase name (text). */
+static PyObject *top_keys;  /* the record's own keys, which no phase field may take */
+/* Whether an attribute key starts with the counters' prefix (plen: its length): compared as
+ * bytes where both are ASCII, as a session's keys are (PyUnicode_Tailmatch per key was a
+ * tenth of the session step's own work). */
+static int is_counter(PyObject *key, Py_ssize_t plen) {
+    if (!PyUnicode_Check(key)) return 0;
+    if (PyUnicode_IS_ASCII(key) && PyUnicode_IS_ASCII(counter_prefix))
+        return PyUnicode_GET_LENGTH(key) >= plen
+               && memcmp(PyUnicode_1BYTE_DATA(key), PyUnicode_1BYTE_DATA(counter_prefix), (size_t)plen) == 0;
+    return PyUnicode_Tailmatch(key, counter_prefix, 0, plen, -1) == 1;
+}
+
+static int put_key(Buf *b, PyObject *name);  /* below */
+
+/* (name_s, prefix name_s, prefix name_count, whether name_s is one of the record's own keys,
+ * '"name_s":' as the record's line writes it or None where it cannot) for a phase name (text),
+ * made once per name: a session's record asks for each of its phases'. */
 static PyObject *keys_of(PyObject *name) {
     PyObject *found = PyDict_GetItemWithError(phase_keys, name);
     if (found) return Py_NewRef(found);
@@ -405,12 +421,30 @@ static PyObject *keys_of(PyObject *name) {
     PyObject *a = PyUnicode_FromFormat("%U_s", name);
     PyObject *b = PyUnicode_FromFormat("%U%U_s", session_prefix, name);
     PyObject *c = PyUnicode_FromFormat("%U%U_count", session_prefix, name);
-    PyObject *out = a && b && c ? PyTuple_Pack(3, a, b, c) : NULL;
+    int taken = a ? PySet_Contains(top_keys, a) : -1;
+    PyObject *frag = NULL;
+    if (taken >= 0) {
+        Buf text;
+        buf_init(&text);
+        int r = put_key(&text, a);
+        frag = r == 0 ? PyBytes_FromStringAndSize(text.p, text.n) : r == SKIP ? Py_NewRef(Py_None) : NULL;
+        buf_free(&text);
+    }
+    PyObject *out = b && c && frag ? PyTuple_Pack(5, a, b, c, taken ? Py_True : Py_False, frag) : NULL;
     Py_XDECREF(a);
     Py_XDECREF(b);
     Py_XDECREF(c);
+    Py_XDECREF(frag);
     if (out && PyDict_GET_SIZE(phase_keys) < MAX_PHASE_KEYS && PyDict_SetItem(phase_keys, name, out) < 0) Py_CLEAR(out);
     return out;
+}
+
+/* Whether name is one of the built-in phases (their names are the same objects nearly always). */
+static int builtin_phase(PyObject *name) {
+    Py_ssize_t n = PyTuple_GET_SIZE(builtin_phases);
+    for (Py_ssize_t k = 0; k < n; k++)
+        if (PyTuple_GET_ITEM(builtin_phases, k) == name) return 1;
+    return PySequence_Contains(builtin_phases, name);
 }
 
 static int set(PyObject *d, PyObject *key, PyObject *value) {  /* d[key] = value, taking value */
@@ -444,7 +478,7 @@ static int phase_fields(PyObject *phases, PyObject *record, PyObject *derived) {
     Py_ssize_t pos = 0;
     PyObject *name, *instances;
     while (PyDict_Next(phases, &pos, &name, &instances)) {
-        int builtin = PySequence_Contains(builtin_phases, name);
+        int builtin = builtin_phase(name);
         if (builtin < 0 || (!builtin && PyList_Append(names, name) < 0)) goto done;
     }
     for (Py_ssize_t k = 0; k < PyList_GET_SIZE(names); k++) {
@@ -638,7 +672,6 @@ static int phases_plain(PyObject *phases) {
  * (_finalize: the ids, times, phase fields, counters, optional fields, trace ids), without
  * building it. SKIP where that is not certain (a value of another type, a phase whose "<name>_s"
  * is another field's key): the dict is built then. */
-static PyObject *top_keys;  /* the record's own keys, which no phase field may take */
 
 typedef struct {
     PyObject *task, *session_id, *rank, *role, *step, *status, *reason, *submit_step, *attrs, *trace_id, *span_id;
@@ -666,7 +699,7 @@ static int put_phase_fields(Buf *b, PyObject *phases, PyObject *derived) {
     Py_ssize_t pos = 0;
     PyObject *name, *instances;
     while (PyDict_Next(phases, &pos, &name, &instances)) {
-        int builtin = PySequence_Contains(builtin_phases, name);
+        int builtin = builtin_phase(name);
         if (builtin < 0) return -1;
         if (builtin) continue;
         if (n_names == 64) return SKIP;
@@ -680,11 +713,10 @@ static int put_phase_fields(Buf *b, PyObject *phases, PyObject *derived) {
         long long total;
         if (!closed_total(instances, &total)) return SKIP;
         counts[k] = n;
-        PyObject *names3 = keys_of(names[k]);
+        PyObject *names3 = keys_of(names[k]), *frag;
         if (!names3) return -1;
-        int taken = PySet_Contains(top_keys, PyTuple_GET_ITEM(names3, 0));
-        r = taken < 0 ? -1 : taken ? SKIP : 0;
-        if (r == 0 && !(r = PUTS(b, ",")) && !(r = put_key(b, PyTuple_GET_ITEM(names3, 0))))
+        r = PyTuple_GET_ITEM(names3, 3) == Py_True || (frag = PyTuple_GET_ITEM(names3, 4)) == Py_None ? SKIP : 0;
+        if (r == 0 && !(r = PUTS(b, ",")) && !(r = put(b, PyBytes_AS_STRING(frag), PyBytes_GET_SIZE(frag))))
             r = put_seconds(b, total);
         if (r == 0 && n) {
             PyObject *secs = seconds(total), *count = PyLong_FromSsize_t(n);
@@ -750,7 +782,7 @@ static int record_line(Buf *b, RecordIn *in, PyObject *phases, PyObject *derived
     PyObject *key, *value;
     int first = 1;
     while (PyDict_Next(in->attrs, &pos, &key, &value)) {
-        if (!PyUnicode_Check(key) || PyUnicode_Tailmatch(key, counter_prefix, 0, plen, -1) != 1) continue;
+        if (!is_counter(key, plen)) continue;
         PyObject *name = PyUnicode_Substring(key, plen, PyUnicode_GET_LENGTH(key));
         if (!name) return -1;
         r = first ? 0 : PUTS(b, ",");
@@ -797,7 +829,7 @@ static int write_record_dict(PyObject *sp, RecordIn *in, PyObject *phases, PyObj
     Py_ssize_t plen = PyUnicode_GET_LENGTH(counter_prefix), pos = 0;
     PyObject *key, *value;
     while (PyDict_Next(in->attrs, &pos, &key, &value)) {
-        if (!PyUnicode_Check(key) || PyUnicode_Tailmatch(key, counter_prefix, 0, plen, -1) != 1) continue;
+        if (!is_counter(key, plen)) continue;
         PyObject *name = PyUnicode_Substring(key, plen, PyUnicode_GET_LENGTH(key));
         int r = name ? set(counters, name, Py_NewRef(value)) : -1;
         Py_XDECREF(name);
@@ -865,7 +897,7 @@ static PyObject *on_session(PyObject *sp, PyObject *rec, PyObject *attrs) {
     Py_ssize_t pos = 0;
     PyObject *key, *value;
     while (PyDict_Next(attrs, &pos, &key, &value)) {
-        if (PyUnicode_Check(key) && PyUnicode_Tailmatch(key, counter_prefix, 0, plen, -1) == 1
+        if (is_counter(key, plen)
             && (!PyUnicode_CheckExact(key) || !plain(key) || !plain(value)))
             return NULL;
     }
