@@ -5,6 +5,18 @@
 ``scope``: scopes with 5 args; ``plain``: bare scopes (the total-CPU benchmark's);
 ``sessions``: phases as spans; ``marked``: the session benchmark's marked phases.
 
+For instruction counts that repeat (timings on a shared host move by a third from run to
+run), keep one capture and count the replay of it, and of nothing, under callgrind with a
+fixed hash seed (dict layouts, and with them the counts, follow the seed)::
+
+    python -m bench.profile_exporter --workload marked --spans 40000 --save cap.pickle
+    PYTHONHASHSEED=0 valgrind --tool=callgrind python -m bench.profile_exporter --load cap.pickle --repeats 1
+    PYTHONHASHSEED=0 valgrind --tool=callgrind python -m bench.profile_exporter --load cap.pickle --repeats 1 --empty
+
+The difference is the exporter's work on the batches; ``callgrind_annotate --inclusive=yes``
+gives the part spent in ``Py_FinalizeEx`` (freeing what the run left at exit), which the
+benchmark's figures do not count.
+
 The training process ships batches of span records to the exporter child
 through :meth:`ExporterProcess.send`. This harness records a workload with that
 method patched to keep a copy of every batch (the child still gets them), then
@@ -21,6 +33,7 @@ import cProfile
 import gc
 import io
 import os
+import pickle
 import pstats
 import tempfile
 import time
@@ -145,16 +158,34 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--top", type=int, default=25)
+    parser.add_argument("--save", metavar="PATH", help="keep the capture in PATH and replay nothing")
+    parser.add_argument("--load", metavar="PATH", help="replay the capture --save kept instead of capturing")
+    parser.add_argument("--empty", action="store_true", help="replay no batch: the replay's fixed cost")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        settings, resource, batches = capture(args.workload, args.spans, os.path.join(tmp, "capture"))
+        if args.load:
+            with open(args.load, "rb") as fh:
+                settings, resource, batches = pickle.load(fh)
+        else:
+            settings, resource, batches = capture(args.workload, args.spans, os.path.join(tmp, "capture"))
+        if args.save:
+            with open(args.save, "wb") as fh:
+                pickle.dump((settings, resource, batches), fh)
+            print(f"workload={args.workload} batches={len(batches)} kept in {args.save}")
+            return
+        if args.empty:
+            batches = []
         best = None
         n = 0
         for k in range(args.repeats):
             n, cpu = replay(settings, resource, batches, os.path.join(tmp, f"replay{k}"))
             best = cpu if best is None else min(best, cpu)
-        print(f"workload={args.workload} batches={len(batches)} spans={n} "
-              f"exporter CPU {best * 1e6 / max(1, n):.2f} us/span (best of {args.repeats})")
+        label = f"capture={args.load}" if args.load else f"workload={args.workload}"
+        if args.empty:
+            print(f"{label} no batch: the replay's fixed cost {best * 1e3:.1f} ms CPU (best of {args.repeats})")
+        else:
+            print(f"{label} batches={len(batches)} spans={n} "
+                  f"exporter CPU {best * 1e6 / max(1, n):.2f} us/span (best of {args.repeats})")
         if args.profile:
             profile = cProfile.Profile()
             profile.enable()

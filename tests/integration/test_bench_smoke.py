@@ -106,3 +106,23 @@ def test_bench_measures_an_areal_module_given_by_path(tmp_path):
     labels = [row["label"].strip() for name in ("total_cpu", "bytes") for row in data["workloads"][name]["rows"]]
     assert {"AReaL perf_tracer: total CPU per scope", "AReaL perf_tracer: total CPU per session",
             "AReaL perf_tracer: trace-file bytes per scope"} <= set(labels)
+
+
+def _profile_exporter(*args: str) -> str:
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.profile_exporter", *args],
+        cwd=ROOT, env=clean_env(drop=("PYTEST_",)), capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, f"stdout:\n{proc.stdout[-4000:]}\nstderr:\n{proc.stderr[-4000:]}"
+    return proc.stdout
+
+
+def test_the_exporter_replay_kept_in_a_file_replays_every_captured_span(tmp_path):
+    # A capture kept once and replayed (as under callgrind) gives the spans it captured, and
+    # --empty the replay of none: the two runs whose difference is the exporter's work.
+    kept = tmp_path / "cap.pickle"
+    _profile_exporter("--workload", "marked", "--spans", "1300", "--save", str(kept))
+    replayed = _profile_exporter("--load", str(kept), "--repeats", "1")
+    spans = int(replayed.split("spans=")[1].split()[0])
+    assert spans >= 1200
+    assert "no batch" in _profile_exporter("--load", str(kept), "--repeats", "1", "--empty")
