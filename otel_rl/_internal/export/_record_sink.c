@@ -89,9 +89,9 @@ static int flatten(PyObject *values, int args, PyObject *attrs, Py_ssize_t max_s
     return 1;
 }
 
-/* The attributes of rec (a new dict), or NULL: NULL without an error when it is not plain. */
 static Py_ssize_t size_of(PyObject *v) { return PyDict_CheckExact(v) ? PyDict_GET_SIZE(v) : 0; }
 
+/* The attributes of rec (a new dict), or NULL: NULL without an error when it is not plain. */
 static PyObject *attributes(PyObject *rec, PyObject *thread_names, Py_ssize_t max_str) {
     /* room for every item it may get: the ids, the thread's two, the category, attributes and args */
     PyObject *attrs = dict_for(size_of(PyTuple_GET_ITEM(rec, i_ids)) + 3 + size_of(PyTuple_GET_ITEM(rec, i_attributes))
