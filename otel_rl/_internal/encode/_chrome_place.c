@@ -514,7 +514,7 @@ static int step(Batch *b, PyObject *item, PyObject *slow) {
     return 1;
 }
 
-static Py_ssize_t wait_as_one(Batch *b, PyObject *items, Py_ssize_t k);  /* below */
+static Py_ssize_t wait_as_one(Batch *b, PyObject *items, Py_ssize_t k, Py_ssize_t *looked_to);  /* below */
 
 /* encode_records(encoder, items, out, slow) -> None */
 static PyObject *encode_records(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
@@ -543,10 +543,8 @@ static PyObject *encode_records(PyObject *self, PyObject *const *args, Py_ssize_
         PyErr_SetString(PyExc_TypeError, "_buffered must be a dict");
         goto failed;
     }
+    Py_ssize_t looked_to = 0;  /* wait_as_one found no run that starts before this index */
     for (Py_ssize_t k = 0; k < PyList_GET_SIZE(items); k++) {
-        Py_ssize_t run = wait_as_one(&b, items, k);
-        if (run < 0) goto failed;
-        k += run;  /* what waited is now under its session span, which comes next */
         PyObject *item = Py_NewRef(PyList_GET_ITEM(items, k));
         int r = place(&b, item);
         if (r == 1 && PyDict_GET_SIZE(b.buffered)) {
@@ -556,7 +554,13 @@ static PyObject *encode_records(PyObject *self, PyObject *const *args, Py_ssize_
             if (!done) r = -1;
             else Py_DECREF(done);
         } else if (r == 0) {
-            r = step(&b, item, slow);
+            /* place() takes no span of a session (nor changes anything when it leaves one) */
+            Py_ssize_t run = k < looked_to ? 0 : wait_as_one(&b, items, k, &looked_to);
+            if (run > 0) {  /* what waited is now under its session span, which comes next */
+                k += run;
+                Py_SETREF(item, Py_NewRef(PyList_GET_ITEM(items, k)));
+            }
+            r = run < 0 ? -1 : step(&b, item, slow);
         }
         Py_DECREF(item);
         if (r < 0) goto failed;
@@ -1408,14 +1412,18 @@ done:
  * the bound has room for all of them, and the stale check (the newest end less the session wait,
  * against the first waiting span of the first session) would release nothing even with the
  * newest end among them. Returns how many spans it put there (the walk goes on with the session
- * span), 0 where it put none, -1 on error. */
+ * span), 0 where it put none, -1 on error. *looked_to: the index up to which no run can start
+ * (a run the walk would find starting inside this one would not pass these checks either, and a
+ * run not taken only means the spans take add_span's way). */
 #define WAIT_AS_ONE_MAX 32
-static Py_ssize_t wait_as_one(Batch *b, PyObject *items, Py_ssize_t k) {
+static Py_ssize_t wait_as_one(Batch *b, PyObject *items, Py_ssize_t k, Py_ssize_t *looked_to) {
     Py_ssize_t n_items = PyList_GET_SIZE(items), j = k;
+    *looked_to = k + 1;
     if (!b->proc) return 0;
     PyObject *session = NULL;
     long long newest = b->newest, first_end = 0;
     for (;; j++) {
+        *looked_to = j > k ? j : k + 1;  /* a span that ends the scan may still start a run */
         if (j == n_items || j - k > WAIT_AS_ONE_MAX) return 0;
         PyObject *item = PyList_GET_ITEM(items, j), *rec, *attrs;
         if (!PyTuple_CheckExact(item) || PyTuple_GET_SIZE(item) != 2 || !PyTuple_CheckExact(rec = PyTuple_GET_ITEM(item, 0))
@@ -1438,6 +1446,7 @@ static Py_ssize_t wait_as_one(Batch *b, PyObject *items, Py_ssize_t k) {
         if (end > newest) newest = end;
     }
     Py_ssize_t n = j - k;
+    *looked_to = j + 1;
     if (!n) return 0;  /* the session span alone: add_span's way */
     PyObject *enc = b->enc, *key = NULL, *foreign = NULL, *lanes = NULL, *count = NULL, *bound = NULL, *wait = NULL;
     PyObject *waiting = NULL, *pid = SLOT(b->proc, o_proc_pid);
