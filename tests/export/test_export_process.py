@@ -182,8 +182,7 @@ def test_what_a_batch_leaves_alive_is_frozen_out_of_young_collections():
     try:
         before = gc.get_freeze_count()
         _one_batch(lambda records: kept.extend(_Node() for _ in range(1_000)))
-        assert gc.get_freeze_count() >= before + len(kept)
-        assert gc.get_count()[0] < 100  # what the batch made no longer counts towards a collection
+        assert gc.get_freeze_count() >= before + len(kept)  # no young collection will scan them
     finally:
         gc.unfreeze()
 
