@@ -22,7 +22,7 @@ from ._internal import diagnostics, guard, keys
 from ._internal.payload import own_values
 from ._internal.recording.spans import LeanSpan, record_error
 from ._internal.state import STATE
-from ._internal.recording.tracking import PHASES, PhaseOptions, current_id
+from ._internal.recording.tracking import PHASES, PhaseOptions, SessionState, current_id
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -328,6 +328,20 @@ def _parse_phase_method(method: str) -> tuple[str, bool] | tuple[()]:
 
 #: Parsed phase methods; bounded because method names come from code, but capped anyway.
 _PHASE_METHODS: dict[str, Any] = {}
+
+
+def _with_compiled_marks(python: Callable[..., None]) -> Callable[..., None]:
+    """``python`` (:func:`trace_session_event`) with its phase marks compiled where
+    ``_marks.c`` is built: the compiled callable takes a plain mark for an open
+    session itself and hands every other call to ``python``."""
+    try:
+        from ._internal.recording._marks import SessionEvent
+    except ImportError:  # built without a C compiler
+        return python
+    return functools.update_wrapper(SessionEvent(python, STATE, _PHASE_METHODS, SessionState, globals()), python)
+
+
+trace_session_event = _with_compiled_marks(trace_session_event)
 
 
 @guard.guarded()
