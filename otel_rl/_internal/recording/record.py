@@ -126,7 +126,8 @@ def make(name: str, trace_id: int, span_id: int, parent_id: int, parent_remote: 
 
 def trace_state_header(state: TraceState | None) -> str | None:
     """What :data:`TRACE_STATE` holds for ``state``: its header, ``None`` when empty."""
-    return None if not state else (state.to_header() or None)
+    # The shared empty state first: a TraceState's truth is a Python __len__ call.
+    return None if state is EMPTY_TRACE_STATE or not state else (state.to_header() or None)
 
 
 def link_records(links: Any) -> list[tuple]:
