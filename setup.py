@@ -32,6 +32,6 @@ setup(
         twin("_internal.export._record_sink", _SHARED),
         twin("_internal.export._session_processor", _SHARED, _JSON),
         twin("_internal.export._wire", _SHARED),
-        twin("_internal.recording._marks", _SHARED),
+        twin("_internal.recording._tracking", _SHARED),
     ],
 )

@@ -22,7 +22,8 @@ from ._internal import diagnostics, guard, keys
 from ._internal.payload import own_values
 from ._internal.recording.spans import LeanSpan, record_error
 from ._internal.state import STATE
-from ._internal.recording.tracking import PHASES, PhaseOptions, SessionState, current_id
+from ._internal.recording import tracking
+from ._internal.recording.tracking import PHASES, PhaseOptions, SessionState, TaskState, current_id
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -330,18 +331,24 @@ def _parse_phase_method(method: str) -> tuple[str, bool] | tuple[()]:
 _PHASE_METHODS: dict[str, Any] = {}
 
 
-def _with_compiled_marks(python: Callable[..., None]) -> Callable[..., None]:
-    """``python`` (:func:`trace_session_event`) with its phase marks compiled where
-    ``_marks.c`` is built: the compiled callable takes a plain mark for an open
-    session itself and hands every other call to ``python``."""
-    try:
-        from ._internal.recording._marks import SessionEvent
-    except ImportError:  # built without a C compiler
+def _compiled(python: Callable[..., Any], build: Callable[[Callable[..., Any]], Any]) -> Callable[..., Any]:
+    """``python`` with its common case compiled where ``recording/_tracking.c`` is built:
+    ``build(python)`` makes the compiled callable, which takes that case itself and hands
+    every other call to ``python``; it keeps ``python``'s name, docstring and signature."""
+    if _tracking is None:
         return python
-    return functools.update_wrapper(SessionEvent(python, STATE, _PHASE_METHODS, SessionState, globals()), python)
+    return functools.update_wrapper(build(python), python)
 
 
-trace_session_event = _with_compiled_marks(trace_session_event)
+try:
+    from ._internal.recording import _tracking
+except ImportError:  # built without a C compiler
+    _tracking = None
+
+register_session = _compiled(register_session, lambda python: _tracking.register_session(
+    python, STATE, SessionState, TaskState, vars(tracking)))
+trace_session_event = _compiled(trace_session_event, lambda python: _tracking.session_event(
+    python, STATE, _PHASE_METHODS, SessionState, globals()))
 
 
 @guard.guarded()

@@ -1,28 +1,50 @@
-"""Phase marks (``trace_session_event("mark_<phase>_start" / "_end")``): the compiled
-path and the Python function record the same phases, and the compiled one hands every
-call it does not take to the Python function unchanged."""
+"""The session calls compiled in ``recording/_tracking.c`` (phase marks and
+``register_session``): the compiled path and the Python function record the same
+sessions and phases, and the compiled one hands every call it does not take to the
+Python function unchanged."""
 
 from __future__ import annotations
 
 import inspect
-import sys
 
 import pytest
 from support.capture import MAIN_THREAD as MAIN
-from support.capture import S
+from support.capture import S, span_hex
 
 import otel_rl
 from otel_rl import sessions
 
-compiled = pytest.mark.skipif(sessions.trace_session_event is getattr(sessions.trace_session_event, "__wrapped__", None)
-                              or not hasattr(sessions.trace_session_event, "__wrapped__"),
-                              reason="built without a C compiler")
+compiled = pytest.mark.skipif(sessions._tracking is None, reason="built without a C compiler")
+
+
+def python_function(public):
+    """The Python function behind a public session call (itself where nothing was compiled)."""
+    return getattr(public, "__wrapped__", public)
+
 
 #: Both ways a mark can run: the public callable (compiled where built) and the Python function.
 PATHS = {"public": lambda: otel_rl.trace_session_event,
-         "python": lambda: getattr(otel_rl.trace_session_event, "__wrapped__", otel_rl.trace_session_event)}
+         "python": lambda: python_function(otel_rl.trace_session_event)}
+#: Both ways a session can be registered.
+REGISTER = {"public": lambda: otel_rl.register_session, "python": lambda: python_function(otel_rl.register_session)}
 
 IDS = {"rl.task.id": 0, "rl.session.id": 0}
+
+
+@pytest.mark.parametrize("path", REGISTER)
+def test_sessions_registered_on_either_path_record_the_same_spans(capture, path):
+    register = REGISTER[path]()
+    task_id = otel_rl.register_task()  # 1 s
+    first, second = register(task_id), register(task_id)  # 2 s, 3 s
+    otel_rl.trace_session_event("mark_finalized", session_id=second, status="rejected")  # 4 s
+    otel_rl.trace_session_event("mark_finalized", session_id=first, status="accepted")  # 5 s
+    spans = capture.spans()
+    assert (first, second) == (0, 1)
+    assert [(s["name"], s["span_id"], s["parent_id"], s["start_ns"] // S, s["end_ns"] // S,
+             s["attributes"].get("rl.session.id")) for s in spans] == [
+        ("task", 1, None, 1, 5, None), ("session", 2, 1, 2, 5, 0), ("session", 3, 1, 3, 4, 1)]
+    assert [(r["session_id"], r["status"], r["span_id"]) for r in capture.sessions()] == [
+        (1, "rejected", span_hex(3)), (0, "accepted", span_hex(2))]
 
 
 def phase_span(name, span_id, start_s, end_s, **attributes):
@@ -30,6 +52,30 @@ def phase_span(name, span_id, start_s, end_s, **attributes):
     return {"name": name, "trace_id": 1, "span_id": span_id, "parent_id": 2, "start_ns": start_s * S,
             "end_ns": end_s * S, "attributes": {**MAIN, **IDS, "rl.span.kind": "phase", "rl.phase": name,
                                                   **attributes}}
+
+
+@pytest.mark.parametrize("path", REGISTER)
+def test_a_session_registered_for_an_idle_task_keeps_the_task_open(capture, path):
+    register = REGISTER[path]()
+    task_id = otel_rl.register_task()  # 1 s
+    first = register(task_id)  # 2 s
+    otel_rl.trace_session_event("mark_finalized", session_id=first)  # 3 s: the task waits, idle
+    second = register(task_id)  # 4 s: and is busy again
+    otel_rl.save(force=True)  # ends the tasks still idle
+    otel_rl.trace_session_event("mark_finalized", session_id=second)  # 5 s
+    task = capture.spans()[0]
+    assert (task["name"], task["end_ns"] // S, task["attributes"]["rl.task.sessions"]) == ("task", 5, 2)
+
+
+@pytest.mark.parametrize("path", REGISTER)
+def test_sessions_registered_with_the_stdlibs_random_draw_distinct_span_ids(traced, path):
+    register = REGISTER[path]()
+    task_id = otel_rl.register_task()
+    for _ in range(3):
+        register(task_id)
+    otel_rl.trace_session_event("mark_finalized", task_id=task_id)
+    span_ids = {record["span_id"] for record in traced.sessions()}
+    assert len(span_ids) == 3 and all(int(span_id, 16) for span_id in span_ids)
 
 
 @pytest.mark.parametrize("path", PATHS)
@@ -105,14 +151,28 @@ def test_marks_cost_nothing_while_sessions_are_off():
 
 
 @compiled
-def test_the_public_callable_keeps_the_python_functions_name_signature_and_docstring():
-    python = otel_rl.trace_session_event.__wrapped__
-    assert inspect.signature(otel_rl.trace_session_event) == inspect.signature(python)
-    assert (otel_rl.trace_session_event.__name__, otel_rl.trace_session_event.__doc__) == (
-        "trace_session_event", python.__doc__)
+@pytest.mark.parametrize("name", ["trace_session_event", "register_session"])
+def test_a_compiled_call_keeps_the_python_functions_name_signature_and_docstring(name):
+    public = getattr(otel_rl, name)
+    python = public.__wrapped__
+    assert public is not python
+    assert inspect.signature(public) == inspect.signature(python)
+    assert (public.__name__, public.__doc__) == (name, python.__doc__)
 
 
-def test_without_the_compiled_twin_marks_run_in_the_python_function(monkeypatch):
-    monkeypatch.setitem(sys.modules, "otel_rl._internal.recording._marks", None)
-    python = getattr(otel_rl.trace_session_event, "__wrapped__", otel_rl.trace_session_event)
-    assert sessions._with_compiled_marks(python) is python
+@compiled
+def test_register_session_is_not_compiled_against_a_session_class_it_does_not_fill():
+    from otel_rl._internal.recording import _tracking, tracking
+
+    class Session:
+        __slots__ = ("session_id", "task_id")
+
+    with pytest.raises(TypeError, match="Session"):
+        _tracking.register_session(lambda task_id=None: None, sessions.STATE, Session, tracking.TaskState,
+                                   vars(tracking))
+
+
+def test_without_the_compiled_twin_the_calls_are_the_python_functions(monkeypatch):
+    monkeypatch.setattr(sessions, "_tracking", None)
+    python = python_function(otel_rl.register_session)
+    assert sessions._compiled(python, lambda fn: pytest.fail("nothing to build")) is python

@@ -1,0 +1,459 @@
+/* The compiled twins of two session calls on the training thread (sessions.py, tracking.py):
+ * a phase mark for an open session, and a session registered for a known task.
+ *
+ * In Python a session's four marks cost about 19,000 instructions (a call with **payload, a
+ * dozen attribute and dict lookups, two clock reads, two tuples) and its registration about
+ * 9,000 (three calls deep, a SessionState with fourteen slots set one by one): together more
+ * than a third of what the training thread paid for a session. Each callable here has its
+ * Python function's signature and does the same steps on the same objects:
+ *
+ *   trace_session_event("mark_<phase>_start", session_id): (phase, time_ns(), get_ident(), None,
+ *     STATE.policy_version) appended to the session's open_phases;
+ *   trace_session_event("mark_<phase>_end", session_id), the phase opened last: that tuple
+ *     popped, and (phase, start, time_ns(), thread, None, None, version) appended to its done;
+ *   register_session(task_id): Registry.register_session for a registered task that is not
+ *     idle, with room for one more pending session, its lock free: the next session id, a
+ *     SessionState as its __init__ fills it (ids, clock and thread drawn in the same order),
+ *     then, under the registry's lock, the session in `sessions` and in its task's open set.
+ *
+ * Anything else (a payload, a method not parsed yet, an unknown session, registered phase
+ * options, an end that is not the latest phase, the current task looked up in the context, an
+ * eviction, a value of an unexpected type) goes, unchanged, to the Python function before
+ * anything here has changed: it keeps every other behaviour and its guard. The clock, the ids
+ * and the thread ident are read from the Python function's module globals at each call, so a
+ * stand-in (the tests' fake clock and ids) reads both paths the same. Slots of STATE,
+ * SessionState and TaskState are read through their member descriptors' offsets, found once
+ * when a callable is made.
+ */
+#include "../_cext.h"
+#include <structmember.h>
+#include <time.h>
+#include <pythread.h>
+
+enum { EVENT, REGISTER };
+#define N_SESSION_SLOTS 14
+
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    int kind;           /* EVENT or REGISTER */
+    PyObject *slow;     /* the Python function */
+    PyObject *state;    /* STATE */
+    PyObject *methods;  /* EVENT: method -> (phase, is_start) or (), as the Python path fills it */
+    /* The globals the Python steps read their clock, ids and thread ident from, and what those
+     * held when this was made (the stdlib's): a stand-in there is called instead. */
+    PyObject *globals, *time_ns, *getrandbits, *get_ident;
+    PyObject *dict;     /* __doc__, __name__, __wrapped__... */
+    /* The last registry seen and the attributes read from it: a registry keeps these objects
+     * for its life (it changes what they hold, never the attributes; its lock, which a forked
+     * child replaces, is read at each call), so they are looked up once per configuration.
+     * Held until the next configuration's first call. */
+    PyObject *registry, *sessions, *options, *tasks, *session_ids, *pipeline, *max_pending;
+    PyTypeObject *session_type, *task_type;
+    Py_ssize_t o_sessions_on, o_registry, o_version;
+    Py_ssize_t o_open, o_done;  /* SessionState */
+    Py_ssize_t o_task_open, o_task_idle;  /* TaskState */
+    Py_ssize_t o_session[N_SESSION_SLOTS];  /* SessionState's slots, in session_slots' order */
+} Compiled;
+
+/* SessionState's slots, each set by new_session(): a slot added in Python and not here makes
+ * register_session() refuse to be built (see new_register). */
+static const char *const session_slots[N_SESSION_SLOTS] = {
+    "session_id", "task_id", "task", "span_id", "start_ns", "thread", "_span", "_ctx",
+    "open_phases", "done", "counters", "_pipeline", "version", "extra"};
+
+static PyObject *s_session_id, *s_phase_options, *s_sessions, *s_time_ns, *s_getrandbits, *s_get_ident,
+    *s_new_span_id, *s_tasks, *s_session_ids, *s_pipeline, *s_max_pending, *s_lock, *s_acquire, *s_release,
+    *bits64;
+
+#define SLOT(obj, off) (*(PyObject **)((char *)(obj) + (off)))
+
+/* globals[name]() where it is not `builtin` (the stdlib's); NULL (no error) when it is. */
+static PyObject *stand_in(Compiled *self, PyObject *name, PyObject *builtin, PyObject *arg, int *used) {
+    PyObject *fn = PyDict_GetItemWithError(self->globals, name);
+    *used = fn != builtin;
+    if (!*used) return NULL;
+    if (!fn) return PyErr_Occurred() ? NULL : PyErr_Format(PyExc_NameError, "%U", name);
+    return arg ? PyObject_CallOneArg(fn, arg) : PyObject_CallNoArgs(fn);
+}
+
+static PyObject *clock_ns(Compiled *self) {  /* time_ns() */
+    int used;
+    PyObject *v = stand_in(self, s_time_ns, self->time_ns, NULL, &used);
+    if (used) return v;
+    struct timespec ts;
+    if (clock_gettime(CLOCK_REALTIME, &ts) != 0) return PyErr_SetFromErrno(PyExc_OSError);
+    return PyLong_FromLongLong((long long)ts.tv_sec * 1000000000LL + ts.tv_nsec);
+}
+
+static PyObject *thread_ident(Compiled *self) {  /* get_ident() */
+    int used;
+    PyObject *v = stand_in(self, s_get_ident, self->get_ident, NULL, &used);
+    return used ? v : PyLong_FromUnsignedLong(PyThread_get_thread_ident());
+}
+
+/* The registry in force, its attributes cached (see Compiled); NULL with no error: none. */
+static PyObject *registry_of(Compiled *self) {
+    PyObject *registry = SLOT(self->state, self->o_registry);
+    if (!registry || registry == Py_None) return NULL;
+    if (registry == self->registry) return registry;
+    PyObject *names[7] = {s_sessions, s_phase_options, s_tasks, s_session_ids, s_pipeline, s_max_pending, NULL};
+    PyObject *got[6] = {NULL};
+    for (int k = 0; names[k]; k++)
+        if (!(got[k] = PyObject_GetAttr(registry, names[k]))) goto bad;
+    /* OrderedDict is a dict underneath; `tasks` a plain dict */
+    if (!PyDict_Check(got[0]) || !PyDict_Check(got[1]) || !PyDict_CheckExact(got[2]) || !PyLong_CheckExact(got[5]))
+        goto bad;
+    Py_XSETREF(self->registry, Py_NewRef(registry));
+    PyObject **slots[6] = {&self->sessions, &self->options, &self->tasks, &self->session_ids, &self->pipeline,
+                           &self->max_pending};
+    for (int k = 0; k < 6; k++) Py_XSETREF(*slots[k], got[k]);
+    return registry;
+bad:
+    for (int k = 0; k < 6; k++) Py_XDECREF(got[k]);
+    if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "a registry of an unexpected shape");
+    return NULL;
+}
+
+/* --- trace_session_event's marks ----------------------------------------------------------- */
+
+/* 1 done here, 0 for the Python function (nothing changed), -1 an error. */
+static int mark(Compiled *self, PyObject *method, PyObject *session_id) {
+    PyObject *parsed = PyDict_GetItemWithError(self->methods, method);
+    if (!parsed || !PyTuple_CheckExact(parsed) || PyTuple_GET_SIZE(parsed) != 2) return PyErr_Occurred() ? -1 : 0;
+    PyObject *phase = PyTuple_GET_ITEM(parsed, 0), *start = PyTuple_GET_ITEM(parsed, 1);
+    if (!registry_of(self)) return PyErr_Occurred() ? -1 : 0;
+    if (PyDict_GET_SIZE(self->options)) return 0;  /* registered phases: overlap checks */
+    PyObject *state = Py_XNewRef(PyDict_GetItemWithError(self->sessions, session_id));
+    if (!state) return PyErr_Occurred() ? -1 : 0;
+    int r = 0;
+    PyObject *phases = Py_TYPE(state) == self->session_type ? SLOT(state, self->o_open) : NULL;
+    if (!phases || !PyList_CheckExact(phases)) goto done;
+    if (start == Py_True) {
+        PyObject *version = SLOT(self->state, self->o_version);
+        PyObject *now = clock_ns(self), *thread = now ? thread_ident(self) : NULL;
+        PyObject *opened = thread ? PyTuple_Pack(5, phase, now, thread, Py_None, version ? version : Py_None) : NULL;
+        Py_XDECREF(now);
+        Py_XDECREF(thread);
+        r = !opened || PyList_Append(phases, opened) < 0 ? -1 : 1;
+        Py_XDECREF(opened);
+        goto done;
+    }
+    if (start != Py_False) goto done;
+    Py_ssize_t n = PyList_GET_SIZE(phases);
+    PyObject *last = n ? PyList_GET_ITEM(phases, n - 1) : NULL;
+    if (!last || !PyTuple_CheckExact(last) || PyTuple_GET_SIZE(last) != 5) goto done;
+    int same = PyObject_RichCompareBool(PyTuple_GET_ITEM(last, 0), phase, Py_EQ);
+    if (same <= 0) { r = same; goto done; }
+    PyObject *done_list = SLOT(state, self->o_done);
+    if (!done_list || !PyList_CheckExact(done_list)) goto done;
+    PyObject *now = clock_ns(self);
+    if (!now) { r = -1; goto done; }
+    /* SessionState.end_marked: (name, start, end, thread, args, interrupted, version) */
+    PyObject *ended = PyTuple_Pack(7, PyTuple_GET_ITEM(last, 0), PyTuple_GET_ITEM(last, 1), now,
+                                   PyTuple_GET_ITEM(last, 2), PyTuple_GET_ITEM(last, 3), Py_None,
+                                   PyTuple_GET_ITEM(last, 4));
+    Py_DECREF(now);
+    if (!ended || PyList_Append(done_list, ended) < 0) {
+        Py_XDECREF(ended);
+        r = -1;
+        goto done;
+    }
+    Py_DECREF(ended);
+    /* phases.pop(): shrinking a list does not fail in practice; if it did, the phase has ended
+     * all the same, and its stale open entry is only interrupted at finalize. */
+    if (PyList_SetSlice(phases, n - 1, n, NULL) < 0) PyErr_Clear();
+    r = 1;
+done:
+    Py_DECREF(state);
+    return r;
+}
+
+/* (method, session_id=...) or (method, session_id): the shapes a plain mark comes in. */
+static PyObject *mark_session(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+    if (nargs == 1 && kwnames && PyTuple_GET_SIZE(kwnames) == 1) {
+        PyObject *name = PyTuple_GET_ITEM(kwnames, 0);
+        if (name == s_session_id || PyUnicode_Compare(name, s_session_id) == 0) return args[1];
+    } else if (nargs == 2 && !kwnames) {
+        return args[1];
+    }
+    return NULL;
+}
+
+/* --- register_session ------------------------------------------------------------------------ */
+
+/* A new SessionState for task `task` (its id `task_id`), as SessionState.__init__ fills it. */
+static PyObject *new_session(Compiled *self, PyObject *session_id, PyObject *task_id, PyObject *task) {
+    int used;
+    PyObject *span_id = stand_in(self, s_getrandbits, self->getrandbits, bits64, &used);
+    if (!used) span_id = PyObject_CallOneArg(self->getrandbits, bits64);
+    if (!span_id) return NULL;
+    int zero = PyObject_Not(span_id);  /* getrandbits(64) or new_span_id() */
+    if (zero) {
+        Py_DECREF(span_id);
+        if (zero < 0) return NULL;
+        PyObject *fn = PyDict_GetItemWithError(self->globals, s_new_span_id);
+        if (!fn) return PyErr_Occurred() ? NULL : PyErr_Format(PyExc_NameError, "new_span_id");
+        if (!(span_id = PyObject_CallNoArgs(fn))) return NULL;
+    }
+    PyObject *start = clock_ns(self), *thread = start ? thread_ident(self) : NULL;
+    PyObject *open = thread ? PyList_New(0) : NULL, *done = open ? PyList_New(0) : NULL;
+    PyObject *obj = done ? self->session_type->tp_alloc(self->session_type, 0) : NULL;
+    if (!obj) {
+        Py_DECREF(span_id);
+        Py_XDECREF(start);
+        Py_XDECREF(thread);
+        Py_XDECREF(open);
+        Py_XDECREF(done);
+        return NULL;
+    }
+    PyObject *version = SLOT(self->state, self->o_version);
+    PyObject *values[N_SESSION_SLOTS] = {
+        Py_NewRef(session_id), Py_NewRef(task_id), Py_NewRef(task), span_id, start, thread, Py_NewRef(Py_None),
+        Py_NewRef(Py_None), open, done, Py_NewRef(Py_None), Py_NewRef(self->pipeline),
+        Py_NewRef(version ? version : Py_None), Py_NewRef(Py_None)};
+    for (int k = 0; k < N_SESSION_SLOTS; k++) SLOT(obj, self->o_session[k]) = values[k];
+    return obj;
+}
+
+/* The new session's id, NULL for the Python function (no error set, nothing changed), or NULL
+ * with an error. */
+static PyObject *register_one(Compiled *self, PyObject *task_id) {
+    if (!registry_of(self)) return NULL;
+    PyObject *task = PyDict_GetItemWithError(self->tasks, task_id);
+    if (!task || Py_TYPE(task) != self->task_type) return NULL;
+    PyObject *idle = SLOT(task, self->o_task_idle), *open = SLOT(task, self->o_task_open);
+    if (!idle || !PyLong_CheckExact(idle) || PyObject_IsTrue(idle) || !open || !PySet_CheckExact(open)) return NULL;
+    Py_ssize_t max_pending = PyLong_AsSsize_t(self->max_pending);
+    if (max_pending == -1 && PyErr_Occurred()) return NULL;
+    if (PyObject_Size(self->sessions) + 1 > max_pending) return NULL;  /* an eviction: Python's */
+    PyObject *lock = PyObject_GetAttr(self->registry, s_lock);
+    if (!lock) return NULL;
+    PyObject *argv[2] = {lock, Py_False};
+    PyObject *got = PyObject_VectorcallMethod(s_acquire, argv, 2 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+    int held = got == Py_True;
+    Py_XDECREF(got);
+    if (!held) {  /* another thread is inside the registry: Python's path waits for it */
+        Py_DECREF(lock);
+        return NULL;
+    }
+    /* The checks above still hold: nothing ran Python code since. What follows runs none either
+     * with the stdlib's clock, ids and ident (a stand-in may; the lock keeps other threads out). */
+    Py_INCREF(task);
+    PyObject *session_id = PyIter_Next(self->session_ids), *state = NULL, *out = NULL;
+    if (!session_id) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_RuntimeError, "session ids ran out");
+        goto release;
+    }
+    if (!(state = new_session(self, session_id, task_id, task))) goto release;
+    if (PyObject_SetItem(self->sessions, session_id, state) < 0) goto release;
+    if (PySet_Add(open, session_id) < 0) goto release;
+    out = Py_NewRef(session_id);
+release:;
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);  /* released whatever happened */
+    argv[1] = NULL;
+    got = PyObject_VectorcallMethod(s_release, argv, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+    if (got) {
+        Py_DECREF(got);
+        PyErr_Restore(type, value, tb);
+    } else {
+        Py_XDECREF(type);
+        Py_XDECREF(value);
+        Py_XDECREF(tb);
+        Py_CLEAR(out);
+    }
+    Py_DECREF(lock);
+    Py_DECREF(task);
+    Py_XDECREF(session_id);
+    Py_XDECREF(state);
+    if (!out && !PyErr_Occurred()) PyErr_SetString(PyExc_RuntimeError, "register_session failed");
+    return out;
+}
+
+/* --- the callable ---------------------------------------------------------------------------- */
+
+static PyObject *call(PyObject *callable, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+    Compiled *self = (Compiled *)callable;
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    PyObject *on = SLOT(self->state, self->o_sessions_on);
+    if (on == Py_True && self->kind == EVENT) {
+        PyObject *session_id = mark_session(args, nargs, kwnames);
+        if (session_id && session_id != Py_None && PyUnicode_CheckExact(args[0])) {
+            int r = mark(self, args[0], session_id);
+            if (r > 0) Py_RETURN_NONE;
+            if (r < 0) PyErr_Clear();  /* the Python path does it again, under its guard */
+        }
+    } else if (on == Py_True && self->kind == REGISTER && nargs == 1 && !kwnames && args[0] != Py_None) {
+        /* register_session(task_id) */
+        PyObject *session_id = register_one(self, args[0]);
+        if (session_id) return session_id;
+        /* An error here changed nothing the Python path would see twice: a session it made is
+         * dropped with the error, before its task or the registry hold it. */
+        PyErr_Clear();
+    }
+    return PyObject_Vectorcall(self->slow, args, nargsf, kwnames);
+}
+
+static int take_offset(PyTypeObject *cls, const char *name, Py_ssize_t *off) {
+    PyObject *d = PyDict_GetItemString(cls->tp_dict, name);
+    if (!d || !Py_IS_TYPE(d, &PyMemberDescr_Type) || ((PyMemberDescrObject *)d)->d_member->type != T_OBJECT_EX) {
+        PyErr_Format(PyExc_TypeError, "%s.%s is not an object slot", cls->tp_name, name);
+        return -1;
+    }
+    *off = ((PyMemberDescrObject *)d)->d_member->offset;
+    return 0;
+}
+
+static PyTypeObject CompiledType;
+
+/* A Compiled of `kind` around slow, with STATE's slots and the stdlib functions its globals hold. */
+static Compiled *make(int kind, PyObject *slow, PyObject *state, PyObject *globals, PyTypeObject *session_type) {
+    PyObject *time_ns = PyDict_GetItemWithError(globals, s_time_ns);
+    PyObject *get_ident = time_ns ? PyDict_GetItemWithError(globals, s_get_ident) : NULL;
+    if (!time_ns || !get_ident) return PyErr_Occurred() ? NULL : (void *)PyErr_Format(PyExc_KeyError, "time_ns, get_ident");
+    Compiled *self = PyObject_GC_New(Compiled, &CompiledType);
+    if (!self) return NULL;
+    memset((char *)self + offsetof(Compiled, vectorcall), 0, sizeof(Compiled) - offsetof(Compiled, vectorcall));
+    self->vectorcall = call;
+    self->kind = kind;
+    self->slow = Py_NewRef(slow);
+    self->state = Py_NewRef(state);
+    self->globals = Py_NewRef(globals);
+    self->time_ns = Py_NewRef(time_ns);
+    self->get_ident = Py_NewRef(get_ident);
+    self->session_type = (PyTypeObject *)Py_NewRef(session_type);
+    PyObject_GC_Track(self);
+    if (take_offset(Py_TYPE(state), "sessions_on", &self->o_sessions_on)
+        || take_offset(Py_TYPE(state), "registry", &self->o_registry)
+        || take_offset(Py_TYPE(state), "policy_version", &self->o_version)
+        || take_offset(session_type, "open_phases", &self->o_open) || take_offset(session_type, "done", &self->o_done)) {
+        Py_DECREF(self);
+        return NULL;
+    }
+    return self;
+}
+
+/* session_event(slow, state, methods, session_type, globals) */
+static PyObject *new_event(PyObject *module, PyObject *args) {
+    PyObject *slow, *state, *methods, *globals;
+    PyTypeObject *session_type;
+    if (!PyArg_ParseTuple(args, "OOO!O!O!:session_event", &slow, &state, &PyDict_Type, &methods, &PyType_Type,
+                          &session_type, &PyDict_Type, &globals))
+        return NULL;
+    Compiled *self = make(EVENT, slow, state, globals, session_type);
+    if (self) self->methods = Py_NewRef(methods);
+    return (PyObject *)self;
+}
+
+/* register_session(slow, state, session_type, task_type, globals) */
+static PyObject *new_register(PyObject *module, PyObject *args) {
+    PyObject *slow, *state, *globals;
+    PyTypeObject *session_type, *task_type;
+    if (!PyArg_ParseTuple(args, "OOO!O!O!:register_session", &slow, &state, &PyType_Type, &session_type,
+                          &PyType_Type, &task_type, &PyDict_Type, &globals))
+        return NULL;
+    /* Every slot of SessionState is one register() sets, and it has no other storage. */
+    PyObject *declared = PyDict_GetItemString(session_type->tp_dict, "__slots__");
+    if (!declared || !PyTuple_Check(declared) || PyTuple_GET_SIZE(declared) != N_SESSION_SLOTS
+        || session_type->tp_dictoffset || session_type->tp_base != &PyBaseObject_Type)
+        return PyErr_Format(PyExc_TypeError, "%s's slots are not the %d register_session sets", session_type->tp_name,
+                            N_SESSION_SLOTS);
+    PyObject *getrandbits = PyDict_GetItemWithError(globals, s_getrandbits);
+    if (!getrandbits) return PyErr_Occurred() ? NULL : PyErr_Format(PyExc_KeyError, "getrandbits");
+    Compiled *self = make(REGISTER, slow, state, globals, session_type);
+    if (!self) return NULL;
+    self->getrandbits = Py_NewRef(getrandbits);
+    self->task_type = (PyTypeObject *)Py_NewRef(task_type);
+    for (int k = 0; k < N_SESSION_SLOTS; k++)
+        if (take_offset(session_type, session_slots[k], &self->o_session[k]) < 0) {
+            Py_DECREF(self);
+            return NULL;
+        }
+    if (take_offset(task_type, "open_sessions", &self->o_task_open)
+        || take_offset(task_type, "idle_since", &self->o_task_idle)) {
+        Py_DECREF(self);
+        return NULL;
+    }
+    return (PyObject *)self;
+}
+
+#define EACH_REF(F) \
+    F(slow) F(state) F(methods) F(globals) F(time_ns) F(getrandbits) F(get_ident) F(dict) F(registry) \
+    F(sessions) F(options) F(tasks) F(session_ids) F(pipeline) F(max_pending)
+
+static int traverse(Compiled *self, visitproc visit, void *arg) {
+#define VISIT(f) Py_VISIT(self->f);
+    EACH_REF(VISIT)
+#undef VISIT
+    Py_VISIT(self->session_type);
+    Py_VISIT(self->task_type);
+    return 0;
+}
+
+static int clear(Compiled *self) {
+#define CLEAR(f) Py_CLEAR(self->f);
+    EACH_REF(CLEAR)
+#undef CLEAR
+    Py_CLEAR(self->session_type);
+    Py_CLEAR(self->task_type);
+    return 0;
+}
+
+static void dealloc(Compiled *self) {
+    PyObject_GC_UnTrack(self);
+    clear(self);
+    PyObject_GC_Del(self);
+}
+
+static PyGetSetDef getset[] = {
+    {"__dict__", PyObject_GenericGetDict, PyObject_GenericSetDict, NULL, NULL},
+    {NULL},
+};
+
+static PyTypeObject CompiledType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "otel_rl._internal.recording._tracking.Compiled",
+    .tp_basicsize = sizeof(Compiled),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_doc = "A session call with its common case compiled (see the module's source).",
+    .tp_dealloc = (destructor)dealloc,
+    .tp_traverse = (traverseproc)traverse,
+    .tp_clear = (inquiry)clear,
+    .tp_call = PyVectorcall_Call,
+    .tp_vectorcall_offset = offsetof(Compiled, vectorcall),
+    .tp_dictoffset = offsetof(Compiled, dict),
+    .tp_getset = getset,
+};
+
+static PyMethodDef methods[] = {
+    {"session_event", new_event, METH_VARARGS,
+     "session_event(slow, state, methods, session_type, globals): trace_session_event, its marks compiled."},
+    {"register_session", new_register, METH_VARARGS,
+     "register_session(slow, state, session_type, task_type, globals): register_session, compiled for a known task."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_tracking", NULL, -1, methods};
+
+PyMODINIT_FUNC PyInit__tracking(void) {
+    if (PyType_Ready(&CompiledType) < 0) return NULL;
+#define INTERN(var, text) if (!(var = PyUnicode_InternFromString(text))) return NULL;
+    INTERN(s_session_id, "session_id")
+    INTERN(s_phase_options, "phase_options")
+    INTERN(s_sessions, "sessions")
+    INTERN(s_time_ns, "time_ns")
+    INTERN(s_getrandbits, "getrandbits")
+    INTERN(s_get_ident, "get_ident")
+    INTERN(s_new_span_id, "new_span_id")
+    INTERN(s_tasks, "tasks")
+    INTERN(s_session_ids, "_session_ids")
+    INTERN(s_pipeline, "_pipeline")
+    INTERN(s_max_pending, "_max_pending")
+    INTERN(s_lock, "_lock")
+    INTERN(s_acquire, "acquire")
+    INTERN(s_release, "release")
+#undef INTERN
+    if (!(bits64 = PyLong_FromLong(64))) return NULL;
+    return PyModule_Create(&module);
+}
