@@ -12,6 +12,7 @@ from support.capture import MAIN_THREAD as MAIN
 from support.capture import S, span_hex
 
 import otel_rl
+from otel_rl._internal.recording import tracking
 from otel_rl import sessions
 
 compiled = pytest.mark.skipif(sessions._tracking is None, reason="built without a C compiler")
@@ -176,3 +177,53 @@ def test_without_the_compiled_twin_the_calls_are_the_python_functions(monkeypatc
     monkeypatch.setattr(sessions, "_tracking", None)
     python = python_function(otel_rl.register_session)
     assert sessions._compiled(python, lambda fn: pytest.fail("nothing to build")) is python
+
+
+@pytest.fixture(params=["public", "python"])
+def record_path(request, monkeypatch):
+    """Finalized sessions' records built compiled (where built) or by the Python steps."""
+    if request.param == "python":
+        monkeypatch.setattr(tracking, "_session_record", None)
+    return request.param
+
+
+def test_a_plain_session_finalized_on_either_path_has_the_same_span_and_record(capture, record_path):
+    otel_rl.set_policy_version(3)
+    try:
+        session_id = otel_rl.register_session(otel_rl.register_task())  # 1 s, 2 s
+        otel_rl.trace_session_event("mark_generate_start", session_id=session_id)  # 3 s
+        otel_rl.trace_session_event("mark_generate_end", session_id=session_id)  # 4 s
+        otel_rl.trace_session_event("mark_finalized", session_id=session_id, status="failed", reason="timeout")  # 5 s
+    finally:
+        otel_rl.set_policy_version(None)
+    assert capture.spans()[1] == {
+        "name": "session", "trace_id": 1, "span_id": 2, "parent_id": 1, "start_ns": 2 * S, "end_ns": 5 * S,
+        "attributes": {**MAIN, **IDS, "rl.span.kind": "session", "rl.policy.version": 3,
+                       "rl.session.status": "failed", "rl.session.reason": "timeout", "rl.session.total_s": 3.0,
+                       "rl.session.generate_s": 1.0, "rl.session.generate_count": 1},
+        "status": {"code": "ERROR", "description": "timeout"}}
+    assert capture.sessions() == [{
+        "task_id": 0, "session_id": 0, "rank": 0, "role": "", "step": None, "status": "failed", "reason": "timeout",
+        "submit_ts": 2.0, "finalized_ts": 5.0, "total_s": 3.0, "generate_s": 1.0, "reward_s": 0.0, "toolcall_s": 0.0,
+        "phase_counts": {"generate": 1, "reward": 0, "toolcall": 0},
+        "phases": {"generate": [{"start_ts": 3.0, "end_ts": 4.0}]}, "counters": {}, "policy_versions": [3],
+        "trace_id": span_hex(1), "span_id": span_hex(2)}]
+
+
+def test_a_session_without_phases_finalized_on_either_path_has_no_bundle(capture, record_path):
+    session_id = otel_rl.register_session(otel_rl.register_task())  # 1 s, 2 s
+    otel_rl.trace_session_event("mark_finalized", session_id=session_id)  # 3 s
+    assert [(s["name"], s["start_ns"] // S, s["end_ns"] // S) for s in capture.spans()] == [
+        ("task", 1, 3), ("session", 2, 3)]
+    assert capture.sessions()[0]["phases"] == {}
+
+
+@compiled
+def test_a_session_with_more_than_its_ids_takes_the_python_steps(capture):
+    # A counter, a reward (extra attributes) or a step in force: the compiled builder leaves them.
+    session_id = otel_rl.register_session(otel_rl.register_task())
+    otel_rl.increment_counter("retries", session_id=session_id)
+    state = sessions.STATE.registry.sessions[session_id]
+    assert tracking._session_record(state, "accepted", None, 0, None, 5 * S) is None
+    otel_rl.trace_session_event("mark_finalized", session_id=session_id, reward=0.5)
+    assert capture.sessions()[0]["counters"] == {"retries": 1}

@@ -1,5 +1,6 @@
-/* The compiled twins of two session calls on the training thread (sessions.py, tracking.py):
- * a phase mark for an open session, and a session registered for a known task.
+/* The compiled twins of session calls on the training thread (sessions.py, tracking.py): a
+ * phase mark for an open session, a session registered for a known task, and a plain session's
+ * record at finalize (session_record, below).
  *
  * In Python a session's four marks cost about 19,000 instructions (a call with **payload, a
  * dozen attribute and dict lookups, two clock reads, two tuples) and its registration about
@@ -271,6 +272,131 @@ release:;
     return out;
 }
 
+static int take_offset(PyTypeObject *cls, const char *name, Py_ssize_t *off);  /* below */
+
+/* --- a finalized session's record -------------------------------------------------------------
+ * session_record(state, status, reason, code, description, end_ns): for a session finalized with
+ * no step in force and no extra attributes, whose span object was never made, with no open phase,
+ * no counter and nothing set on it, and its task's trace state empty, the record SessionState.record
+ * builds from the attributes _finalize_all gives it; None for any other session (nothing built). */
+static struct {
+    PyObject *session_type, *task_type, *span_type, *empty_state;
+    Py_ssize_t o_span, o_open, o_done, o_counters, o_extra, o_sid, o_tid, o_task, o_span_id, o_start, o_thread,
+        o_version;  /* SessionState */
+    Py_ssize_t o_task_span, o_task_bag;  /* TaskState */
+    Py_ssize_t o_trace, o_parent_span, o_flags, o_state;  /* LeanSpan */
+    PyObject *k_kind, *kind_session, *k_session, *k_task, *k_version, *k_status, *k_reason, *name;
+    Py_ssize_t fields, at[21];  /* the record's length, and each field's index (record.layout()) */
+} rec_cfg;
+
+enum { F_NAME, F_TRACE, F_SPAN, F_PARENT, F_REMOTE, F_FLAGS, F_STATE, F_START, F_END, F_KIND, F_IDS, F_THREAD,
+       F_CATEGORY, F_ATTRS, F_ARGS, F_EVENTS, F_LINKS, F_STATUS, F_DESC, F_SCOPE, F_BUNDLE, N_FIELDS };
+static const char *const field_names[N_FIELDS] = {
+    "NAME", "TRACE_ID", "SPAN_ID", "PARENT_ID", "PARENT_REMOTE", "FLAGS", "TRACE_STATE", "START", "END", "KIND", "IDS",
+    "THREAD", "CATEGORY", "ATTRIBUTES", "ARGS", "EVENTS", "LINKS", "STATUS", "STATUS_DESC", "SCOPE", "BUNDLE"};
+
+static PyObject *session_record(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 6) {
+        PyErr_SetString(PyExc_TypeError, "session_record(state, status, reason, code, description, end_ns)");
+        return NULL;
+    }
+    if (!rec_cfg.name) {
+        PyErr_SetString(PyExc_RuntimeError, "configure_records() was not called");
+        return NULL;
+    }
+    PyObject *state = args[0], *status = args[1], *reason = args[2], *code = args[3], *description = args[4];
+    if ((PyObject *)Py_TYPE(state) != rec_cfg.session_type) Py_RETURN_NONE;
+    PyObject *span = SLOT(state, rec_cfg.o_span), *open = SLOT(state, rec_cfg.o_open), *done = SLOT(state, rec_cfg.o_done);
+    PyObject *counters = SLOT(state, rec_cfg.o_counters), *extra = SLOT(state, rec_cfg.o_extra);
+    PyObject *task = SLOT(state, rec_cfg.o_task);
+    if (span != Py_None || !open || !PyList_CheckExact(open) || PyList_GET_SIZE(open) || !done
+        || !PyList_CheckExact(done) || counters != Py_None || extra != Py_None || !task
+        || (PyObject *)Py_TYPE(task) != rec_cfg.task_type)
+        Py_RETURN_NONE;
+    PyObject *parent = SLOT(task, rec_cfg.o_task_span), *bag = SLOT(task, rec_cfg.o_task_bag);
+    if (!parent || (PyObject *)Py_TYPE(parent) != rec_cfg.span_type || !bag
+        || SLOT(parent, rec_cfg.o_state) != rec_cfg.empty_state)
+        Py_RETURN_NONE;
+    PyObject *sid = SLOT(state, rec_cfg.o_sid), *tid = SLOT(state, rec_cfg.o_tid), *version = SLOT(state, rec_cfg.o_version);
+    PyObject *rec = NULL, *attrs = PyDict_New();
+    /* SessionState.attributes(), then what _finalize_all sets, in the same order */
+    if (!attrs || PyDict_SetItem(attrs, rec_cfg.k_kind, rec_cfg.kind_session) < 0
+        || PyDict_SetItem(attrs, rec_cfg.k_session, sid) < 0 || PyDict_SetItem(attrs, rec_cfg.k_task, tid) < 0
+        || (version != Py_None && PyDict_SetItem(attrs, rec_cfg.k_version, version) < 0)
+        || PyDict_SetItem(attrs, rec_cfg.k_status, status) < 0
+        || (reason != Py_None && PyDict_SetItem(attrs, rec_cfg.k_reason, reason) < 0))
+        goto done;
+    PyObject *bundle = Py_None;  /* record.bundle(session id, done) */
+    if (PyList_GET_SIZE(done)) {
+        PyObject *phases = PyList_AsTuple(done);
+        if (!phases || !(bundle = PyTuple_Pack(2, sid, phases))) {
+            Py_XDECREF(phases);
+            goto done;
+        }
+        Py_DECREF(phases);
+    } else {
+        Py_INCREF(bundle);
+    }
+    PyObject *zero = PyLong_FromLong(0);
+    if (!zero) { Py_DECREF(bundle); goto done; }
+    PyObject *v[N_FIELDS] = {
+        rec_cfg.name, SLOT(parent, rec_cfg.o_trace), SLOT(state, rec_cfg.o_span_id), SLOT(parent, rec_cfg.o_parent_span),
+        Py_False, SLOT(parent, rec_cfg.o_flags), Py_None, SLOT(state, rec_cfg.o_start), args[5], zero, bag,
+        SLOT(state, rec_cfg.o_thread), Py_None, attrs, Py_None, Py_None, Py_None, code, description, Py_None, bundle};
+    if (!(rec = PyTuple_New(rec_cfg.fields))) { Py_DECREF(zero); Py_DECREF(bundle); goto done; }
+    for (int k = 0; k < N_FIELDS; k++) {
+        if (!v[k]) { PyErr_SetString(PyExc_TypeError, "a session of an unexpected shape"); Py_CLEAR(rec); break; }
+        PyTuple_SET_ITEM(rec, rec_cfg.at[k], Py_NewRef(v[k]));
+    }
+    Py_DECREF(zero);
+    Py_DECREF(bundle);
+done:
+    Py_XDECREF(attrs);
+    return rec;
+}
+
+/* configure_records(dict): the classes, keys and record layout session_record() builds with. */
+static PyObject *configure_records(PyObject *module, PyObject *config) {
+    if (!PyDict_Check(config)) {
+        PyErr_SetString(PyExc_TypeError, "configure_records() takes a dict");
+        return NULL;
+    }
+    PyObject *layout = NULL;
+    if (take(config, "SessionState", &rec_cfg.session_type) || take(config, "TaskState", &rec_cfg.task_type)
+        || take(config, "LeanSpan", &rec_cfg.span_type) || take(config, "EMPTY_TRACE_STATE", &rec_cfg.empty_state)
+        || take(config, "SPAN_KIND", &rec_cfg.k_kind) || take(config, "KIND_SESSION", &rec_cfg.kind_session)
+        || take(config, "SESSION_ID", &rec_cfg.k_session) || take(config, "TASK_ID", &rec_cfg.k_task)
+        || take(config, "POLICY_VERSION", &rec_cfg.k_version) || take(config, "SESSION_STATUS", &rec_cfg.k_status)
+        || take(config, "SESSION_REASON", &rec_cfg.k_reason) || take(config, "layout", &layout))
+        return NULL;
+    int ok = PyType_Check(rec_cfg.session_type) && PyType_Check(rec_cfg.task_type) && PyType_Check(rec_cfg.span_type)
+             && PyDict_Check(layout) && take_index(layout, "fields", &rec_cfg.fields) == 0;
+    int taken[64] = {0};
+    for (int k = 0; ok && k < N_FIELDS; k++) {
+        ok = take_index(layout, field_names[k], &rec_cfg.at[k]) == 0 && rec_cfg.at[k] < rec_cfg.fields
+             && rec_cfg.fields <= 64 && !taken[rec_cfg.at[k]];
+        if (ok) taken[rec_cfg.at[k]] = 1;
+    }
+    ok = ok && rec_cfg.fields == N_FIELDS;  /* every field is one set here */
+    Py_DECREF(layout);
+    PyTypeObject *ss = (PyTypeObject *)rec_cfg.session_type, *ts = (PyTypeObject *)rec_cfg.task_type,
+                 *ls = (PyTypeObject *)rec_cfg.span_type;
+    if (!ok || take_offset(ss, "_span", &rec_cfg.o_span) || take_offset(ss, "open_phases", &rec_cfg.o_open)
+        || take_offset(ss, "done", &rec_cfg.o_done) || take_offset(ss, "counters", &rec_cfg.o_counters)
+        || take_offset(ss, "extra", &rec_cfg.o_extra) || take_offset(ss, "session_id", &rec_cfg.o_sid)
+        || take_offset(ss, "task_id", &rec_cfg.o_tid) || take_offset(ss, "task", &rec_cfg.o_task)
+        || take_offset(ss, "span_id", &rec_cfg.o_span_id) || take_offset(ss, "start_ns", &rec_cfg.o_start)
+        || take_offset(ss, "thread", &rec_cfg.o_thread) || take_offset(ss, "version", &rec_cfg.o_version)
+        || take_offset(ts, "span", &rec_cfg.o_task_span) || take_offset(ts, "bag", &rec_cfg.o_task_bag)
+        || take_offset(ls, "trace_id", &rec_cfg.o_trace) || take_offset(ls, "span_id", &rec_cfg.o_parent_span)
+        || take_offset(ls, "flags", &rec_cfg.o_flags) || take_offset(ls, "trace_state", &rec_cfg.o_state)) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "configure_records(): a layout that does not fit");
+        return NULL;
+    }
+    Py_XSETREF(rec_cfg.name, PyUnicode_InternFromString("session"));
+    return rec_cfg.name ? Py_NewRef(Py_None) : NULL;
+}
+
 /* --- the callable ---------------------------------------------------------------------------- */
 
 static PyObject *call(PyObject *callable, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
@@ -427,6 +553,9 @@ static PyTypeObject CompiledType = {
 };
 
 static PyMethodDef methods[] = {
+    {"configure_records", configure_records, METH_O, "Sets the classes, keys and layout session_record() uses."},
+    {"session_record", (PyCFunction)(void (*)(void))session_record, METH_FASTCALL,
+     "A plain finalized session's record, as SessionState.record builds it; None for any other."},
     {"session_event", new_event, METH_VARARGS,
      "session_event(slow, state, methods, session_type, globals): trace_session_event, its marks compiled."},
     {"register_session", new_register, METH_VARARGS,

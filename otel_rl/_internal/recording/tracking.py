@@ -487,7 +487,14 @@ class Registry:
         # A session's step is the step that consumed it: the one in force where it is
         # finalized (the trainer's verdict travels with its step), else its task's.
         step = current_id(keys.STEP)
+        # The plain case compiled (see _tracking.c): no step, no extra attributes, and the
+        # session itself plain (checked there); None sends a session the Python way below.
+        compiled = _session_record if step is None and not extra else None
         for state in states:
+            rec = compiled(state, status, reason, code, description, end_ns) if compiled else None
+            if rec is not None:
+                enqueue(rec)
+                continue
             if state.open_phases:
                 self._interrupt_phases(state, status, end_ns)
             attrs = state.attributes()
@@ -559,3 +566,23 @@ class Registry:
             self.tasks.clear()
         for task in tasks:
             self._end_task(task)
+
+
+def _compiled_session_record() -> Any:
+    """``_tracking.session_record`` configured for this module's classes, or ``None``
+    where it was not built (then every session takes the Python steps)."""
+    try:
+        from . import _tracking
+    except ImportError:  # built without a C compiler
+        return None
+    _tracking.configure_records({
+        "SessionState": SessionState, "TaskState": TaskState, "LeanSpan": LeanSpan,
+        "EMPTY_TRACE_STATE": records.EMPTY_TRACE_STATE, "SPAN_KIND": keys.SPAN_KIND,
+        "KIND_SESSION": keys.KIND_SESSION, "SESSION_ID": keys.SESSION_ID, "TASK_ID": keys.TASK_ID,
+        "POLICY_VERSION": keys.POLICY_VERSION, "SESSION_STATUS": keys.SESSION_STATUS,
+        "SESSION_REASON": keys.SESSION_REASON, "layout": records.layout(),
+    })
+    return _tracking.session_record
+
+
+_session_record = _compiled_session_record()
