@@ -6,6 +6,7 @@
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <structmember.h>
 #include <limits.h>
 #include <string.h>
 
@@ -44,6 +45,19 @@ static inline int put(Buf *b, const void *s, Py_ssize_t len) {
 }
 
 #define PUTS(b, s) put((b), (s), (Py_ssize_t)(sizeof(s) - 1))
+
+/* The offset of object slot `name` of cls (__slots__), from its member descriptor: how the
+ * compiled twins read and set the slots of otel_rl's Python classes. -1 with TypeError when
+ * `name` is not such a slot. */
+static inline int slot_offset(PyTypeObject *cls, const char *name, Py_ssize_t *off) {
+    PyObject *d = PyDict_GetItemString(cls->tp_dict, name);
+    if (!d || !Py_IS_TYPE(d, &PyMemberDescr_Type) || ((PyMemberDescrObject *)d)->d_member->type != T_OBJECT_EX) {
+        PyErr_Format(PyExc_TypeError, "%s.%s is not an object slot", cls->tp_name, name);
+        return -1;
+    }
+    *off = ((PyMemberDescrObject *)d)->d_member->offset;
+    return 0;
+}
 
 /* config[key] into *slot (a new reference, replacing what was there). */
 static inline int take(PyObject *config, const char *key, PyObject **slot) {

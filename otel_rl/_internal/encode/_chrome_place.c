@@ -13,7 +13,6 @@
  * through the offsets of the classes' member descriptors, found once in configure().
  */
 #include "../_cext.h"
-#include <structmember.h>
 
 static PyObject *complete_fn;  /* _chrome_lines.complete */
 static PyObject *flows_fn;  /* _chrome_lines.flows */
@@ -1503,21 +1502,6 @@ done:
 }
 
 /* --- configure ---------------------------------------------------------------------------- */
-static int offset_of(PyTypeObject *cls, const char *name, Py_ssize_t *off) {
-    PyObject *d = PyDict_GetItemString(cls->tp_dict, name);
-    if (!d || !Py_IS_TYPE(d, &PyMemberDescr_Type)) {
-        PyErr_Format(PyExc_TypeError, "%s.%s is not a slot", cls->tp_name, name);
-        return -1;
-    }
-    PyMemberDef *m = ((PyMemberDescrObject *)d)->d_member;
-    if (m->type != T_OBJECT_EX) {
-        PyErr_Format(PyExc_TypeError, "%s.%s is not an object slot", cls->tp_name, name);
-        return -1;
-    }
-    *off = m->offset;
-    return 0;
-}
-
 static int take_type(PyObject *config, const char *key, PyTypeObject **slot) {
     PyObject *v = NULL;
     if (take(config, key, &v) < 0) return -1;
@@ -1536,15 +1520,15 @@ static PyObject *configure(PyObject *self, PyObject *config) {
     if (take_type(config, "TwoGenerationMap", &t_map) || take_type(config, "Lane", &t_lane)
         || take_type(config, "LaneLevel", &t_level) || take_type(config, "LaneGroup", &t_group)
         || take_type(config, "ProcessLanes", &t_proc)
-        || offset_of(t_map, "cap", &o_map_cap) || offset_of(t_map, "young", &o_map_young)
-        || offset_of(t_map, "old", &o_map_old) || offset_of(t_lane, "index", &o_lane_index)
-        || offset_of(t_lane, "tid", &o_lane_tid) || offset_of(t_lane, "root", &o_lane_root)
-        || offset_of(t_lane, "count", &o_lane_count) || offset_of(t_lane, "max_end", &o_lane_max_end)
-        || offset_of(t_lane, "pruned_before", &o_lane_pruned) || offset_of(t_lane, "next_prune", &o_lane_next)
-        || offset_of(t_level, "starts", &o_level_starts) || offset_of(t_level, "ends", &o_level_ends)
-        || offset_of(t_level, "ids", &o_level_ids) || offset_of(t_level, "kids", &o_level_kids)
-        || offset_of(t_group, "lanes", &o_group_lanes) || offset_of(t_group, "used", &o_group_used)
-        || offset_of(t_proc, "pid", &o_proc_pid) || offset_of(t_proc, "groups", &o_proc_groups)
+        || slot_offset(t_map, "cap", &o_map_cap) || slot_offset(t_map, "young", &o_map_young)
+        || slot_offset(t_map, "old", &o_map_old) || slot_offset(t_lane, "index", &o_lane_index)
+        || slot_offset(t_lane, "tid", &o_lane_tid) || slot_offset(t_lane, "root", &o_lane_root)
+        || slot_offset(t_lane, "count", &o_lane_count) || slot_offset(t_lane, "max_end", &o_lane_max_end)
+        || slot_offset(t_lane, "pruned_before", &o_lane_pruned) || slot_offset(t_lane, "next_prune", &o_lane_next)
+        || slot_offset(t_level, "starts", &o_level_starts) || slot_offset(t_level, "ends", &o_level_ends)
+        || slot_offset(t_level, "ids", &o_level_ids) || slot_offset(t_level, "kids", &o_level_kids)
+        || slot_offset(t_group, "lanes", &o_group_lanes) || slot_offset(t_group, "used", &o_group_used)
+        || slot_offset(t_proc, "pid", &o_proc_pid) || slot_offset(t_proc, "groups", &o_proc_groups)
        
         || take(config, "SPAN_KIND", &k_span_kind) || take(config, "SESSION_ID", &k_session_id)
         || take(config, "THREAD_ID", &k_thread_id) || take(config, "GAUGE_VALUE", &k_gauge)

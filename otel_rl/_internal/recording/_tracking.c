@@ -27,7 +27,6 @@
  * when a callable is made.
  */
 #include "../_cext.h"
-#include <structmember.h>
 #include <time.h>
 #include <pythread.h>
 
@@ -272,8 +271,6 @@ release:;
     return out;
 }
 
-static int take_offset(PyTypeObject *cls, const char *name, Py_ssize_t *off);  /* below */
-
 /* --- a finalized session's record -------------------------------------------------------------
  * session_record(state, status, reason, code, description, end_ns): for a session finalized with
  * no step in force and no extra attributes, whose span object was never made, with no open phase,
@@ -381,15 +378,15 @@ static PyObject *configure_records(PyObject *module, PyObject *config) {
     Py_DECREF(layout);
     PyTypeObject *ss = (PyTypeObject *)rec_cfg.session_type, *ts = (PyTypeObject *)rec_cfg.task_type,
                  *ls = (PyTypeObject *)rec_cfg.span_type;
-    if (!ok || take_offset(ss, "_span", &rec_cfg.o_span) || take_offset(ss, "open_phases", &rec_cfg.o_open)
-        || take_offset(ss, "done", &rec_cfg.o_done) || take_offset(ss, "counters", &rec_cfg.o_counters)
-        || take_offset(ss, "extra", &rec_cfg.o_extra) || take_offset(ss, "session_id", &rec_cfg.o_sid)
-        || take_offset(ss, "task_id", &rec_cfg.o_tid) || take_offset(ss, "task", &rec_cfg.o_task)
-        || take_offset(ss, "span_id", &rec_cfg.o_span_id) || take_offset(ss, "start_ns", &rec_cfg.o_start)
-        || take_offset(ss, "thread", &rec_cfg.o_thread) || take_offset(ss, "version", &rec_cfg.o_version)
-        || take_offset(ts, "span", &rec_cfg.o_task_span) || take_offset(ts, "bag", &rec_cfg.o_task_bag)
-        || take_offset(ls, "trace_id", &rec_cfg.o_trace) || take_offset(ls, "span_id", &rec_cfg.o_parent_span)
-        || take_offset(ls, "flags", &rec_cfg.o_flags) || take_offset(ls, "trace_state", &rec_cfg.o_state)) {
+    if (!ok || slot_offset(ss, "_span", &rec_cfg.o_span) || slot_offset(ss, "open_phases", &rec_cfg.o_open)
+        || slot_offset(ss, "done", &rec_cfg.o_done) || slot_offset(ss, "counters", &rec_cfg.o_counters)
+        || slot_offset(ss, "extra", &rec_cfg.o_extra) || slot_offset(ss, "session_id", &rec_cfg.o_sid)
+        || slot_offset(ss, "task_id", &rec_cfg.o_tid) || slot_offset(ss, "task", &rec_cfg.o_task)
+        || slot_offset(ss, "span_id", &rec_cfg.o_span_id) || slot_offset(ss, "start_ns", &rec_cfg.o_start)
+        || slot_offset(ss, "thread", &rec_cfg.o_thread) || slot_offset(ss, "version", &rec_cfg.o_version)
+        || slot_offset(ts, "span", &rec_cfg.o_task_span) || slot_offset(ts, "bag", &rec_cfg.o_task_bag)
+        || slot_offset(ls, "trace_id", &rec_cfg.o_trace) || slot_offset(ls, "span_id", &rec_cfg.o_parent_span)
+        || slot_offset(ls, "flags", &rec_cfg.o_flags) || slot_offset(ls, "trace_state", &rec_cfg.o_state)) {
         if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "configure_records(): a layout that does not fit");
         return NULL;
     }
@@ -421,15 +418,6 @@ static PyObject *call(PyObject *callable, PyObject *const *args, size_t nargsf, 
     return PyObject_Vectorcall(self->slow, args, nargsf, kwnames);
 }
 
-static int take_offset(PyTypeObject *cls, const char *name, Py_ssize_t *off) {
-    PyObject *d = PyDict_GetItemString(cls->tp_dict, name);
-    if (!d || !Py_IS_TYPE(d, &PyMemberDescr_Type) || ((PyMemberDescrObject *)d)->d_member->type != T_OBJECT_EX) {
-        PyErr_Format(PyExc_TypeError, "%s.%s is not an object slot", cls->tp_name, name);
-        return -1;
-    }
-    *off = ((PyMemberDescrObject *)d)->d_member->offset;
-    return 0;
-}
 
 static PyTypeObject CompiledType;
 
@@ -450,10 +438,10 @@ static Compiled *make(int kind, PyObject *slow, PyObject *state, PyObject *globa
     self->get_ident = Py_NewRef(get_ident);
     self->session_type = (PyTypeObject *)Py_NewRef(session_type);
     PyObject_GC_Track(self);
-    if (take_offset(Py_TYPE(state), "sessions_on", &self->o_sessions_on)
-        || take_offset(Py_TYPE(state), "registry", &self->o_registry)
-        || take_offset(Py_TYPE(state), "policy_version", &self->o_version)
-        || take_offset(session_type, "open_phases", &self->o_open) || take_offset(session_type, "done", &self->o_done)) {
+    if (slot_offset(Py_TYPE(state), "sessions_on", &self->o_sessions_on)
+        || slot_offset(Py_TYPE(state), "registry", &self->o_registry)
+        || slot_offset(Py_TYPE(state), "policy_version", &self->o_version)
+        || slot_offset(session_type, "open_phases", &self->o_open) || slot_offset(session_type, "done", &self->o_done)) {
         Py_DECREF(self);
         return NULL;
     }
@@ -492,12 +480,12 @@ static PyObject *new_register(PyObject *module, PyObject *args) {
     self->getrandbits = Py_NewRef(getrandbits);
     self->task_type = (PyTypeObject *)Py_NewRef(task_type);
     for (int k = 0; k < N_SESSION_SLOTS; k++)
-        if (take_offset(session_type, session_slots[k], &self->o_session[k]) < 0) {
+        if (slot_offset(session_type, session_slots[k], &self->o_session[k]) < 0) {
             Py_DECREF(self);
             return NULL;
         }
-    if (take_offset(task_type, "open_sessions", &self->o_task_open)
-        || take_offset(task_type, "idle_since", &self->o_task_idle)) {
+    if (slot_offset(task_type, "open_sessions", &self->o_task_open)
+        || slot_offset(task_type, "idle_since", &self->o_task_idle)) {
         Py_DECREF(self);
         return NULL;
     }
