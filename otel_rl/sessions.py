@@ -25,6 +25,11 @@ from ._internal.state import STATE
 from ._internal.recording import tracking
 from ._internal.recording.tracking import PHASES, PhaseOptions, SessionState, TaskState, current_id
 
+try:
+    from ._internal.recording import _tracking
+except ImportError:  # built without a C compiler: the Python functions run as they are
+    _tracking = None
+
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -339,11 +344,6 @@ def _compiled(python: Callable[..., Any], build: Callable[[Callable[..., Any]], 
         return python
     return functools.update_wrapper(build(python), python)
 
-
-try:
-    from ._internal.recording import _tracking
-except ImportError:  # built without a C compiler
-    _tracking = None
 
 register_session = _compiled(register_session, lambda python: _tracking.register_session(
     python, STATE, SessionState, TaskState, vars(tracking)))

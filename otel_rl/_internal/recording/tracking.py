@@ -74,6 +74,10 @@ RECENT_SESSIONS = 4096
 #: an unknown session: at least this many.
 FINALIZED_KEPT = 65536
 
+#: A task whose sessions are all finalized ends after this long without a new
+#: session (its span ends at the last finalize), or at save() / shutdown().
+TASK_IDLE_GRACE_NS = 1_000_000_000
+
 
 def _keep_latest(ids: dict[Any, Any], kept: int) -> dict[Any, Any]:
     """``ids`` itself, or its latest ``kept`` entries once it holds twice that: a
@@ -82,10 +86,6 @@ def _keep_latest(ids: dict[Any, Any], kept: int) -> dict[Any, Any]:
     if len(ids) <= 2 * kept:
         return ids
     return dict(itertools.islice(ids.items(), len(ids) - kept, None))
-
-#: A task whose sessions are all finalized ends after this long without a new
-#: session (its span ends at the last finalize), or at save() / shutdown().
-TASK_IDLE_GRACE_NS = 1_000_000_000
 
 
 class TaskState:
