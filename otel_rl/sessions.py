@@ -23,10 +23,10 @@ from ._internal.payload import own_values
 from ._internal.recording.spans import LeanSpan, record_error
 from ._internal.state import STATE
 from ._internal.recording import tracking
-from ._internal.recording.tracking import PHASES, PhaseOptions, SessionState, TaskState, current_id
+from ._internal.recording.tracking import PHASES, PhaseOptions, current_id
 
 try:
-    from ._internal.recording import _tracking
+    from ._internal.recording import _tracking  # configured when tracking was imported
 except ImportError:  # built without a C compiler: the Python functions run as they are
     _tracking = None
 
@@ -346,9 +346,9 @@ def _compiled(python: Callable[..., Any], build: Callable[[Callable[..., Any]], 
 
 
 register_session = _compiled(register_session, lambda python: _tracking.register_session(
-    python, STATE, SessionState, TaskState, vars(tracking)))
+    python, STATE, vars(tracking)))
 trace_session_event = _compiled(trace_session_event, lambda python: _tracking.session_event(
-    python, STATE, _PHASE_METHODS, SessionState, globals()))
+    python, STATE, _PHASE_METHODS, globals()))
 
 
 @guard.guarded()

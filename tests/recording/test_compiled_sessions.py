@@ -12,7 +12,7 @@ from support.capture import MAIN_THREAD as MAIN
 from support.capture import S, span_hex
 
 import otel_rl
-from otel_rl._internal.recording import tracking
+from otel_rl._internal.recording import record, tracking
 from otel_rl import sessions
 
 compiled = pytest.mark.skipif(sessions._tracking is None, reason="built without a C compiler")
@@ -146,9 +146,14 @@ def test_a_mark_the_fast_path_cannot_take_is_reported_as_the_python_function_rep
     assert (counts.get("phase_end_without_start"), counts.get("unknown_session")) == (1, 1)
 
 
-def test_marks_cost_nothing_while_sessions_are_off():
+def test_after_reset_the_calls_leave_the_registry_they_last_saw_alone(traced):
+    task_id = otel_rl.register_task()
+    session_id = otel_rl.register_session(task_id)  # the compiled calls now hold this registry
+    registry = sessions.STATE.registry
     otel_rl.reset()
-    assert otel_rl.trace_session_event("mark_generate_start", session_id=0) is None
+    assert otel_rl.register_session(task_id) is None
+    assert otel_rl.trace_session_event("mark_generate_start", session_id=session_id) is None
+    assert (registry.tasks, list(registry.sessions)) == ({}, [])  # closed at reset, and left so
 
 
 @compiled
@@ -162,15 +167,18 @@ def test_a_compiled_call_keeps_the_python_functions_name_signature_and_docstring
 
 
 @compiled
-def test_register_session_is_not_compiled_against_a_session_class_it_does_not_fill():
-    from otel_rl._internal.recording import _tracking, tracking
-
+def test_a_session_class_the_compiled_calls_do_not_fill_is_refused_and_changes_nothing(capture):
     class Session:
         __slots__ = ("session_id", "task_id")
 
+    config = {**tracking._record_config(), "SessionState": Session}
     with pytest.raises(TypeError, match="Session"):
-        _tracking.register_session(lambda task_id=None: None, sessions.STATE, Session, tracking.TaskState,
-                                   vars(tracking))
+        tracking._tracking.configure(config)
+    # The configuration in force is whole: a plain session's record is still built compiled.
+    session_id = otel_rl.register_session(otel_rl.register_task())
+    state = sessions.STATE.registry.sessions[session_id]
+    rec = tracking._session_record(state, "accepted", None, 0, None, 5 * S)
+    assert (rec[record.NAME], rec[record.SPAN_ID], rec[record.END]) == ("session", 2, 5 * S)
 
 
 def test_without_the_compiled_twin_the_calls_are_the_python_functions(monkeypatch):

@@ -49,18 +49,41 @@ typedef struct {
      * child replaces, is read at each call), so they are looked up once per configuration.
      * Held until the next configuration's first call. */
     PyObject *registry, *sessions, *options, *tasks, *session_ids, *pipeline, *max_pending;
-    PyTypeObject *session_type, *task_type;
-    Py_ssize_t o_sessions_on, o_registry, o_version;
-    Py_ssize_t o_open, o_done;  /* SessionState */
-    Py_ssize_t o_task_open, o_task_idle;  /* TaskState */
-    Py_ssize_t o_session[N_SESSION_SLOTS];  /* SessionState's slots, in session_slots' order */
+    Py_ssize_t o_sessions_on, o_registry, o_version;  /* STATE's slots */
 } Compiled;
 
 /* SessionState's slots, each set by new_session(): a slot added in Python and not here makes
- * register_session() refuse to be built (see new_register). */
+ * configure() refuse the class. */
 static const char *const session_slots[N_SESSION_SLOTS] = {
     "session_id", "task_id", "task", "span_id", "start_ns", "thread", "_span", "_ctx",
     "open_phases", "done", "counters", "_pipeline", "version", "extra"};
+enum { S_SESSION_ID, S_TASK_ID, S_TASK, S_SPAN_ID, S_START, S_THREAD, S_SPAN, S_CTX, S_OPEN, S_DONE, S_COUNTERS,
+       S_PIPELINE, S_VERSION, S_EXTRA };
+
+/* The record's fields, in record.py's order of their constants (record.layout() gives where). */
+enum { F_NAME, F_TRACE, F_SPAN, F_PARENT, F_REMOTE, F_FLAGS, F_STATE, F_START, F_END, F_KIND, F_IDS, F_THREAD,
+       F_CATEGORY, F_ATTRS, F_ARGS, F_EVENTS, F_LINKS, F_STATUS, F_DESC, F_SCOPE, F_BUNDLE, N_FIELDS };
+static const char *const field_names[N_FIELDS] = {
+    "NAME", "TRACE_ID", "SPAN_ID", "PARENT_ID", "PARENT_REMOTE", "FLAGS", "TRACE_STATE", "START", "END", "KIND", "IDS",
+    "THREAD", "CATEGORY", "ATTRIBUTES", "ARGS", "EVENTS", "LINKS", "STATUS", "STATUS_DESC", "SCOPE", "BUNDLE"};
+
+/* tracking.py's classes, keys and record layout, set by configure() when it is imported: the
+ * three paths read these, the callables only what they were made with. */
+#define N_CFG_REFS 12
+typedef struct {
+    union {
+        struct {
+            PyObject *session_type, *task_type, *span_type, *empty_state, *k_kind, *kind_session, *k_session,
+                *k_task, *k_version, *k_status, *k_reason, *name;
+        };
+        PyObject *refs[N_CFG_REFS];
+    };
+    Py_ssize_t session[N_SESSION_SLOTS];  /* SessionState's slots, in session_slots' order */
+    Py_ssize_t task_span, task_bag, task_open, task_idle;  /* TaskState's */
+    Py_ssize_t trace, parent_span, flags, trace_state;  /* LeanSpan's */
+    Py_ssize_t fields, at[N_FIELDS];  /* the record's length, and each field's index */
+} Config;
+static Config cfg;
 
 static PyObject *s_session_id, *s_phase_options, *s_sessions, *s_time_ns, *s_getrandbits, *s_get_ident,
     *s_new_span_id, *s_tasks, *s_session_ids, *s_pipeline, *s_max_pending, *s_lock, *s_acquire, *s_release,
@@ -127,7 +150,7 @@ static int mark(Compiled *self, PyObject *method, PyObject *session_id) {
     PyObject *state = Py_XNewRef(PyDict_GetItemWithError(self->sessions, session_id));
     if (!state) return PyErr_Occurred() ? -1 : 0;
     int r = 0;
-    PyObject *phases = Py_TYPE(state) == self->session_type ? SLOT(state, self->o_open) : NULL;
+    PyObject *phases = (PyObject *)Py_TYPE(state) == cfg.session_type ? SLOT(state, cfg.session[S_OPEN]) : NULL;
     if (!phases || !PyList_CheckExact(phases)) goto done;
     if (start == Py_True) {
         PyObject *version = SLOT(self->state, self->o_version);
@@ -145,7 +168,7 @@ static int mark(Compiled *self, PyObject *method, PyObject *session_id) {
     if (!last || !PyTuple_CheckExact(last) || PyTuple_GET_SIZE(last) != 5) goto done;
     int same = PyObject_RichCompareBool(PyTuple_GET_ITEM(last, 0), phase, Py_EQ);
     if (same <= 0) { r = same; goto done; }
-    PyObject *done_list = SLOT(state, self->o_done);
+    PyObject *done_list = SLOT(state, cfg.session[S_DONE]);
     if (!done_list || !PyList_CheckExact(done_list)) goto done;
     PyObject *now = clock_ns(self);
     if (!now) { r = -1; goto done; }
@@ -198,7 +221,8 @@ static PyObject *new_session(Compiled *self, PyObject *session_id, PyObject *tas
     }
     PyObject *start = clock_ns(self), *thread = start ? thread_ident(self) : NULL;
     PyObject *open = thread ? PyList_New(0) : NULL, *done = open ? PyList_New(0) : NULL;
-    PyObject *obj = done ? self->session_type->tp_alloc(self->session_type, 0) : NULL;
+    PyTypeObject *type = (PyTypeObject *)cfg.session_type;
+    PyObject *obj = done ? type->tp_alloc(type, 0) : NULL;
     if (!obj) {
         Py_DECREF(span_id);
         Py_XDECREF(start);
@@ -212,7 +236,7 @@ static PyObject *new_session(Compiled *self, PyObject *session_id, PyObject *tas
         Py_NewRef(session_id), Py_NewRef(task_id), Py_NewRef(task), span_id, start, thread, Py_NewRef(Py_None),
         Py_NewRef(Py_None), open, done, Py_NewRef(Py_None), Py_NewRef(self->pipeline),
         Py_NewRef(version ? version : Py_None), Py_NewRef(Py_None)};
-    for (int k = 0; k < N_SESSION_SLOTS; k++) SLOT(obj, self->o_session[k]) = values[k];
+    for (int k = 0; k < N_SESSION_SLOTS; k++) SLOT(obj, cfg.session[k]) = values[k];
     return obj;
 }
 
@@ -221,8 +245,8 @@ static PyObject *new_session(Compiled *self, PyObject *session_id, PyObject *tas
 static PyObject *register_one(Compiled *self, PyObject *task_id) {
     if (!registry_of(self)) return NULL;
     PyObject *task = PyDict_GetItemWithError(self->tasks, task_id);
-    if (!task || Py_TYPE(task) != self->task_type) return NULL;
-    PyObject *idle = SLOT(task, self->o_task_idle), *open = SLOT(task, self->o_task_open);
+    if (!task || (PyObject *)Py_TYPE(task) != cfg.task_type) return NULL;
+    PyObject *idle = SLOT(task, cfg.task_idle), *open = SLOT(task, cfg.task_open);
     if (!idle || !PyLong_CheckExact(idle) || PyObject_IsTrue(idle) || !open || !PySet_CheckExact(open)) return NULL;
     Py_ssize_t max_pending = PyLong_AsSsize_t(self->max_pending);
     if (max_pending == -1 && PyErr_Occurred()) return NULL;
@@ -276,52 +300,36 @@ release:;
  * no step in force and no extra attributes, whose span object was never made, with no open phase,
  * no counter and nothing set on it, and its task's trace state empty, the record SessionState.record
  * builds from the attributes _finalize_all gives it; None for any other session (nothing built). */
-static struct {
-    PyObject *session_type, *task_type, *span_type, *empty_state;
-    Py_ssize_t o_span, o_open, o_done, o_counters, o_extra, o_sid, o_tid, o_task, o_span_id, o_start, o_thread,
-        o_version;  /* SessionState */
-    Py_ssize_t o_task_span, o_task_bag;  /* TaskState */
-    Py_ssize_t o_trace, o_parent_span, o_flags, o_state;  /* LeanSpan */
-    PyObject *k_kind, *kind_session, *k_session, *k_task, *k_version, *k_status, *k_reason, *name;
-    Py_ssize_t fields, at[21];  /* the record's length, and each field's index (record.layout()) */
-} rec_cfg;
-
-enum { F_NAME, F_TRACE, F_SPAN, F_PARENT, F_REMOTE, F_FLAGS, F_STATE, F_START, F_END, F_KIND, F_IDS, F_THREAD,
-       F_CATEGORY, F_ATTRS, F_ARGS, F_EVENTS, F_LINKS, F_STATUS, F_DESC, F_SCOPE, F_BUNDLE, N_FIELDS };
-static const char *const field_names[N_FIELDS] = {
-    "NAME", "TRACE_ID", "SPAN_ID", "PARENT_ID", "PARENT_REMOTE", "FLAGS", "TRACE_STATE", "START", "END", "KIND", "IDS",
-    "THREAD", "CATEGORY", "ATTRIBUTES", "ARGS", "EVENTS", "LINKS", "STATUS", "STATUS_DESC", "SCOPE", "BUNDLE"};
-
 static PyObject *session_record(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 6) {
         PyErr_SetString(PyExc_TypeError, "session_record(state, status, reason, code, description, end_ns)");
         return NULL;
     }
-    if (!rec_cfg.name) {
-        PyErr_SetString(PyExc_RuntimeError, "configure_records() was not called");
+    if (!cfg.name) {
+        PyErr_SetString(PyExc_RuntimeError, "configure() was not called");
         return NULL;
     }
     PyObject *state = args[0], *status = args[1], *reason = args[2], *code = args[3], *description = args[4];
-    if ((PyObject *)Py_TYPE(state) != rec_cfg.session_type) Py_RETURN_NONE;
-    PyObject *span = SLOT(state, rec_cfg.o_span), *open = SLOT(state, rec_cfg.o_open), *done = SLOT(state, rec_cfg.o_done);
-    PyObject *counters = SLOT(state, rec_cfg.o_counters), *extra = SLOT(state, rec_cfg.o_extra);
-    PyObject *task = SLOT(state, rec_cfg.o_task);
+    if ((PyObject *)Py_TYPE(state) != cfg.session_type) Py_RETURN_NONE;
+    PyObject *span = SLOT(state, cfg.session[S_SPAN]), *open = SLOT(state, cfg.session[S_OPEN]), *done = SLOT(state, cfg.session[S_DONE]);
+    PyObject *counters = SLOT(state, cfg.session[S_COUNTERS]), *extra = SLOT(state, cfg.session[S_EXTRA]);
+    PyObject *task = SLOT(state, cfg.session[S_TASK]);
     if (span != Py_None || !open || !PyList_CheckExact(open) || PyList_GET_SIZE(open) || !done
         || !PyList_CheckExact(done) || counters != Py_None || extra != Py_None || !task
-        || (PyObject *)Py_TYPE(task) != rec_cfg.task_type)
+        || (PyObject *)Py_TYPE(task) != cfg.task_type)
         Py_RETURN_NONE;
-    PyObject *parent = SLOT(task, rec_cfg.o_task_span), *bag = SLOT(task, rec_cfg.o_task_bag);
-    if (!parent || (PyObject *)Py_TYPE(parent) != rec_cfg.span_type || !bag
-        || SLOT(parent, rec_cfg.o_state) != rec_cfg.empty_state)
+    PyObject *parent = SLOT(task, cfg.task_span), *bag = SLOT(task, cfg.task_bag);
+    if (!parent || (PyObject *)Py_TYPE(parent) != cfg.span_type || !bag
+        || SLOT(parent, cfg.trace_state) != cfg.empty_state)
         Py_RETURN_NONE;
-    PyObject *sid = SLOT(state, rec_cfg.o_sid), *tid = SLOT(state, rec_cfg.o_tid), *version = SLOT(state, rec_cfg.o_version);
+    PyObject *sid = SLOT(state, cfg.session[S_SESSION_ID]), *tid = SLOT(state, cfg.session[S_TASK_ID]), *version = SLOT(state, cfg.session[S_VERSION]);
     PyObject *rec = NULL, *attrs = PyDict_New();
     /* SessionState.attributes(), then what _finalize_all sets, in the same order */
-    if (!attrs || PyDict_SetItem(attrs, rec_cfg.k_kind, rec_cfg.kind_session) < 0
-        || PyDict_SetItem(attrs, rec_cfg.k_session, sid) < 0 || PyDict_SetItem(attrs, rec_cfg.k_task, tid) < 0
-        || (version != Py_None && PyDict_SetItem(attrs, rec_cfg.k_version, version) < 0)
-        || PyDict_SetItem(attrs, rec_cfg.k_status, status) < 0
-        || (reason != Py_None && PyDict_SetItem(attrs, rec_cfg.k_reason, reason) < 0))
+    if (!attrs || PyDict_SetItem(attrs, cfg.k_kind, cfg.kind_session) < 0
+        || PyDict_SetItem(attrs, cfg.k_session, sid) < 0 || PyDict_SetItem(attrs, cfg.k_task, tid) < 0
+        || (version != Py_None && PyDict_SetItem(attrs, cfg.k_version, version) < 0)
+        || PyDict_SetItem(attrs, cfg.k_status, status) < 0
+        || (reason != Py_None && PyDict_SetItem(attrs, cfg.k_reason, reason) < 0))
         goto done;
     PyObject *bundle = Py_None;  /* record.bundle(session id, done) */
     if (PyList_GET_SIZE(done)) {
@@ -337,13 +345,13 @@ static PyObject *session_record(PyObject *module, PyObject *const *args, Py_ssiz
     PyObject *zero = PyLong_FromLong(0);
     if (!zero) { Py_DECREF(bundle); goto done; }
     PyObject *v[N_FIELDS] = {
-        rec_cfg.name, SLOT(parent, rec_cfg.o_trace), SLOT(state, rec_cfg.o_span_id), SLOT(parent, rec_cfg.o_parent_span),
-        Py_False, SLOT(parent, rec_cfg.o_flags), Py_None, SLOT(state, rec_cfg.o_start), args[5], zero, bag,
-        SLOT(state, rec_cfg.o_thread), Py_None, attrs, Py_None, Py_None, Py_None, code, description, Py_None, bundle};
-    if (!(rec = PyTuple_New(rec_cfg.fields))) { Py_DECREF(zero); Py_DECREF(bundle); goto done; }
+        cfg.name, SLOT(parent, cfg.trace), SLOT(state, cfg.session[S_SPAN_ID]), SLOT(parent, cfg.parent_span),
+        Py_False, SLOT(parent, cfg.flags), Py_None, SLOT(state, cfg.session[S_START]), args[5], zero, bag,
+        SLOT(state, cfg.session[S_THREAD]), Py_None, attrs, Py_None, Py_None, Py_None, code, description, Py_None, bundle};
+    if (!(rec = PyTuple_New(cfg.fields))) { Py_DECREF(zero); Py_DECREF(bundle); goto done; }
     for (int k = 0; k < N_FIELDS; k++) {
         if (!v[k]) { PyErr_SetString(PyExc_TypeError, "a session of an unexpected shape"); Py_CLEAR(rec); break; }
-        PyTuple_SET_ITEM(rec, rec_cfg.at[k], Py_NewRef(v[k]));
+        PyTuple_SET_ITEM(rec, cfg.at[k], Py_NewRef(v[k]));
     }
     Py_DECREF(zero);
     Py_DECREF(bundle);
@@ -352,46 +360,63 @@ done:
     return rec;
 }
 
-/* configure_records(dict): the classes, keys and record layout session_record() builds with. */
-static PyObject *configure_records(PyObject *module, PyObject *config) {
+static void config_clear(Config *c) {
+    for (int k = 0; k < N_CFG_REFS; k++) Py_CLEAR(c->refs[k]);
+}
+
+/* configure(dict): tracking.py's classes, keys and record layout; all of it or, on an error,
+ * nothing (what was configured before stays). */
+static PyObject *configure(PyObject *module, PyObject *config) {
     if (!PyDict_Check(config)) {
-        PyErr_SetString(PyExc_TypeError, "configure_records() takes a dict");
+        PyErr_SetString(PyExc_TypeError, "configure() takes a dict");
         return NULL;
     }
+    Config c;
+    memset(&c, 0, sizeof(c));
     PyObject *layout = NULL;
-    if (take(config, "SessionState", &rec_cfg.session_type) || take(config, "TaskState", &rec_cfg.task_type)
-        || take(config, "LeanSpan", &rec_cfg.span_type) || take(config, "EMPTY_TRACE_STATE", &rec_cfg.empty_state)
-        || take(config, "SPAN_KIND", &rec_cfg.k_kind) || take(config, "KIND_SESSION", &rec_cfg.kind_session)
-        || take(config, "SESSION_ID", &rec_cfg.k_session) || take(config, "TASK_ID", &rec_cfg.k_task)
-        || take(config, "POLICY_VERSION", &rec_cfg.k_version) || take(config, "SESSION_STATUS", &rec_cfg.k_status)
-        || take(config, "SESSION_REASON", &rec_cfg.k_reason) || take(config, "layout", &layout))
-        return NULL;
-    int ok = PyType_Check(rec_cfg.session_type) && PyType_Check(rec_cfg.task_type) && PyType_Check(rec_cfg.span_type)
-             && PyDict_Check(layout) && take_index(layout, "fields", &rec_cfg.fields) == 0;
-    int taken[64] = {0};
-    for (int k = 0; ok && k < N_FIELDS; k++) {
-        ok = take_index(layout, field_names[k], &rec_cfg.at[k]) == 0 && rec_cfg.at[k] < rec_cfg.fields
-             && rec_cfg.fields <= 64 && !taken[rec_cfg.at[k]];
-        if (ok) taken[rec_cfg.at[k]] = 1;
+    if (take(config, "SessionState", &c.session_type) || take(config, "TaskState", &c.task_type)
+        || take(config, "LeanSpan", &c.span_type) || take(config, "EMPTY_TRACE_STATE", &c.empty_state)
+        || take(config, "SPAN_KIND", &c.k_kind) || take(config, "KIND_SESSION", &c.kind_session)
+        || take(config, "SESSION_ID", &c.k_session) || take(config, "TASK_ID", &c.k_task)
+        || take(config, "POLICY_VERSION", &c.k_version) || take(config, "SESSION_STATUS", &c.k_status)
+        || take(config, "SESSION_REASON", &c.k_reason) || take(config, "layout", &layout))
+        goto failed;
+    if (!PyType_Check(c.session_type) || !PyType_Check(c.task_type) || !PyType_Check(c.span_type)
+        || !PyDict_Check(layout) || take_index(layout, "fields", &c.fields) < 0 || c.fields != N_FIELDS)
+        goto misfit;
+    int taken[N_FIELDS] = {0};
+    for (int k = 0; k < N_FIELDS; k++) {
+        if (take_index(layout, field_names[k], &c.at[k]) < 0 || c.at[k] >= N_FIELDS || taken[c.at[k]]) goto misfit;
+        taken[c.at[k]] = 1;
     }
-    ok = ok && rec_cfg.fields == N_FIELDS;  /* every field is one set here */
+    /* Every slot of SessionState is one new_session() sets, and it has no other storage. */
+    PyTypeObject *ss = (PyTypeObject *)c.session_type, *ts = (PyTypeObject *)c.task_type,
+                 *ls = (PyTypeObject *)c.span_type;
+    PyObject *declared = PyDict_GetItemString(ss->tp_dict, "__slots__");
+    if (!declared || !PyTuple_Check(declared) || PyTuple_GET_SIZE(declared) != N_SESSION_SLOTS || ss->tp_dictoffset
+        || ss->tp_base != &PyBaseObject_Type) {
+        PyErr_Format(PyExc_TypeError, "%s's slots are not the %d a session is made with", ss->tp_name, N_SESSION_SLOTS);
+        goto failed;
+    }
+    for (int k = 0; k < N_SESSION_SLOTS; k++)
+        if (slot_offset(ss, session_slots[k], &c.session[k]) < 0) goto failed;
+    if (slot_offset(ts, "span", &c.task_span) || slot_offset(ts, "bag", &c.task_bag)
+        || slot_offset(ts, "open_sessions", &c.task_open) || slot_offset(ts, "idle_since", &c.task_idle)
+        || slot_offset(ls, "trace_id", &c.trace) || slot_offset(ls, "span_id", &c.parent_span)
+        || slot_offset(ls, "flags", &c.flags) || slot_offset(ls, "trace_state", &c.trace_state)
+        || !(c.name = PyUnicode_InternFromString("session")))
+        goto failed;
     Py_DECREF(layout);
-    PyTypeObject *ss = (PyTypeObject *)rec_cfg.session_type, *ts = (PyTypeObject *)rec_cfg.task_type,
-                 *ls = (PyTypeObject *)rec_cfg.span_type;
-    if (!ok || slot_offset(ss, "_span", &rec_cfg.o_span) || slot_offset(ss, "open_phases", &rec_cfg.o_open)
-        || slot_offset(ss, "done", &rec_cfg.o_done) || slot_offset(ss, "counters", &rec_cfg.o_counters)
-        || slot_offset(ss, "extra", &rec_cfg.o_extra) || slot_offset(ss, "session_id", &rec_cfg.o_sid)
-        || slot_offset(ss, "task_id", &rec_cfg.o_tid) || slot_offset(ss, "task", &rec_cfg.o_task)
-        || slot_offset(ss, "span_id", &rec_cfg.o_span_id) || slot_offset(ss, "start_ns", &rec_cfg.o_start)
-        || slot_offset(ss, "thread", &rec_cfg.o_thread) || slot_offset(ss, "version", &rec_cfg.o_version)
-        || slot_offset(ts, "span", &rec_cfg.o_task_span) || slot_offset(ts, "bag", &rec_cfg.o_task_bag)
-        || slot_offset(ls, "trace_id", &rec_cfg.o_trace) || slot_offset(ls, "span_id", &rec_cfg.o_parent_span)
-        || slot_offset(ls, "flags", &rec_cfg.o_flags) || slot_offset(ls, "trace_state", &rec_cfg.o_state)) {
-        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "configure_records(): a layout that does not fit");
-        return NULL;
-    }
-    Py_XSETREF(rec_cfg.name, PyUnicode_InternFromString("session"));
-    return rec_cfg.name ? Py_NewRef(Py_None) : NULL;
+    Config old = cfg;
+    cfg = c;
+    config_clear(&old);  /* after the swap: freeing may run code */
+    Py_RETURN_NONE;
+misfit:
+    if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "configure(): classes or a layout that do not fit");
+failed:
+    Py_XDECREF(layout);
+    config_clear(&c);
+    return NULL;
 }
 
 /* --- the callable ---------------------------------------------------------------------------- */
@@ -422,7 +447,11 @@ static PyObject *call(PyObject *callable, PyObject *const *args, size_t nargsf, 
 static PyTypeObject CompiledType;
 
 /* A Compiled of `kind` around slow, with STATE's slots and the stdlib functions its globals hold. */
-static Compiled *make(int kind, PyObject *slow, PyObject *state, PyObject *globals, PyTypeObject *session_type) {
+static Compiled *make(int kind, PyObject *slow, PyObject *state, PyObject *globals) {
+    if (!cfg.name) {
+        PyErr_SetString(PyExc_RuntimeError, "configure() was not called");
+        return NULL;
+    }
     PyObject *time_ns = PyDict_GetItemWithError(globals, s_time_ns);
     PyObject *get_ident = time_ns ? PyDict_GetItemWithError(globals, s_get_ident) : NULL;
     if (!time_ns || !get_ident) return PyErr_Occurred() ? NULL : (void *)PyErr_Format(PyExc_KeyError, "time_ns, get_ident");
@@ -436,59 +465,34 @@ static Compiled *make(int kind, PyObject *slow, PyObject *state, PyObject *globa
     self->globals = Py_NewRef(globals);
     self->time_ns = Py_NewRef(time_ns);
     self->get_ident = Py_NewRef(get_ident);
-    self->session_type = (PyTypeObject *)Py_NewRef(session_type);
     PyObject_GC_Track(self);
     if (slot_offset(Py_TYPE(state), "sessions_on", &self->o_sessions_on)
         || slot_offset(Py_TYPE(state), "registry", &self->o_registry)
-        || slot_offset(Py_TYPE(state), "policy_version", &self->o_version)
-        || slot_offset(session_type, "open_phases", &self->o_open) || slot_offset(session_type, "done", &self->o_done)) {
+        || slot_offset(Py_TYPE(state), "policy_version", &self->o_version)) {
         Py_DECREF(self);
         return NULL;
     }
     return self;
 }
 
-/* session_event(slow, state, methods, session_type, globals) */
+/* session_event(slow, state, methods, globals) */
 static PyObject *new_event(PyObject *module, PyObject *args) {
     PyObject *slow, *state, *methods, *globals;
-    PyTypeObject *session_type;
-    if (!PyArg_ParseTuple(args, "OOO!O!O!:session_event", &slow, &state, &PyDict_Type, &methods, &PyType_Type,
-                          &session_type, &PyDict_Type, &globals))
+    if (!PyArg_ParseTuple(args, "OOO!O!:session_event", &slow, &state, &PyDict_Type, &methods, &PyDict_Type, &globals))
         return NULL;
-    Compiled *self = make(EVENT, slow, state, globals, session_type);
+    Compiled *self = make(EVENT, slow, state, globals);
     if (self) self->methods = Py_NewRef(methods);
     return (PyObject *)self;
 }
 
-/* register_session(slow, state, session_type, task_type, globals) */
+/* register_session(slow, state, globals) */
 static PyObject *new_register(PyObject *module, PyObject *args) {
     PyObject *slow, *state, *globals;
-    PyTypeObject *session_type, *task_type;
-    if (!PyArg_ParseTuple(args, "OOO!O!O!:register_session", &slow, &state, &PyType_Type, &session_type,
-                          &PyType_Type, &task_type, &PyDict_Type, &globals))
-        return NULL;
-    /* Every slot of SessionState is one register() sets, and it has no other storage. */
-    PyObject *declared = PyDict_GetItemString(session_type->tp_dict, "__slots__");
-    if (!declared || !PyTuple_Check(declared) || PyTuple_GET_SIZE(declared) != N_SESSION_SLOTS
-        || session_type->tp_dictoffset || session_type->tp_base != &PyBaseObject_Type)
-        return PyErr_Format(PyExc_TypeError, "%s's slots are not the %d register_session sets", session_type->tp_name,
-                            N_SESSION_SLOTS);
+    if (!PyArg_ParseTuple(args, "OOO!:register_session", &slow, &state, &PyDict_Type, &globals)) return NULL;
     PyObject *getrandbits = PyDict_GetItemWithError(globals, s_getrandbits);
     if (!getrandbits) return PyErr_Occurred() ? NULL : PyErr_Format(PyExc_KeyError, "getrandbits");
-    Compiled *self = make(REGISTER, slow, state, globals, session_type);
-    if (!self) return NULL;
-    self->getrandbits = Py_NewRef(getrandbits);
-    self->task_type = (PyTypeObject *)Py_NewRef(task_type);
-    for (int k = 0; k < N_SESSION_SLOTS; k++)
-        if (slot_offset(session_type, session_slots[k], &self->o_session[k]) < 0) {
-            Py_DECREF(self);
-            return NULL;
-        }
-    if (slot_offset(task_type, "open_sessions", &self->o_task_open)
-        || slot_offset(task_type, "idle_since", &self->o_task_idle)) {
-        Py_DECREF(self);
-        return NULL;
-    }
+    Compiled *self = make(REGISTER, slow, state, globals);
+    if (self) self->getrandbits = Py_NewRef(getrandbits);
     return (PyObject *)self;
 }
 
@@ -500,8 +504,6 @@ static int traverse(Compiled *self, visitproc visit, void *arg) {
 #define VISIT(f) Py_VISIT(self->f);
     EACH_REF(VISIT)
 #undef VISIT
-    Py_VISIT(self->session_type);
-    Py_VISIT(self->task_type);
     return 0;
 }
 
@@ -509,8 +511,6 @@ static int clear(Compiled *self) {
 #define CLEAR(f) Py_CLEAR(self->f);
     EACH_REF(CLEAR)
 #undef CLEAR
-    Py_CLEAR(self->session_type);
-    Py_CLEAR(self->task_type);
     return 0;
 }
 
@@ -541,13 +541,13 @@ static PyTypeObject CompiledType = {
 };
 
 static PyMethodDef methods[] = {
-    {"configure_records", configure_records, METH_O, "Sets the classes, keys and layout session_record() uses."},
+    {"configure", configure, METH_O, "Sets tracking.py's classes, keys and record layout the three paths use."},
     {"session_record", (PyCFunction)(void (*)(void))session_record, METH_FASTCALL,
      "A plain finalized session's record, as SessionState.record builds it; None for any other."},
     {"session_event", new_event, METH_VARARGS,
-     "session_event(slow, state, methods, session_type, globals): trace_session_event, its marks compiled."},
+     "session_event(slow, state, methods, globals): trace_session_event, its marks compiled."},
     {"register_session", new_register, METH_VARARGS,
-     "register_session(slow, state, session_type, task_type, globals): register_session, compiled for a known task."},
+     "register_session(slow, state, globals): register_session, compiled for a known task."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -568,21 +568,23 @@ class Registry:
             self._end_task(task)
 
 
-def _compiled_session_record() -> Any:
-    """``_tracking.session_record`` configured for this module's classes, or ``None``
-    where it was not built (then every session takes the Python steps)."""
-    try:
-        from . import _tracking
-    except ImportError:  # built without a C compiler
-        return None
-    _tracking.configure_records({
+def _record_config() -> dict[str, Any]:
+    """What ``_tracking.c`` builds sessions and their records with: this module's classes,
+    the keys of a session's attributes and the record's layout."""
+    return {
         "SessionState": SessionState, "TaskState": TaskState, "LeanSpan": LeanSpan,
         "EMPTY_TRACE_STATE": records.EMPTY_TRACE_STATE, "SPAN_KIND": keys.SPAN_KIND,
         "KIND_SESSION": keys.KIND_SESSION, "SESSION_ID": keys.SESSION_ID, "TASK_ID": keys.TASK_ID,
         "POLICY_VERSION": keys.POLICY_VERSION, "SESSION_STATUS": keys.SESSION_STATUS,
         "SESSION_REASON": keys.SESSION_REASON, "layout": records.layout(),
-    })
-    return _tracking.session_record
+    }
 
 
-_session_record = _compiled_session_record()
+try:
+    from . import _tracking
+except ImportError:  # built without a C compiler: every session takes the Python steps
+    _tracking = None
+    _session_record = None
+else:
+    _tracking.configure(_record_config())
+    _session_record = _tracking.session_record
