@@ -30,8 +30,9 @@ _RESOURCE = Resource.create({"service.name": "t", keys.RANK: 1, keys.ROLE: "acto
 _T0 = 1_732_563_442_123_456_789
 
 
-def _rec(name, span_id, parent, start, end, *, remote=False, kind=0, trace=7, status=0):
+def _rec(name, span_id, parent, start, end, *, remote=False, kind=0, trace=7, status=0, attributes=None):
     fields = [None] * record.FIELDS
+    fields[record.ATTRIBUTES] = attributes
     fields[record.NAME] = name
     fields[record.TRACE_ID] = trace
     fields[record.SPAN_ID] = span_id
@@ -279,6 +280,74 @@ def test_phases_right_before_their_session_span_are_laid_out_as_the_python_steps
     assert walked == stepped
     released_first = walked.index(b'"id":"0000000000000065"') < walked.index(b'"name":"session"')
     assert released_first == (older_end < 3_000 - _WAIT_NS or bound < 3)
+
+
+def _bundled_sessions(seed: int, count: int, *, bundled: bool) -> list[tuple]:
+    """Sessions whose phases (``expand``'s records when ``bundled``: the shared attributes of
+    their name) come right before their span, some nested or overlapping, some ending after
+    a span of their session that took the span path, on two threads."""
+    rng = random.Random(seed)
+    ids = itertools.count(1)
+    now = _T0
+    out = []
+    for _ in range(count):
+        thread = rng.choice([1, 2])
+        session_id, span = f"s{next(ids)}", next(ids)
+        extra = {keys.SESSION_ID: session_id}
+        shapes = rng.choice([[(5, 15), (20, 30)], [(5, 40), (10, 20)], [(5, 25), (15, 35)], [(5, 15)] * 3, []])
+        if rng.random() < 0.3:  # a span of the session, a child, placed before its phases
+            out.append((_rec("tool", next(ids), span, now + 1, now + 3), _attrs(thread, **extra)))
+        for lo, hi in shapes:
+            name = rng.choice(["generate", "reward"])
+            attributes = record.phase_attributes(name) if bundled else None
+            out.append((_rec(name, next(ids), span, now + lo, now + hi, attributes=attributes),
+                        _attrs(thread, **extra, **{keys.SPAN_KIND: keys.KIND_PHASE, keys.PHASE: name})))
+        out.append((_rec("session", span, 0, now, now + 50), _attrs(thread, **extra, **{keys.SPAN_KIND: keys.KIND_SESSION})))
+        if rng.random() < 0.2:  # a child arriving after its session span: it finds the session placed
+            out.append((_rec("late", next(ids), span, now + 45, now + 49), _attrs(thread, **extra)))
+        now += rng.choice([20, 60, 200])  # some sessions overlap the one before: another lane
+    return out
+
+
+@pytest.mark.parametrize("compiled_walk", [pytest.param(True, marks=compiled), False], ids=["compiled", "python"])
+@pytest.mark.parametrize("seed", range(4))
+def test_bundled_phases_write_the_bytes_the_same_phases_as_spans_write(monkeypatch, seed, compiled_walk):
+    # A bundled phase is no one's parent, so it is kept in no map; the lines stay the same.
+    limits = {"max_buffered_spans": 7}  # some sessions released early: phases placed before their span
+    bundled, _ = _trace_file(monkeypatch, _bundled_sessions(seed, 400, bundled=True), 61,
+                             compiled_walk=compiled_walk, **limits)
+    spans, _ = _trace_file(monkeypatch, _bundled_sessions(seed, 400, bundled=False), 61,
+                           compiled_walk=compiled_walk, **limits)
+    assert bundled == spans
+    assert bundled.count(b'"name":"generate"') + bundled.count(b'"name":"reward"') > 400
+
+
+@compiled
+@pytest.mark.parametrize("seed", range(4))
+def test_bundled_phases_are_laid_out_as_the_python_steps_lay_them_out(monkeypatch, seed):
+    items = _bundled_sessions(seed, 400, bundled=True)
+    walked, _ = _trace_file(monkeypatch, items, 61, compiled_walk=True, max_buffered_spans=7)
+    stepped, _ = _trace_file(monkeypatch, items, 61, compiled_walk=False, max_buffered_spans=7)
+    assert walked == stepped
+
+
+@pytest.mark.parametrize("compiled_walk", [pytest.param(True, marks=compiled), False], ids=["compiled", "python"])
+def test_a_bundled_phase_is_kept_in_no_placement_map(monkeypatch, compiled_walk):
+    session = {keys.SESSION_ID: "s1"}
+    items = [
+        (_rec("generate", 3, 2, _T0 + 10, _T0 + 20, attributes=record.phase_attributes("generate")),
+         _attrs(1, **session, **{keys.SPAN_KIND: keys.KIND_PHASE, keys.PHASE: "generate"})),
+        (_rec("reward", 4, 2, _T0 + 30, _T0 + 40),  # a phase run as a span: it may have children
+         _attrs(1, **session, **{keys.SPAN_KIND: keys.KIND_PHASE, keys.PHASE: "reward"})),
+        (_rec("session", 2, 0, _T0, _T0 + 50), _attrs(1, **session, **{keys.SPAN_KIND: keys.KIND_SESSION})),
+    ]
+    encoder, _ = _encoder(monkeypatch, compiled_walk=compiled_walk)
+    lines = _write(encoder, items, 10).decode().splitlines()
+    assert [encoder._placed.get(span) is not None for span in (2, 3, 4)] == [True, False, True]
+    assert [encoder._parent_of.get(span) for span in (3, 4)] == [None, 2]
+    tids = {name: line.split('"tid":')[1].split(",")[0] for line in lines if '"ph":"X"' in line
+            for name in ("generate", "reward", "session") if f'"name":"{name}"' in line}
+    assert tids["generate"] == tids["reward"] == tids["session"]  # nested under the session, one lane
 
 
 @compiled

@@ -27,6 +27,8 @@ static PyObject *k_span_kind, *k_session_id, *k_thread_id, *k_gauge, *k_context_
 static PyObject *kind_counter, *kind_instant, *kind_session, *default_cat;
 static long client_kind, producer_kind;
 static Py_ssize_t i_trace, i_span, i_parent, i_remote, i_start, i_end, i_kind, i_events, i_links, n_fields;
+static Py_ssize_t i_name, i_attributes;
+static PyObject *phase_attributes;  /* record's shared attributes of the bundled phases, by name */
 static Py_ssize_t max_waiting;
 static PyObject *one, *thousand, *hex_spec, *s_shorten, *s_release_stale;
 static PyObject *a_placed, *a_parent_of, *a_waiting, *a_buffered, *a_newest_end, *a_clock, *a_trace_hex,
@@ -221,6 +223,16 @@ static int take_back(Handover *h) {  /* keeps an error already set */
         PyErr_Restore(type, value, tb);
     }
     return r;
+}
+
+/* record.is_bundled_phase: a phase expanded from its session's bundle, whose span id no other
+ * span can have as its parent, so no map keeps it (1 yes, 0 no; never an error). */
+static int bundled_phase(PyObject *rec) {
+    PyObject *attrs = PyTuple_GET_ITEM(rec, i_attributes), *name = PyTuple_GET_ITEM(rec, i_name);
+    if (!phase_attributes || !PyDict_CheckExact(attrs) || !PyUnicode_CheckExact(name)) return 0;
+    PyObject *shared = PyDict_GetItemWithError(phase_attributes, name);
+    if (!shared) PyErr_Clear();
+    return shared == attrs;
 }
 
 static int truthy_list(PyObject *v) {  /* events or links: None or a list, anything else counts */
@@ -608,12 +620,13 @@ static int bisect_ll(PyObject *list, long long x, Py_ssize_t lo, int right, Py_s
     return 0;
 }
 
-/* lanes.is_ancestor: whether `ancestor` is `span` or one of its ancestors (64 generations). */
-static int is_ancestor(PyObject *parent_of, PyObject *ancestor, PyObject *span) {
+/* lanes.is_ancestor: whether `ancestor` is `span` or one of its ancestors (64 generations); the
+ * parent of `own` (when not NULL) is `own_parent`, which parent_of does not hold. */
+static int is_ancestor(PyObject *parent_of, PyObject *ancestor, PyObject *span, PyObject *own, PyObject *own_parent) {
     for (int depth = 0; depth < 64; depth++) {
         int eq = PyObject_RichCompareBool(span, ancestor, Py_EQ);
         if (eq) return eq;
-        span = map_get(parent_of, span);
+        span = own && span == own ? own_parent : map_get(parent_of, span);
         if (!span) return PyErr_Occurred() ? -1 : 0;
         int t = PyObject_IsTrue(span);
         if (t <= 0) return t;
@@ -659,7 +672,8 @@ static PyObject *new_level(void) {
 
 /* Lane.insert: 1 inserted, 0 refused (the lane unchanged), -1 an error. */
 static int lane_insert(PyObject *lane, PyObject *start_o, long long start, PyObject *end_o, long long end,
-                       PyObject *span_id, PyObject *parent_of) {
+                       PyObject *span_id, PyObject *parent_of, PyObject *own_parent) {
+    PyObject *own = own_parent ? span_id : NULL;  /* a bundled phase's parent, which parent_of does not hold */
     if (Py_TYPE(lane) != t_lane) { PyErr_SetString(PyExc_TypeError, "not a Lane"); return -1; }
     PyObject *pruned = SLOT(lane, o_lane_pruned);
     if (!pruned) { PyErr_SetString(PyExc_TypeError, "a lane without pruned_before"); return -1; }
@@ -695,7 +709,7 @@ static int lane_insert(PyObject *lane, PyObject *start_o, long long start, PyObj
         if (ll_at(starts, i, &first_start) < 0 || ll_at(ends, i, &first_end) < 0 || ll_at(ends, j - 1, &last_end) < 0)
             return -1;
         if (j - i == 1 && first_start <= start && first_end >= end) {
-            int a = is_ancestor(parent_of, PyList_GET_ITEM(ids, i), span_id);
+            int a = is_ancestor(parent_of, PyList_GET_ITEM(ids, i), span_id, own, own_parent);
             if (a < 0) return -1;
             if (a) {
                 PyObject *kid = PyList_GET_ITEM(kids, i);
@@ -712,7 +726,7 @@ static int lane_insert(PyObject *lane, PyObject *start_o, long long start, PyObj
         /* Otherwise the new span must enclose everything it touches, all its own descendants. */
         if (first_start < start || last_end > end) return 0;
         for (Py_ssize_t k = i; k < j; k++) {
-            int a = is_ancestor(parent_of, span_id, PyList_GET_ITEM(ids, k));
+            int a = is_ancestor(parent_of, span_id, PyList_GET_ITEM(ids, k), own, own_parent);
             if (a <= 0) return a;
         }
         PyObject *adopted = new_level();
@@ -835,6 +849,8 @@ static PyObject *place_span(PyObject *self, PyObject *const *args, Py_ssize_t na
     int remote = PyObject_IsTrue(PyTuple_GET_ITEM(rec, i_remote));
     int has_parent = PyObject_IsTrue(parent_id);
     if (remote < 0 || has_parent < 0) return NULL;
+    /* A bundled phase is no one's parent: no child waits for it and no map keeps it. */
+    PyObject *own_parent = has_parent && !remote && bundled_phase(rec) ? parent_id : NULL;
     if (!(placed = attr(enc, a_placed)) || !(parent_of = attr(enc, a_parent_of)) || !(waiting = attr(enc, a_waiting)))
         goto done;
     if (Py_TYPE(placed) != t_map || Py_TYPE(parent_of) != t_map || Py_TYPE(waiting) != t_map) {
@@ -870,7 +886,7 @@ static PyObject *place_span(PyObject *self, PyObject *const *args, Py_ssize_t na
         }
         Py_XINCREF(parent_rec);
     }
-    if (!map_empty(waiting)) {  /* TwoGenerationMap.pop */
+    if (!own_parent && !map_empty(waiting)) {  /* TwoGenerationMap.pop */
         PyObject *young = SLOT(waiting, o_map_young), *old = SLOT(waiting, o_map_old);
         PyObject *a = dict_pop(young, span_id);
         PyObject *b = PyErr_Occurred() ? NULL : dict_pop(old, span_id);
@@ -895,7 +911,7 @@ static PyObject *place_span(PyObject *self, PyObject *const *args, Py_ssize_t na
     if (!parent_rec && prefer == Py_None && !has_children) {
         for (Py_ssize_t k = 0; k < n_lanes && !chosen; k++) {
             PyObject *lane = PyList_GET_ITEM(lanes, k);
-            r = lane_insert(lane, start_o, start, end_o, end, span_id, parent_of);
+            r = lane_insert(lane, start_o, start, end_o, end, span_id, parent_of, own_parent);
             if (r < 0) { Py_XDECREF(parent_rec); goto done; }
             if (r) chosen = Py_NewRef(lane);
         }
@@ -929,14 +945,14 @@ static PyObject *place_span(PyObject *self, PyObject *const *args, Py_ssize_t na
                 goto done;
             }
             PyObject *lane = PyList_GET_ITEM(lanes, tried[k]);
-            r = lane_insert(lane, start_o, start, end_o, end, span_id, parent_of);
+            r = lane_insert(lane, start_o, start, end_o, end, span_id, parent_of, own_parent);
             if (r < 0) { Py_XDECREF(parent_rec); goto done; }
             if (r) chosen = Py_NewRef(lane);
         }
         for (Py_ssize_t k = 0; k < n_lanes && !chosen; k++) {
             PyObject *lane = PyList_GET_ITEM(lanes, k);
             if (in_tried(tried, n_tried, lane_index(lane))) continue;
-            r = lane_insert(lane, start_o, start, end_o, end, span_id, parent_of);
+            r = lane_insert(lane, start_o, start, end_o, end, span_id, parent_of, own_parent);
             if (r < 0) { Py_XDECREF(parent_rec); goto done; }
             if (r) chosen = Py_NewRef(lane);
         }
@@ -944,7 +960,7 @@ static PyObject *place_span(PyObject *self, PyObject *const *args, Py_ssize_t na
     if (!chosen) {
         PyObject *call[4] = {enc, proc, group, out};
         chosen = call_encoder(enc, s_new_lane, call, 4);
-        if (!chosen || lane_insert(chosen, start_o, start, end_o, end, span_id, parent_of) < 0) {
+        if (!chosen || lane_insert(chosen, start_o, start, end_o, end, span_id, parent_of, own_parent) < 0) {
             Py_XDECREF(parent_rec);
             goto done;
         }
@@ -1045,7 +1061,7 @@ static PyObject *place_span(PyObject *self, PyObject *const *args, Py_ssize_t na
         if (call_out(enc, s_extras, call, 8) < 0) { Py_XDECREF(parent_rec); goto done; }
     }
 
-    if (!(record = PyTuple_Pack(5, group, index, pid, tid, ts)) || map_set(placed, span_id, record) < 0) {
+    if (!(record = PyTuple_Pack(5, group, index, pid, tid, ts)) || (!own_parent && map_set(placed, span_id, record) < 0)) {
         Py_XDECREF(parent_rec);
         goto done;
     }
@@ -1326,7 +1342,7 @@ static PyObject *add_span(PyObject *self, PyObject *const *args, Py_ssize_t narg
         PyErr_SetString(PyExc_TypeError, "the encoder's _parent_of and _buffered");
         goto done;
     }
-    if (!local_root && map_set(parent_of, span_id, parent_id) < 0) goto done;
+    if (!local_root && !bundled_phase(rec) && map_set(parent_of, span_id, parent_id) < 0) goto done;
     PyObject *end = PyTuple_GET_ITEM(rec, i_end);
     Batch *b = live(enc);
     long long end_ns;
@@ -1482,7 +1498,8 @@ static Py_ssize_t wait_as_one(Batch *b, PyObject *items, Py_ssize_t k, Py_ssize_
         PyObject *entry = PyTuple_Pack(3, rec, PyTuple_GET_ITEM(item, 1), b->proc);
         if (!entry) goto done;
         PyList_SET_ITEM(waiting, m, entry);
-        if (map_set(b->parent_of, PyTuple_GET_ITEM(rec, i_span), PyTuple_GET_ITEM(rec, i_parent)) < 0) goto done;
+        if (!bundled_phase(rec) && map_set(b->parent_of, PyTuple_GET_ITEM(rec, i_span), PyTuple_GET_ITEM(rec, i_parent)) < 0)
+            goto done;
     }
     if (newest > b->newest) {
         b->newest = newest;
@@ -1541,6 +1558,8 @@ static PyObject *configure(PyObject *self, PyObject *config) {
         || take_index(config, "START", &i_start) || take_index(config, "END", &i_end)
         || take_index(config, "KIND", &i_kind) || take_index(config, "EVENTS", &i_events)
         || take_index(config, "LINKS", &i_links) || take_index(config, "fields", &n_fields)
+        || take_index(config, "NAME", &i_name) || take_index(config, "ATTRIBUTES", &i_attributes)
+        || take(config, "phase_attributes", &phase_attributes)
         || take_index(config, "max_waiting_children", &max_waiting)
         || take(config, "outer_first", &outer_first) || take(config, "complete", &complete_fn)
         || take(config, "flows", &flows_fn))

@@ -47,5 +47,6 @@ if native is not None:
         "TRACE_ID": record.TRACE_ID, "SPAN_ID": record.SPAN_ID,
         "PARENT_ID": record.PARENT_ID, "PARENT_REMOTE": record.PARENT_REMOTE, "START": record.START,
         "END": record.END, "KIND": record.KIND, "EVENTS": record.EVENTS, "LINKS": record.LINKS,
-        "fields": record.FIELDS, "outer_first": outer_first,
+        "fields": record.FIELDS, "outer_first": outer_first, "NAME": record.NAME,
+        "ATTRIBUTES": record.ATTRIBUTES, "phase_attributes": record.shared_phase_attributes(),
     })

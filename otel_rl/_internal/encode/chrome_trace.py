@@ -52,7 +52,7 @@ from .json_values import chrome_args, json_safe_value
 from .kineto_clock import kineto_shift_us
 from .readable import span_record
 from ..recording.record import (END, EVENTS, KIND, LINKS, NAME, PARENT_ID, PARENT_REMOTE, SCOPE, SPAN_ID,
-                                START, STATUS, STATUS_DESC, TRACE_ID)
+                                START, STATUS, STATUS_DESC, TRACE_ID, is_bundled_phase)
 from .lanes import Lane, LaneGroup, ProcessLanes, TwoGenerationMap, is_ancestor
 from .track_metadata import (
     TRAINING_ROLES,
@@ -256,7 +256,7 @@ class ChromeTraceEncoder:
         span_id = rec[SPAN_ID]
         parent_id = rec[PARENT_ID]
         local_root = not parent_id or rec[PARENT_REMOTE]
-        if not local_root:  # a span not remembered is a local root to is_ancestor
+        if not local_root and not is_bundled_phase(rec):  # one not remembered is a local root to is_ancestor
             self._parent_of.set(span_id, parent_id)
         end = rec[END]
         if end > self._newest_end:
@@ -420,11 +420,15 @@ class ChromeTraceEncoder:
         lanes = group.lanes
 
         parent_rec = self._placed.get(parent_id) if parent_id and not remote else None
+        # A bundled phase is no one's parent: no child waits for it and no map keeps it.
+        bundled = bool(parent_id) and not remote and is_bundled_phase(rec)
         waiting = self._waiting
-        children = waiting.pop(span_id) if (waiting.young or waiting.old) else None
+        children = waiting.pop(span_id) if not bundled and (waiting.young or waiting.old) else None
 
         chosen = None
         is_ancestor = self._is_ancestor  # (ancestor, span id): whether one is the other's local ancestor
+        if bundled:
+            is_ancestor = functools.partial(is_ancestor, own=span_id, own_parent=parent_id)
         if parent_rec is None and prefer is None and not children:
             # Nothing to sit under or enclose: the first lane that takes it.
             for lane in lanes:
@@ -485,7 +489,8 @@ class ChromeTraceEncoder:
             self._extras(rec, attrs, cat, pid, tid, ts, out)
 
         record = (group, chosen.index, pid, tid, ts)
-        self._placed.set(span_id, record)
+        if not bundled:
+            self._placed.set(span_id, record)
         if parent_id:
             if remote:
                 self._remote_flow(span_id, parent_id, pid, tid, ts, out)

@@ -55,13 +55,16 @@ class TwoGenerationMap:
         return value if value is not None else old
 
 
-def is_ancestor(parent_of: TwoGenerationMap, ancestor: Any, span: Any, depth: int = 64) -> bool:
+def is_ancestor(parent_of: TwoGenerationMap, ancestor: Any, span: Any, depth: int = 64, own: Any = None,
+                own_parent: Any = None) -> bool:
     """Whether ``ancestor`` is ``span`` or one of its ancestors, as far as ``parent_of``
-    (span -> parent, a falsy parent for a root) remembers, up to ``depth`` generations."""
+    (span -> parent, a falsy parent for a root) remembers, up to ``depth`` generations; the
+    parent of the object ``own`` is ``own_parent``, which ``parent_of`` does not keep (a
+    bundled phase being placed: no span is its child, so no map keeps it)."""
     for _ in range(depth):
         if span == ancestor:
             return True
-        span = parent_of.get(span)
+        span = own_parent if own is not None and span is own else parent_of.get(span)
         if not span:
             return False
     return False

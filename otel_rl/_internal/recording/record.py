@@ -170,6 +170,21 @@ def phase_attributes(phase: str) -> dict[str, Any]:
 _PHASE_ATTRIBUTES: dict[str, dict[str, Any]] = {}
 
 
+def shared_phase_attributes() -> dict[str, dict[str, Any]]:
+    """The shared dicts :func:`phase_attributes` hands out, by phase name (read, never changed,
+    by the compiled twins that tell a bundled phase by its attributes)."""
+    return _PHASE_ATTRIBUTES
+
+
+def is_bundled_phase(rec: tuple) -> bool:
+    """Whether ``rec`` is a phase :func:`expand` made from its session's bundle: its
+    attributes are the shared dict of its name. Its span id is drawn on the export side, so
+    no span has it as its parent (an interrupted or versioned phase, with a dict of its own,
+    is not told apart: treating it as any span is always right, only slower)."""
+    attrs = rec[ATTRIBUTES]
+    return attrs is not None and attrs is _PHASE_ATTRIBUTES.get(rec[NAME])
+
+
 def phase(session: tuple, ids: dict[str, Any], name: str, start: int, end: int, thread: int, args: Any,
           interrupted: str | None, version: Any = None) -> tuple:
     """The record of a phase bundled in ``session`` (a child of it, with the baggage ``ids``);
