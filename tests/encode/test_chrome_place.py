@@ -309,17 +309,29 @@ def _bundled_sessions(seed: int, count: int, *, bundled: bool) -> list[tuple]:
     return out
 
 
+def _encoded(monkeypatch, items: list[tuple], *, compiled_walk: bool, **limits) -> tuple[bytes, list[int]]:
+    """The trace file's bytes, then the encoder's clock, each thread's last use of it and each
+    lane's count, next prune and pruned time."""
+    encoder, _ = _encoder(monkeypatch, compiled_walk=compiled_walk, **limits)
+    data = _write(encoder, items, 61)
+    groups = [group for proc in encoder._processes.values() for group in proc.groups.values()]
+    lanes = [(lane.count, lane.next_prune, lane.pruned_before) for group in groups for lane in group.lanes]
+    return data, [encoder._clock, *(group.used for group in groups)], lanes
+
+
 @pytest.mark.parametrize("compiled_walk", [pytest.param(True, marks=compiled), False], ids=["compiled", "python"])
+@pytest.mark.parametrize("limits", [
+    {"max_buffered_spans": 7},  # some sessions released early: phases placed before their span
+    {"horizon_s": 2e-8},  # a horizon shorter than a session: each prune forgets phases it just placed
+], ids=["released-early", "short-horizon"])
 @pytest.mark.parametrize("seed", range(4))
-def test_bundled_phases_write_the_bytes_the_same_phases_as_spans_write(monkeypatch, seed, compiled_walk):
-    # A bundled phase is no one's parent, so it is kept in no map; the lines stay the same.
-    limits = {"max_buffered_spans": 7}  # some sessions released early: phases placed before their span
-    bundled, _ = _trace_file(monkeypatch, _bundled_sessions(seed, 400, bundled=True), 61,
-                             compiled_walk=compiled_walk, **limits)
-    spans, _ = _trace_file(monkeypatch, _bundled_sessions(seed, 400, bundled=False), 61,
-                           compiled_walk=compiled_walk, **limits)
+def test_bundled_phases_write_the_bytes_the_same_phases_as_spans_write(monkeypatch, seed, limits, compiled_walk):
+    # A bundled phase is no one's parent, so it is kept in no map; the lines stay the same,
+    # and so do the lanes' pruning and the threads' last use (which thread's tracks go first).
+    bundled = _encoded(monkeypatch, _bundled_sessions(seed, 400, bundled=True), compiled_walk=compiled_walk, **limits)
+    spans = _encoded(monkeypatch, _bundled_sessions(seed, 400, bundled=False), compiled_walk=compiled_walk, **limits)
     assert bundled == spans
-    assert bundled.count(b'"name":"generate"') + bundled.count(b'"name":"reward"') > 400
+    assert bundled[0].count(b'"name":"generate"') + bundled[0].count(b'"name":"reward"') > 400
 
 
 @compiled

@@ -825,6 +825,95 @@ static int flow_link(PyObject *enc, PyObject *parent, PyObject *child, PyObject 
     return call_out(enc, s_link, call, 5);
 }
 
+/* Lane.shorten once a lane's count reaches its next prune, as _place does after an insert. */
+static int shorten_when_due(PyObject *enc, PyObject *lane) {
+    long long count, next_prune;
+    if (!as_int64(SLOT(lane, o_lane_count), &count) || !as_int64(SLOT(lane, o_lane_next), &next_prune)) {
+        PyErr_SetString(PyExc_TypeError, "a lane's counts must be ints");
+        return -1;
+    }
+    if (count < next_prune) return 0;
+    PyObject *h = attr(enc, a_horizon), *m = attr(enc, a_max_intervals), *p = attr(enc, a_prune_step), *got = NULL;
+    if (h && m && p) got = PyObject_CallMethodObjArgs(lane, s_shorten, h, m, p, NULL);
+    Py_XDECREF(h);
+    Py_XDECREF(m);
+    Py_XDECREF(p);
+    if (!got) return -1;
+    Py_DECREF(got);
+    return 0;
+}
+
+/* The trace's text for a span's line (a new reference: None on a root, whose span id is its
+ * trace id); the latest trace id and its text are shared with the walk over batches. */
+static PyObject *span_trace_hex(PyObject *enc, PyObject *trace_id, PyObject *span_id) {
+    int root = PyObject_RichCompareBool(trace_id, span_id, Py_EQ);
+    if (root < 0) return NULL;
+    if (root) return Py_NewRef(Py_None);
+    Batch *live_b = live(enc);
+    if (live_b) {  /* the walk's latest trace id and text */
+        int same = PyObject_RichCompareBool(live_b->trace_id, trace_id, Py_EQ);
+        if (same < 0) return NULL;
+        if (!same) {
+            PyObject *fresh = trace_text(trace_id, hex_spec);
+            if (!fresh) return NULL;
+            Py_SETREF(live_b->trace_id, Py_NewRef(trace_id));
+            Py_SETREF(live_b->trace_hex, fresh);
+            live_b->dirty = 1;
+        }
+        return Py_NewRef(live_b->trace_hex);
+    }
+    PyObject *cached = attr(enc, a_trace_hex), *trace_hex = NULL;
+    if (!cached) return NULL;
+    int same = PyTuple_CheckExact(cached) && PyTuple_GET_SIZE(cached) == 2
+               ? PyObject_RichCompareBool(PyTuple_GET_ITEM(cached, 0), trace_id, Py_NE) : -2;
+    if (same == 0) {
+        trace_hex = Py_NewRef(PyTuple_GET_ITEM(cached, 1));
+    } else if (same == 1 || same == -2) {
+        if (same == -2) PyErr_Clear();
+        trace_hex = trace_text(trace_id, hex_spec);
+        PyObject *pair = trace_hex ? PyTuple_Pack(2, trace_id, trace_hex) : NULL;
+        if (!pair || PyObject_SetAttr(enc, a_trace_hex, pair) < 0) Py_CLEAR(trace_hex);
+        Py_XDECREF(pair);
+    }
+    Py_DECREF(cached);
+    return trace_hex;
+}
+
+/* A placed span's slice: its line from the line writer, or the encoder's _slice where the
+ * writer leaves it to the dict; then its gauge sample and events (_extras). */
+static int write_slice(PyObject *enc, PyObject *rec, PyObject *attrs, PyObject *span_kind, PyObject *cat,
+                       PyObject *trace_hex, PyObject *pid, PyObject *tid, PyObject *ts, long long duration,
+                       PyObject *end_o, PyObject *out) {
+    PyObject *writer = attr(enc, a_complete_line), *line = NULL, *dur;
+    if (!writer) return -1;
+    if (writer != Py_None && !is_text(span_kind, kind_instant) && (dur = micros(duration))) {
+        PyObject *call[8] = {rec, attrs, cat, ts, dur, pid, tid, trace_hex};
+        line = PyObject_Vectorcall(writer, call, 8, NULL);
+        Py_DECREF(dur);
+    }
+    Py_DECREF(writer);
+    if (PyErr_Occurred()) { Py_XDECREF(line); return -1; }
+    int r;
+    if (line && line != Py_None) {
+        r = PyList_Append(out, line);
+    } else {
+        PyObject *call[11] = {enc, rec, attrs, span_kind ? span_kind : Py_None, cat, trace_hex, pid, tid, ts, end_o,
+                              out};
+        r = call_out(enc, s_slice, call, 11);
+    }
+    Py_XDECREF(line);
+    if (r < 0) return -1;
+    PyObject *events = PyTuple_GET_ITEM(rec, i_events);
+    int has_events = events != Py_None && PyObject_IsTrue(events);
+    int gauge = PyDict_Contains(attrs, k_gauge);
+    if (has_events < 0 || gauge < 0) return -1;
+    if (gauge || has_events) {
+        PyObject *call[8] = {enc, rec, attrs, cat, pid, tid, ts, out};
+        return call_out(enc, s_extras, call, 8);
+    }
+    return 0;
+}
+
 static PyObject *place_span(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 6) {
         PyErr_SetString(PyExc_TypeError, "place_span(encoder, rec, proc, attrs, out, prefer)");
@@ -837,7 +926,7 @@ static PyObject *place_span(PyObject *self, PyObject *const *args, Py_ssize_t na
         return NULL;
     }
     PyObject *result = NULL, *placed = NULL, *parent_of = NULL, *waiting = NULL, *children = NULL, *group = NULL;
-    PyObject *chosen = NULL, *ts = NULL, *dur = NULL, *line = NULL, *record = NULL, *trace_hex = NULL;
+    PyObject *chosen = NULL, *ts = NULL, *record = NULL, *trace_hex = NULL;
     PyObject *start_o = PyTuple_GET_ITEM(rec, i_start), *end_o = PyTuple_GET_ITEM(rec, i_end);
     PyObject *span_id = PyTuple_GET_ITEM(rec, i_span), *parent_id = PyTuple_GET_ITEM(rec, i_parent);
     long long start, end;
@@ -965,21 +1054,7 @@ static PyObject *place_span(PyObject *self, PyObject *const *args, Py_ssize_t na
             goto done;
         }
     }
-    long long count, next_prune;
-    if (!as_int64(SLOT(chosen, o_lane_count), &count) || !as_int64(SLOT(chosen, o_lane_next), &next_prune)) {
-        PyErr_SetString(PyExc_TypeError, "a lane's counts must be ints");
-        Py_XDECREF(parent_rec);
-        goto done;
-    }
-    if (count >= next_prune) {
-        PyObject *h = attr(enc, a_horizon), *m = attr(enc, a_max_intervals), *p = attr(enc, a_prune_step), *got = NULL;
-        if (h && m && p) got = PyObject_CallMethodObjArgs(chosen, s_shorten, h, m, p, NULL);
-        Py_XDECREF(h);
-        Py_XDECREF(m);
-        Py_XDECREF(p);
-        if (!got) { Py_XDECREF(parent_rec); goto done; }
-        Py_DECREF(got);
-    }
+    if (shorten_when_due(enc, chosen) < 0) { Py_XDECREF(parent_rec); goto done; }
 
     PyObject *pid = SLOT(proc, o_proc_pid), *tid = SLOT(chosen, o_lane_tid);
     PyObject *index = SLOT(chosen, o_lane_index);
@@ -992,73 +1067,10 @@ static PyObject *place_span(PyObject *self, PyObject *const *args, Py_ssize_t na
     PyObject *span_kind = PyDict_GetItemWithError(attrs, k_span_kind);
     PyObject *cat = span_kind || !PyErr_Occurred() ? category(attrs, span_kind) : NULL;
     if (!cat) { Py_XDECREF(parent_rec); goto done; }
-    /* The trace's text (None on a root, whose span id is its trace id); the latest trace id
-     * and its text are shared with the walk over batches. */
-    PyObject *trace_id = PyTuple_GET_ITEM(rec, i_trace);
-    Batch *live_b;
-    int root = PyObject_RichCompareBool(trace_id, span_id, Py_EQ);
-    if (root < 0) { Py_XDECREF(parent_rec); goto done; }
-    if (root) {
-        trace_hex = Py_NewRef(Py_None);
-    } else if ((live_b = live(enc))) {  /* the walk's latest trace id and text */
-        int same = PyObject_RichCompareBool(live_b->trace_id, trace_id, Py_EQ);
-        if (same < 0) { Py_XDECREF(parent_rec); goto done; }
-        if (!same) {
-            PyObject *fresh = trace_text(trace_id, hex_spec);
-            if (!fresh) { Py_XDECREF(parent_rec); goto done; }
-            Py_SETREF(live_b->trace_id, Py_NewRef(trace_id));
-            Py_SETREF(live_b->trace_hex, fresh);
-            live_b->dirty = 1;
-        }
-        trace_hex = Py_NewRef(live_b->trace_hex);
-    } else {
-        PyObject *cached = attr(enc, a_trace_hex);
-        if (!cached) { Py_XDECREF(parent_rec); goto done; }
-        int same = PyTuple_CheckExact(cached) && PyTuple_GET_SIZE(cached) == 2
-                   ? PyObject_RichCompareBool(PyTuple_GET_ITEM(cached, 0), trace_id, Py_NE) : -2;
-        if (same == 0) {
-            trace_hex = Py_NewRef(PyTuple_GET_ITEM(cached, 1));
-        } else if (same == 1 || same == -2) {
-            if (same == -2) PyErr_Clear();
-            trace_hex = trace_text(trace_id, hex_spec);
-            PyObject *pair = trace_hex ? PyTuple_Pack(2, trace_id, trace_hex) : NULL;
-            if (!pair || PyObject_SetAttr(enc, a_trace_hex, pair) < 0) {
-                Py_XDECREF(pair);
-                Py_DECREF(cached);
-                Py_XDECREF(parent_rec);
-                goto done;
-            }
-            Py_DECREF(pair);
-        }
-        Py_DECREF(cached);
-        if (!trace_hex) { Py_XDECREF(parent_rec); goto done; }
-    }
-    int instant = is_text(span_kind, kind_instant);
-    PyObject *writer = attr(enc, a_complete_line);
-    if (!writer) { Py_XDECREF(parent_rec); goto done; }
-    if (writer != Py_None && !instant) {
-        if ((dur = micros(end - start))) {
-            PyObject *call[8] = {rec, attrs, cat, ts, dur, pid, tid, trace_hex};
-            line = PyObject_Vectorcall(writer, call, 8, NULL);
-        }
-    }
-    Py_DECREF(writer);
-    if (PyErr_Occurred()) { Py_XDECREF(parent_rec); goto done; }
-    if (line && line != Py_None) {
-        r = PyList_Append(out, line);
-    } else {
-        PyObject *call[11] = {enc, rec, attrs, span_kind ? span_kind : Py_None, cat, trace_hex, pid, tid, ts, end_o,
-                              out};
-        r = call_out(enc, s_slice, call, 11);
-    }
-    if (r < 0) { Py_XDECREF(parent_rec); goto done; }
-    PyObject *events = PyTuple_GET_ITEM(rec, i_events);
-    int has_events = events != Py_None && PyObject_IsTrue(events);
-    int gauge = PyDict_Contains(attrs, k_gauge);
-    if (has_events < 0 || gauge < 0) { Py_XDECREF(parent_rec); goto done; }
-    if (gauge || has_events) {
-        PyObject *call[8] = {enc, rec, attrs, cat, pid, tid, ts, out};
-        if (call_out(enc, s_extras, call, 8) < 0) { Py_XDECREF(parent_rec); goto done; }
+    if (!(trace_hex = span_trace_hex(enc, PyTuple_GET_ITEM(rec, i_trace), span_id))
+        || write_slice(enc, rec, attrs, span_kind, cat, trace_hex, pid, tid, ts, end - start, end_o, out) < 0) {
+        Py_XDECREF(parent_rec);
+        goto done;
     }
 
     if (!(record = PyTuple_Pack(5, group, index, pid, tid, ts)) || (!own_parent && map_set(placed, span_id, record) < 0)) {
@@ -1138,8 +1150,6 @@ done:
     Py_XDECREF(group);
     Py_XDECREF(chosen);
     Py_XDECREF(ts);
-    Py_XDECREF(dur);
-    Py_XDECREF(line);
     Py_XDECREF(record);
     Py_XDECREF(trace_hex);
     return result;
@@ -1209,8 +1219,75 @@ static int sort_outer_first(PyObject *waiting) {
     return 1;
 }
 
-/* The spans that waited for a session, outer first, each placed (under `prefer` when given). */
-static int place_waiting(PyObject *enc, PyObject *waiting, PyObject *out, PyObject *prefer) {
+/* A bundled phase of the session span `session` that lane `prefer` just took: what place_span
+ * does for it where the lane takes it too (its thread's group is the session's). The parent's
+ * entry is that lane; there is no child to wait for, no flow between the two (one track), no
+ * map entry (see bundled_phase) and no pair to return. 1 placed; 0 not this case, nothing
+ * changed (place_span's way); -1 an error. */
+static int place_bundled(PyObject *enc, PyObject *rec, PyObject *attrs, PyObject *proc, PyObject *out,
+                         PyObject *prefer, PyObject *session) {
+    if (!session || !PyTuple_CheckExact(prefer) || PyTuple_GET_SIZE(prefer) != 2 || Py_TYPE(proc) != t_proc
+        || !PyTuple_CheckExact(rec) || PyTuple_GET_SIZE(rec) != n_fields || !PyDict_CheckExact(attrs)
+        || PyTuple_GET_ITEM(rec, i_remote) != Py_False || !bundled_phase(rec))
+        return 0;
+    PyObject *span_id = PyTuple_GET_ITEM(rec, i_span), *parent_id = PyTuple_GET_ITEM(rec, i_parent);
+    PyObject *start_o = PyTuple_GET_ITEM(rec, i_start), *end_o = PyTuple_GET_ITEM(rec, i_end);
+    PyObject *group = PyTuple_GET_ITEM(prefer, 0), *groups = SLOT(proc, o_proc_groups);
+    long long start, end, kind;
+    if (!as_int64(start_o, &start) || !as_int64(end_o, &end) || !as_int64(PyTuple_GET_ITEM(rec, i_kind), &kind)
+        || kind == client_kind || kind == producer_kind || !groups || !PyDict_CheckExact(groups)
+        || Py_TYPE(group) != t_group)
+        return 0;
+    if (end < start) { end = start; end_o = start_o; }
+    int is_child = PyObject_RichCompareBool(parent_id, session, Py_EQ);
+    if (is_child <= 0) return is_child;
+    PyObject *thread = PyDict_GetItemWithError(attrs, k_thread_id);
+    if (!thread || thread == Py_None || PyDict_GetItemWithError(groups, thread) != group
+        || PyDict_GetItemWithError(attrs, k_context_sent))
+        return PyErr_Occurred() ? -1 : 0;
+    PyObject *lanes = SLOT(group, o_group_lanes);
+    Py_ssize_t index = PyLong_AsSsize_t(PyTuple_GET_ITEM(prefer, 1));
+    if (index == -1 && PyErr_Occurred()) return -1;
+    if (!lanes || !PyList_CheckExact(lanes) || index < 0 || index >= PyList_GET_SIZE(lanes)) return 0;
+    PyObject *placed = attr(enc, a_placed), *parent_of = attr(enc, a_parent_of), *parent_rec = NULL;
+    int r = placed && parent_of ? 0 : -1;
+    if (r == 0 && (Py_TYPE(placed) != t_map || Py_TYPE(parent_of) != t_map)) r = -2;
+    if (r == 0) {  /* the session's entry: its lane is the one preferred */
+        parent_rec = map_get(placed, session);
+        if (!parent_rec) r = PyErr_Occurred() ? -1 : -2;
+        else if (!PyTuple_CheckExact(parent_rec) || PyTuple_GET_SIZE(parent_rec) < 5
+                 || PyTuple_GET_ITEM(parent_rec, 0) != group
+                 || PyObject_RichCompareBool(PyTuple_GET_ITEM(parent_rec, 1), PyTuple_GET_ITEM(prefer, 1), Py_EQ) != 1)
+            r = PyErr_Occurred() ? -1 : -2;
+    }
+    PyObject *lane = PyList_GET_ITEM(lanes, index);
+    if (r == 0) {
+        int inserted = lane_insert(lane, start_o, start, end_o, end, span_id, parent_of, parent_id);
+        r = inserted < 0 ? -1 : inserted ? 0 : -2;
+    }
+    Py_XDECREF(placed);
+    Py_XDECREF(parent_of);
+    if (r == -2) return PyErr_Occurred() ? -1 : 0;  /* refused, or not the case: nothing changed */
+    if (r < 0) return -1;
+    /* Placed on the session's lane: the rest of what place_span does after its insert. */
+    PyObject *pid = SLOT(proc, o_proc_pid), *tid = SLOT(lane, o_lane_tid), *ts = NULL, *trace_hex = NULL;
+    if (add_clock(enc, group) < 0 || shorten_when_due(enc, lane) < 0) return -1;
+    if (!pid || !tid) {
+        PyErr_SetString(PyExc_TypeError, "a lane or process without its fields");
+        return -1;
+    }
+    PyObject *span_kind = PyDict_GetItemWithError(attrs, k_span_kind);
+    PyObject *cat = span_kind || !PyErr_Occurred() ? category(attrs, span_kind) : NULL;
+    r = cat && (ts = micros(start)) && (trace_hex = span_trace_hex(enc, PyTuple_GET_ITEM(rec, i_trace), span_id))
+        ? write_slice(enc, rec, attrs, span_kind, cat, trace_hex, pid, tid, ts, end - start, end_o, out) : -1;
+    Py_XDECREF(ts);
+    Py_XDECREF(trace_hex);
+    return r < 0 ? -1 : 1;
+}
+
+/* The spans that waited for a session, outer first, each placed (under `prefer` when given;
+ * `session`: the session span's id where it was just placed there, else NULL). */
+static int place_waiting(PyObject *enc, PyObject *waiting, PyObject *out, PyObject *prefer, PyObject *session) {
     if (!PyList_CheckExact(waiting)) { PyErr_SetString(PyExc_TypeError, "waiting spans must be a list"); return -1; }
     if (add_count(enc, -PyList_GET_SIZE(waiting)) < 0) return -1;
     int sorted = sort_outer_first(waiting);
@@ -1228,11 +1305,13 @@ static int place_waiting(PyObject *enc, PyObject *waiting, PyObject *out, PyObje
             return -1;
         }
         Py_INCREF(item);
-        PyObject *lane = place_one(enc, PyTuple_GET_ITEM(item, 0), PyTuple_GET_ITEM(item, 2), PyTuple_GET_ITEM(item, 1),
-                                   out, prefer);
+        int r = place_bundled(enc, PyTuple_GET_ITEM(item, 0), PyTuple_GET_ITEM(item, 1), PyTuple_GET_ITEM(item, 2),
+                              out, prefer, session);
+        PyObject *lane = r ? NULL : place_one(enc, PyTuple_GET_ITEM(item, 0), PyTuple_GET_ITEM(item, 2),
+                                              PyTuple_GET_ITEM(item, 1), out, prefer);
         Py_DECREF(item);
-        if (!lane) return -1;
-        Py_DECREF(lane);
+        if (r < 0 || (!r && !lane)) return -1;
+        Py_XDECREF(lane);
     }
     return 0;
 }
@@ -1242,7 +1321,7 @@ static int release(PyObject *enc, PyObject *buffered, PyObject *key, PyObject *o
     PyObject *waiting = dict_pop(buffered, key);
     if (!waiting) return PyErr_Occurred() ? -1 : 0;
     int t = PyObject_IsTrue(waiting), r = t;
-    if (t > 0) r = place_waiting(enc, waiting, out, Py_None);
+    if (t > 0) r = place_waiting(enc, waiting, out, Py_None, NULL);
     Py_DECREF(waiting);
     return r < 0 ? -1 : 0;
 }
@@ -1377,7 +1456,7 @@ static PyObject *add_span(PyObject *self, PyObject *const *args, Py_ssize_t narg
             PyObject *waiting = dict_pop(buffered, key);
             if (!waiting && PyErr_Occurred()) goto done;
             int t = waiting ? PyObject_IsTrue(waiting) : 0;
-            r = t < 0 ? -1 : t ? place_waiting(enc, waiting, out, lane) : 0;
+            r = t < 0 ? -1 : t ? place_waiting(enc, waiting, out, lane, span_id) : 0;
             Py_XDECREF(waiting);
             if (r < 0) goto done;
         } else if ((r = map_has(foreign, key))) {
