@@ -284,8 +284,9 @@ def test_phases_right_before_their_session_span_are_laid_out_as_the_python_steps
 
 def _bundled_sessions(seed: int, count: int, *, bundled: bool) -> list[tuple]:
     """Sessions whose phases (``expand``'s records when ``bundled``: the shared attributes of
-    their name) come right before their span, some nested or overlapping, some ending after
-    a span of their session that took the span path, on two threads."""
+    their name) come right before their span, some nested or overlapping, some marked on
+    another thread than their session's, some ending after a span of their session that took
+    the span path, on two threads."""
     rng = random.Random(seed)
     ids = itertools.count(1)
     now = _T0
@@ -300,8 +301,9 @@ def _bundled_sessions(seed: int, count: int, *, bundled: bool) -> list[tuple]:
         for lo, hi in shapes:
             name = rng.choice(["generate", "reward"])
             attributes = record.phase_attributes(name) if bundled else None
+            marked_on = thread if rng.random() < 0.9 else 3 - thread  # another thread: a flow to it
             out.append((_rec(name, next(ids), span, now + lo, now + hi, attributes=attributes),
-                        _attrs(thread, **extra, **{keys.SPAN_KIND: keys.KIND_PHASE, keys.PHASE: name})))
+                        _attrs(marked_on, **extra, **{keys.SPAN_KIND: keys.KIND_PHASE, keys.PHASE: name})))
         out.append((_rec("session", span, 0, now, now + 50), _attrs(thread, **extra, **{keys.SPAN_KIND: keys.KIND_SESSION})))
         if rng.random() < 0.2:  # a child arriving after its session span: it finds the session placed
             out.append((_rec("late", next(ids), span, now + 45, now + 49), _attrs(thread, **extra)))
@@ -332,6 +334,7 @@ def test_bundled_phases_write_the_bytes_the_same_phases_as_spans_write(monkeypat
     spans = _encoded(monkeypatch, _bundled_sessions(seed, 400, bundled=False), compiled_walk=compiled_walk, **limits)
     assert bundled == spans
     assert bundled[0].count(b'"name":"generate"') + bundled[0].count(b'"name":"reward"') > 400
+    assert b'{"ph":"s","name":"flow"' in bundled[0]  # phases marked on another thread, linked to their session
 
 
 @compiled
