@@ -256,7 +256,9 @@ class ChromeTraceEncoder:
         span_id = rec[SPAN_ID]
         parent_id = rec[PARENT_ID]
         local_root = not parent_id or rec[PARENT_REMOTE]
-        if not local_root and not is_bundled_phase(rec):  # one not remembered is a local root to is_ancestor
+        # A span not remembered is a local root to is_ancestor; a bundled phase is no one's
+        # parent, so only its own insert asks for its parent (_place tells it).
+        if not local_root and not is_bundled_phase(rec):
             self._parent_of.set(span_id, parent_id)
         end = rec[END]
         if end > self._newest_end:
