@@ -365,6 +365,39 @@ def test_a_bundled_phase_is_kept_in_no_placement_map(monkeypatch, compiled_walk)
     assert tids["generate"] == tids["reward"] == tids["session"]  # nested under the session, one lane
 
 
+def _open_at_once(waves: int, open_sessions: int) -> list[tuple]:
+    """Waves of sessions on one thread, registered together and finalized four at a time (a
+    task's: the same end), each a track of its own: a session tries the lanes before its own."""
+    out = []
+    ids = itertools.count(1)
+    now = _T0
+    for _ in range(waves):
+        starts = [now + 10 * k for k in range(open_sessions)]
+        for first in range(0, open_sessions, 4):
+            end = now + 10 * open_sessions + 100 * (first + 1)
+            for k in range(first, min(first + 4, open_sessions)):
+                span = next(ids)
+                extra = {keys.SESSION_ID: f"s{span}"}
+                out.append((_rec("generate", next(ids), span, starts[k] + 1, starts[k] + 5,
+                                 attributes=record.phase_attributes("generate")),
+                            _attrs(1, **extra, **{keys.SPAN_KIND: keys.KIND_PHASE, keys.PHASE: "generate"})))
+                out.append((_rec("session", span, 0, starts[k], end),
+                            _attrs(1, **extra, **{keys.SPAN_KIND: keys.KIND_SESSION})))
+        now = end + 1_000
+    return out
+
+
+@compiled
+def test_many_sessions_open_at_once_take_the_lanes_the_python_steps_give_them(monkeypatch):
+    # The walk skips a lane whose last root interval starts before a span and ends inside it
+    # without asking Lane.insert; the lanes each session ends up on must be the Python steps'.
+    items = _open_at_once(3, 61)
+    walked, _ = _trace_file(monkeypatch, items, 97, compiled_walk=True)
+    stepped, _ = _trace_file(monkeypatch, items, 97, compiled_walk=False)
+    assert walked == stepped
+    assert walked.count(b'"name":"thread_name"') >= 61  # a track for each session open at once
+
+
 @compiled
 def test_what_the_encoders_python_places_during_a_walk_counts_for_the_spans_after_it(monkeypatch):
     # The walk keeps the encoder's clock, newest end and trace text itself and hands them to

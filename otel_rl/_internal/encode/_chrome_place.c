@@ -757,6 +757,22 @@ inserted:;
     return 1;
 }
 
+/* Whether Lane.insert surely refuses [start, end] (end >= start) at the lane's root level: its
+ * last root interval [a, b] starts before the span and ends inside it (a < start < b < end).
+ * The root intervals before it end by a, so that is the only one the span touches; it neither
+ * holds the span (b < end) nor lies within it (a < start). 1: refused; 0: Lane.insert decides.
+ * A thread with many sessions open at once has a lane each, and a session tries them in turn. */
+static int surely_refused(PyObject *lane, long long start, long long end) {
+    PyObject *level = Py_TYPE(lane) == t_lane ? SLOT(lane, o_lane_root) : NULL, *starts, *ends;
+    if (!level || Py_TYPE(level) != t_level || !(starts = SLOT(level, o_level_starts))
+        || !(ends = SLOT(level, o_level_ends)) || !PyList_CheckExact(starts) || !PyList_CheckExact(ends))
+        return 0;
+    Py_ssize_t n = PyList_GET_SIZE(ends);
+    long long a, b;
+    return n && PyList_GET_SIZE(starts) == n && as_int64(PyList_GET_ITEM(starts, n - 1), &a)
+           && as_int64(PyList_GET_ITEM(ends, n - 1), &b) && a < start && start < b && b < end;
+}
+
 static int add_clock(PyObject *enc, PyObject *group) {
     Batch *b = live(enc);
     if (b) {
@@ -1000,6 +1016,7 @@ static PyObject *place_span(PyObject *self, PyObject *const *args, Py_ssize_t na
     if (!parent_rec && prefer == Py_None && !has_children) {
         for (Py_ssize_t k = 0; k < n_lanes && !chosen; k++) {
             PyObject *lane = PyList_GET_ITEM(lanes, k);
+            if (surely_refused(lane, start, end)) continue;
             r = lane_insert(lane, start_o, start, end_o, end, span_id, parent_of, own_parent);
             if (r < 0) { Py_XDECREF(parent_rec); goto done; }
             if (r) chosen = Py_NewRef(lane);
@@ -1040,7 +1057,7 @@ static PyObject *place_span(PyObject *self, PyObject *const *args, Py_ssize_t na
         }
         for (Py_ssize_t k = 0; k < n_lanes && !chosen; k++) {
             PyObject *lane = PyList_GET_ITEM(lanes, k);
-            if (in_tried(tried, n_tried, lane_index(lane))) continue;
+            if (in_tried(tried, n_tried, lane_index(lane)) || surely_refused(lane, start, end)) continue;
             r = lane_insert(lane, start_o, start, end_o, end, span_id, parent_of, own_parent);
             if (r < 0) { Py_XDECREF(parent_rec); goto done; }
             if (r) chosen = Py_NewRef(lane);
