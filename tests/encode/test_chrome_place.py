@@ -311,7 +311,8 @@ def _bundled_sessions(seed: int, count: int, *, bundled: bool) -> list[tuple]:
     return out
 
 
-def _encoded(monkeypatch, items: list[tuple], *, compiled_walk: bool, **limits) -> tuple[bytes, list[int]]:
+def _encoded(monkeypatch, items: list[tuple], *, compiled_walk: bool,
+             **limits) -> tuple[bytes, list[int], list[tuple]]:
     """The trace file's bytes, then the encoder's clock, each thread's last use of it and each
     lane's count, next prune and pruned time."""
     encoder, _ = _encoder(monkeypatch, compiled_walk=compiled_walk, **limits)

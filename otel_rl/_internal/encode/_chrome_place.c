@@ -231,7 +231,7 @@ static int bundled_phase(PyObject *rec) {
     PyObject *attrs = PyTuple_GET_ITEM(rec, i_attributes), *name = PyTuple_GET_ITEM(rec, i_name);
     if (!phase_attributes || !PyDict_CheckExact(attrs) || !PyUnicode_CheckExact(name)) return 0;
     PyObject *shared = PyDict_GetItemWithError(phase_attributes, name);
-    if (!shared) PyErr_Clear();
+    if (!shared && PyErr_Occurred()) PyErr_Clear();  /* a str key: never, in practice */
     return shared == attrs;
 }
 
