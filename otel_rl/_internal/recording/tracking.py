@@ -522,7 +522,7 @@ class Registry:
             for state in states:
                 finalized[state.session_id] = None
                 recent[state.session_id] = (state.task_id, state.task.span.trace_id, state.span_id, state.version,
-                                            state.done)
+                                            tuple(state.done))
                 task = self.tasks.get(state.task_id)
                 if task is None:
                     continue
