@@ -192,6 +192,7 @@ def record_path(request, monkeypatch):
     """Finalized sessions' records built compiled (where built) or by the Python steps."""
     if request.param == "python":
         monkeypatch.setattr(tracking, "_session_record", None)
+        monkeypatch.setattr(tracking, "_finalize_sessions", None)
     return request.param
 
 
@@ -235,3 +236,50 @@ def test_a_session_with_more_than_its_ids_takes_the_python_steps(capture):
     assert tracking._session_record(state, "accepted", None, 0, None, 5 * S) is None
     otel_rl.trace_session_event("mark_finalized", session_id=session_id, reward=0.5)
     assert capture.sessions()[0]["counters"] == {"retries": 1}
+
+
+def finalize_a_task_of_two(status):
+    """A task with two sessions (one with a marked phase) finalized as a whole; returns their ids."""
+    task_id = otel_rl.register_task()  # 1 s
+    first, second = otel_rl.register_session(task_id), otel_rl.register_session(task_id)  # 2 s, 3 s
+    otel_rl.trace_session_event("mark_generate_start", session_id=first)  # 4 s
+    otel_rl.trace_session_event("mark_generate_end", session_id=first)  # 5 s
+    otel_rl.trace_session_event("mark_finalized", task_id=task_id, status=status)  # 6 s (sessions), 7 s (task)
+    return first, second
+
+
+def test_a_task_finalized_on_either_path_has_the_same_spans_records_and_bookkeeping(capture, record_path):
+    first, second = finalize_a_task_of_two("failed")
+    registry = sessions.STATE.registry
+    assert [(s["name"], s["span_id"], s["start_ns"] // S, s["end_ns"] // S, s.get("status")) for s in capture.spans()
+            if s["name"] != "generate"] == [
+        ("task", 1, 1, 7, None),
+        ("session", 2, 2, 6, {"code": "ERROR", "description": "failed"}),
+        ("session", 3, 3, 6, {"code": "ERROR", "description": "failed"})]
+    assert capture.spans()[0]["attributes"]["rl.task.failed"] == 2
+    assert sorted((r["session_id"], r["status"], r["reason"], r["finalized_ts"]) for r in capture.sessions()) == [
+        (first, "failed", None, 6.0), (second, "failed", None, 6.0)]
+    assert registry.recent[first] == (0, 1, 2, None, (("generate", 4 * S, 5 * S, registry.recent[first][4][0][3],
+                                                       None, None, None),))
+    assert registry.recent[second] == (0, 1, 3, None, ())
+    assert (registry.sessions, registry.tasks, list(registry._finalized)) == ({}, {}, [first, second])
+
+
+@compiled
+def test_a_task_the_compiled_finalize_cannot_take_changes_nothing_there(capture):
+    registry = sessions.STATE.registry
+    task_id = otel_rl.register_task()
+    session_id = otel_rl.register_session(task_id)
+    task = registry.tasks[task_id]
+    finalize = tracking._finalize_sessions
+    otel_rl.increment_counter("retries", session_id=session_id)  # a session the compiled record leaves
+    assert finalize(registry, task, "accepted", tracking.time_ns, tracking.current_id) is False
+    registry.sessions[session_id].counters = None
+    assert finalize(registry, task, "unheard-of", tracking.time_ns, tracking.current_id) is False
+    with otel_rl.step_scope(3):  # a step in force goes on the records: the Python steps'
+        assert finalize(registry, task, "accepted", tracking.time_ns, tracking.current_id) is False
+    with registry._lock:  # another thread inside the registry
+        assert finalize(registry, task, "accepted", tracking.time_ns, tracking.current_id) is False
+    assert list(registry.sessions) == [session_id] and task.open_sessions == {session_id}
+    assert finalize(registry, task, "accepted", tracking.time_ns, tracking.current_id) is True
+    assert (list(registry.sessions), task.open_sessions, task.counts) == ([], set(), {"accepted": 1})

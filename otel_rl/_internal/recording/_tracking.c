@@ -1,6 +1,7 @@
 /* The compiled twins of session calls on the training thread (sessions.py, tracking.py): a
- * phase mark for an open session, a session registered for a known task, and a plain session's
- * record at finalize (session_record, below).
+ * phase mark for an open session, a session registered for a known task, a plain session's
+ * record at finalize (session_record, below) and a task's plain sessions finalized together
+ * (finalize_task_sessions, below).
  *
  * In Python a session's four marks cost about 19,000 instructions (a call with **payload, a
  * dozen attribute and dict lookups, two clock reads, two tuples) and its registration about
@@ -69,17 +70,19 @@ static const char *const field_names[N_FIELDS] = {
 
 /* tracking.py's classes, keys and record layout, set by configure() when it is imported: the
  * three paths read these, the callables only what they were made with. */
-#define N_CFG_REFS 12
+#define N_CFG_REFS 17
 typedef struct {
     union {
         struct {
             PyObject *session_type, *task_type, *span_type, *empty_state, *k_kind, *kind_session, *k_session,
-                *k_task, *k_version, *k_status, *k_reason, *name;
+                *k_task, *k_version, *k_status, *k_reason, *name, *k_step, *statuses, *failed, *error_code,
+                *keep_latest;
         };
         PyObject *refs[N_CFG_REFS];
     };
     Py_ssize_t session[N_SESSION_SLOTS];  /* SessionState's slots, in session_slots' order */
-    Py_ssize_t task_span, task_bag, task_open, task_idle;  /* TaskState's */
+    Py_ssize_t task_span, task_bag, task_open, task_idle, task_id, task_counts, task_requested;  /* TaskState's */
+    Py_ssize_t finalized_kept, recent_kept;
     Py_ssize_t trace, parent_span, flags, trace_state;  /* LeanSpan's */
     Py_ssize_t fields, at[N_FIELDS];  /* the record's length, and each field's index */
 } Config;
@@ -317,6 +320,23 @@ release:;
  * no step in force and no extra attributes, whose span object was never made, with no open phase,
  * no counter and nothing set on it, and its task's trace state empty, the record SessionState.record
  * builds from the attributes _finalize_all gives it; None for any other session (nothing built). */
+/* Whether session_record builds the record of `state` (see above). */
+static int plain_session(PyObject *state) {
+    if ((PyObject *)Py_TYPE(state) != cfg.session_type) return 0;
+    PyObject *span = SLOT(state, cfg.session[S_SPAN]), *open = SLOT(state, cfg.session[S_OPEN]), *done = SLOT(state, cfg.session[S_DONE]);
+    PyObject *counters = SLOT(state, cfg.session[S_COUNTERS]), *extra = SLOT(state, cfg.session[S_EXTRA]);
+    PyObject *task = SLOT(state, cfg.session[S_TASK]);
+    if (span != Py_None || !open || !PyList_CheckExact(open) || PyList_GET_SIZE(open) || !done
+        || !PyList_CheckExact(done) || counters != Py_None || extra != Py_None || !task
+        || (PyObject *)Py_TYPE(task) != cfg.task_type)
+        return 0;
+    PyObject *parent = SLOT(task, cfg.task_span), *bag = SLOT(task, cfg.task_bag);
+    return parent && (PyObject *)Py_TYPE(parent) == cfg.span_type && bag && SLOT(parent, cfg.trace_state) == cfg.empty_state;
+}
+
+static PyObject *build_record(PyObject *state, PyObject *status, PyObject *reason, PyObject *code,
+                              PyObject *description, PyObject *end_ns, PyObject **phases_out);
+
 static PyObject *session_record(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 6) {
         PyErr_SetString(PyExc_TypeError, "session_record(state, status, reason, code, description, end_ns)");
@@ -326,19 +346,17 @@ static PyObject *session_record(PyObject *module, PyObject *const *args, Py_ssiz
         PyErr_SetString(PyExc_RuntimeError, "configure() was not called");
         return NULL;
     }
-    PyObject *state = args[0], *status = args[1], *reason = args[2], *code = args[3], *description = args[4];
-    if ((PyObject *)Py_TYPE(state) != cfg.session_type) Py_RETURN_NONE;
-    PyObject *span = SLOT(state, cfg.session[S_SPAN]), *open = SLOT(state, cfg.session[S_OPEN]), *done = SLOT(state, cfg.session[S_DONE]);
-    PyObject *counters = SLOT(state, cfg.session[S_COUNTERS]), *extra = SLOT(state, cfg.session[S_EXTRA]);
-    PyObject *task = SLOT(state, cfg.session[S_TASK]);
-    if (span != Py_None || !open || !PyList_CheckExact(open) || PyList_GET_SIZE(open) || !done
-        || !PyList_CheckExact(done) || counters != Py_None || extra != Py_None || !task
-        || (PyObject *)Py_TYPE(task) != cfg.task_type)
-        Py_RETURN_NONE;
+    PyObject *state = args[0];
+    if (!plain_session(state)) Py_RETURN_NONE;
+    return build_record(state, args[1], args[2], args[3], args[4], args[5], NULL);
+}
+
+/* The record of a session plain_session() took; *phases_out (where given): its ended phases as a
+ * tuple, a new reference. */
+static PyObject *build_record(PyObject *state, PyObject *status, PyObject *reason, PyObject *code,
+                              PyObject *description, PyObject *end_ns, PyObject **phases_out) {
+    PyObject *done = SLOT(state, cfg.session[S_DONE]), *task = SLOT(state, cfg.session[S_TASK]);
     PyObject *parent = SLOT(task, cfg.task_span), *bag = SLOT(task, cfg.task_bag);
-    if (!parent || (PyObject *)Py_TYPE(parent) != cfg.span_type || !bag
-        || SLOT(parent, cfg.trace_state) != cfg.empty_state)
-        Py_RETURN_NONE;
     PyObject *sid = SLOT(state, cfg.session[S_SESSION_ID]), *tid = SLOT(state, cfg.session[S_TASK_ID]), *version = SLOT(state, cfg.session[S_VERSION]);
     PyObject *rec = NULL, *attrs = PyDict_New();
     /* SessionState.attributes(), then what _finalize_all sets, in the same order */
@@ -348,36 +366,228 @@ static PyObject *session_record(PyObject *module, PyObject *const *args, Py_ssiz
         || PyDict_SetItem(attrs, cfg.k_status, status) < 0
         || (reason != Py_None && PyDict_SetItem(attrs, cfg.k_reason, reason) < 0))
         goto done;
-    PyObject *bundle = Py_None;  /* record.bundle(session id, done) */
+    PyObject *bundle = Py_None, *phases;  /* record.bundle(session id, done) */
     if (PyList_GET_SIZE(done)) {
-        PyObject *phases = PyList_AsTuple(done);
+        phases = PyList_AsTuple(done);
         if (phases) untrack_leaf(phases);
         if (!phases || !(bundle = PyTuple_Pack(2, sid, phases))) {
             Py_XDECREF(phases);
             goto done;
         }
-        Py_DECREF(phases);
         untrack_leaf(bundle);
     } else {
+        if (!(phases = PyTuple_New(0))) goto done;
         Py_INCREF(bundle);
     }
     PyObject *zero = PyLong_FromLong(0);
-    if (!zero) { Py_DECREF(bundle); goto done; }
+    if (!zero) { Py_DECREF(bundle); Py_DECREF(phases); goto done; }
     PyObject *v[N_FIELDS] = {
         cfg.name, SLOT(parent, cfg.trace), SLOT(state, cfg.session[S_SPAN_ID]), SLOT(parent, cfg.parent_span),
-        Py_False, SLOT(parent, cfg.flags), Py_None, SLOT(state, cfg.session[S_START]), args[5], zero, bag,
+        Py_False, SLOT(parent, cfg.flags), Py_None, SLOT(state, cfg.session[S_START]), end_ns, zero, bag,
         SLOT(state, cfg.session[S_THREAD]), Py_None, attrs, Py_None, Py_None, Py_None, code, description, Py_None, bundle};
-    if (!(rec = PyTuple_New(cfg.fields))) { Py_DECREF(zero); Py_DECREF(bundle); goto done; }
+    if (!(rec = PyTuple_New(cfg.fields))) { Py_DECREF(zero); Py_DECREF(bundle); Py_DECREF(phases); goto done; }
     for (int k = 0; k < N_FIELDS; k++) {
         if (!v[k]) { PyErr_SetString(PyExc_TypeError, "a session of an unexpected shape"); Py_CLEAR(rec); break; }
         PyTuple_SET_ITEM(rec, cfg.at[k], Py_NewRef(v[k]));
     }
     if (rec) untrack_leaf(rec);
+    if (rec && phases_out) *phases_out = phases;
+    else Py_DECREF(phases);
     Py_DECREF(zero);
     Py_DECREF(bundle);
 done:
     Py_XDECREF(attrs);
     return rec;
+}
+
+/* --- a task's plain sessions finalized ----------------------------------------------------------
+ * finalize_task_sessions(registry, task, status, time_ns, current_id): what Registry.finalize_task
+ * does with the open sessions of `task` (its finalize_requested already set) when the task is
+ * finalized with a known status given as text, no reason and no reward: their records (each one
+ * session_record builds), then their bookkeeping, as _finalize_all does them. True when done; False
+ * for any other call (a session it does not build, a step in force, an idle task waiting, the
+ * registry's lock held), having changed nothing: the Python steps take it. In the session
+ * benchmark _finalize_all's Python steps were about half of what the training thread paid. */
+static PyObject *s_enqueue, *s_finalized, *s_recent, *s_idle, *s_end_idle_tasks, *one, *zero_int;
+
+static PyObject *lock_call(PyObject *lock, PyObject *blocking) {  /* lock.acquire(blocking) / lock.release() */
+    PyObject *argv[2] = {lock, blocking};
+    return PyObject_VectorcallMethod(blocking ? s_acquire : s_release, argv,
+                                     (blocking ? 2 : 1) | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+}
+
+static int keep_latest(PyObject *registry, PyObject *name, PyObject *ids, Py_ssize_t kept) {
+    if (PyDict_GET_SIZE(ids) <= 2 * kept) return 0;  /* _keep_latest's own test, without the call */
+    PyObject *n = PyLong_FromSsize_t(kept), *trimmed = n ? PyObject_CallFunctionObjArgs(cfg.keep_latest, ids, n, NULL) : NULL;
+    Py_XDECREF(n);
+    int r = trimmed ? PyObject_SetAttr(registry, name, trimmed) : -1;
+    Py_XDECREF(trimmed);
+    return r;
+}
+
+/* The bookkeeping of one finalized session, under the registry's lock (_finalize_all's loop). */
+static int settle(PyObject *state, PyObject *phases, PyObject *status, PyObject *end_ns, PyObject *finalized,
+                  PyObject *recent, PyObject *tasks, PyObject *idle) {
+    PyObject *sid = SLOT(state, cfg.session[S_SESSION_ID]), *tid = SLOT(state, cfg.session[S_TASK_ID]);
+    PyObject *own = SLOT(state, cfg.session[S_TASK]), *span = SLOT(own, cfg.task_span);
+    PyObject *entry = PyTuple_Pack(5, tid, SLOT(span, cfg.trace), SLOT(state, cfg.session[S_SPAN_ID]),
+                                   SLOT(state, cfg.session[S_VERSION]), phases);
+    if (!entry) return -1;
+    untrack_leaf(entry);
+    int r = PyDict_SetItem(finalized, sid, Py_None) < 0 || PyDict_SetItem(recent, sid, entry) < 0 ? -1 : 0;
+    Py_DECREF(entry);
+    if (r < 0) return -1;
+    PyObject *task = PyDict_GetItemWithError(tasks, tid);
+    if (!task) return PyErr_Occurred() ? -1 : 0;
+    if ((PyObject *)Py_TYPE(task) != cfg.task_type) {
+        PyErr_SetString(PyExc_TypeError, "a task of an unexpected type");
+        return -1;
+    }
+    Py_INCREF(task);
+    PyObject *open = SLOT(task, cfg.task_open), *counts = SLOT(task, cfg.task_counts), *count = NULL, *next = NULL;
+    r = -1;
+    if (!open || !PySet_Check(open) || !counts || !PyDict_Check(counts)) {
+        PyErr_SetString(PyExc_TypeError, "a task of an unexpected shape");
+        goto done;
+    }
+    if (PySet_Discard(open, sid) < 0) goto done;
+    count = PyDict_GetItemWithError(counts, status);  /* counts.get(status, 0) + 1 */
+    if (!count && PyErr_Occurred()) goto done;
+    next = count ? PyNumber_Add(count, one) : Py_NewRef(one);
+    if (!next || PyDict_SetItem(counts, status, next) < 0) goto done;
+    PyObject *requested = SLOT(task, cfg.task_requested);
+    int asked = requested ? PyObject_IsTrue(requested) : 0;
+    if (asked < 0) goto done;
+    if (!PySet_GET_SIZE(open) && !asked) {  /* ends once idle for the grace period */
+        Py_XSETREF(SLOT(task, cfg.task_idle), Py_NewRef(end_ns));
+        if (PyObject_SetItem(idle, SLOT(task, cfg.task_id), task) < 0) goto done;
+    }
+    r = 0;
+done:
+    Py_XDECREF(next);
+    Py_DECREF(task);
+    return r;
+}
+
+static PyObject *finalize_task_sessions(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "finalize_task_sessions(registry, task, status, time_ns, current_id)");
+        return NULL;
+    }
+    if (!cfg.name) {
+        PyErr_SetString(PyExc_RuntimeError, "configure() was not called");
+        return NULL;
+    }
+    PyObject *registry = args[0], *task = args[1], *status = args[2];
+    if (!PyUnicode_CheckExact(status) || (PyObject *)Py_TYPE(task) != cfg.task_type) Py_RETURN_FALSE;
+    int known = PySequence_Contains(cfg.statuses, status);
+    if (known <= 0) return known < 0 ? NULL : Py_NewRef(Py_False);
+    PyObject *open = SLOT(task, cfg.task_open);
+    if (!open || !PySet_CheckExact(open)) Py_RETURN_FALSE;
+    PyObject *out = NULL, *sessions = NULL, *tasks = NULL, *lock = NULL, *finalized = NULL, *recent = NULL,
+             *idle = NULL, *pipeline = NULL, *enqueue = NULL, *step = NULL, *ids = NULL, *states = NULL,
+             *phases = NULL, *end_ns = NULL, *got = NULL;
+    if (!(sessions = PyObject_GetAttr(registry, s_sessions)) || !(tasks = PyObject_GetAttr(registry, s_tasks))
+        || !(lock = PyObject_GetAttr(registry, s_lock)) || !(idle = PyObject_GetAttr(registry, s_idle))
+        || !(pipeline = PyObject_GetAttr(registry, s_pipeline)))
+        goto done;
+    out = Py_NewRef(Py_False);
+    if (!PyDict_Check(sessions) || !PyDict_CheckExact(tasks) || !PyDict_Check(idle) || PyDict_GET_SIZE(idle))
+        goto done;
+    /* current_id(keys.STEP): a step in force goes on the records (the Python steps') */
+    if (!(step = PyObject_CallOneArg(args[4], cfg.k_step))) goto failed;
+    if (step != Py_None) goto done;
+    /* list(task.open_sessions), each still registered and plain; nothing ran Python code since */
+    if (!(ids = PySequence_List(open)) || !(states = PyList_New(0))) goto failed;
+    for (Py_ssize_t k = 0; k < PyList_GET_SIZE(ids); k++) {
+        PyObject *state = PyDict_GetItemWithError(sessions, PyList_GET_ITEM(ids, k));
+        if (!state) {
+            if (PyErr_Occurred()) goto failed;
+            continue;
+        }
+        if (!plain_session(state)) goto done;
+        if (PyList_Append(states, state) < 0) goto failed;
+    }
+    if (!(got = lock_call(lock, Py_False))) goto failed;
+    int held = got == Py_True;
+    Py_CLEAR(got);
+    if (!held) goto done;  /* another thread is inside the registry: the Python steps wait for it */
+    /* From here on the sessions are this call's: taken out of the registry, they are finalized. */
+    Py_SETREF(out, NULL);
+    int r = 0;
+    for (Py_ssize_t k = 0; k < PyList_GET_SIZE(states) && r == 0; k++)
+        r = PyObject_DelItem(sessions, SLOT(PyList_GET_ITEM(states, k), cfg.session[S_SESSION_ID]));
+    if (!(got = lock_call(lock, NULL)) || r < 0) goto failed;
+    Py_CLEAR(got);
+    Py_ssize_t n = PyList_GET_SIZE(states);
+    if (!n) {
+        out = Py_NewRef(Py_True);
+        goto done;
+    }
+    int failed = PyObject_RichCompareBool(status, cfg.failed, Py_EQ);
+    if (failed < 0 || !(end_ns = PyObject_CallNoArgs(args[3])) || !(phases = PyList_New(n))
+        || !(enqueue = PyObject_GetAttr(pipeline, s_enqueue)))
+        goto failed;
+    PyObject *code = failed ? cfg.error_code : zero_int, *description = failed ? cfg.failed : Py_None;
+    for (Py_ssize_t k = 0; k < n; k++) {
+        PyObject *kept = NULL;
+        PyObject *rec = build_record(PyList_GET_ITEM(states, k), status, Py_None, code, description, end_ns, &kept);
+        if (!rec) goto failed;
+        PyList_SET_ITEM(phases, k, kept);
+        PyObject *queued = PyObject_CallOneArg(enqueue, rec);
+        Py_DECREF(rec);
+        if (!queued) goto failed;
+        Py_DECREF(queued);
+    }
+    if (!(finalized = PyObject_GetAttr(registry, s_finalized)) || !(recent = PyObject_GetAttr(registry, s_recent)))
+        goto failed;
+    if (!PyDict_CheckExact(finalized) || !PyDict_CheckExact(recent)) {
+        PyErr_SetString(PyExc_TypeError, "a registry of an unexpected shape");
+        goto failed;
+    }
+    if (!(got = lock_call(lock, Py_True))) goto failed;
+    Py_CLEAR(got);
+    for (Py_ssize_t k = 0; k < n && r == 0; k++)
+        r = settle(PyList_GET_ITEM(states, k), PyList_GET_ITEM(phases, k), status, end_ns, finalized, recent, tasks, idle);
+    if (r == 0) r = keep_latest(registry, s_finalized, finalized, cfg.finalized_kept);
+    if (r == 0) r = keep_latest(registry, s_recent, recent, cfg.recent_kept);
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);  /* released whatever happened */
+    got = lock_call(lock, NULL);
+    if (!got) {
+        Py_XDECREF(type);
+        Py_XDECREF(value);
+        Py_XDECREF(tb);
+        goto failed;
+    }
+    Py_CLEAR(got);
+    PyErr_Restore(type, value, tb);
+    if (r < 0) goto failed;
+    if (PyDict_GET_SIZE(idle)) {  /* another thread's task went idle meanwhile */
+        PyObject *argv[2] = {registry, end_ns};
+        if (!(got = PyObject_VectorcallMethod(s_end_idle_tasks, argv, 2 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL)))
+            goto failed;
+        Py_CLEAR(got);
+    }
+    out = Py_NewRef(Py_True);
+    goto done;
+failed:
+    Py_CLEAR(out);
+done:
+    Py_XDECREF(sessions);
+    Py_XDECREF(tasks);
+    Py_XDECREF(lock);
+    Py_XDECREF(finalized);
+    Py_XDECREF(recent);
+    Py_XDECREF(idle);
+    Py_XDECREF(pipeline);
+    Py_XDECREF(enqueue);
+    Py_XDECREF(step);
+    Py_XDECREF(ids);
+    Py_XDECREF(states);
+    Py_XDECREF(phases);
+    Py_XDECREF(end_ns);
+    return out;
 }
 
 static void config_clear(Config *c) {
@@ -399,8 +609,13 @@ static PyObject *configure(PyObject *module, PyObject *config) {
         || take(config, "SPAN_KIND", &c.k_kind) || take(config, "KIND_SESSION", &c.kind_session)
         || take(config, "SESSION_ID", &c.k_session) || take(config, "TASK_ID", &c.k_task)
         || take(config, "POLICY_VERSION", &c.k_version) || take(config, "SESSION_STATUS", &c.k_status)
-        || take(config, "SESSION_REASON", &c.k_reason) || take(config, "layout", &layout))
+        || take(config, "SESSION_REASON", &c.k_reason) || take(config, "layout", &layout)
+        || take(config, "STEP", &c.k_step) || take(config, "STATUSES", &c.statuses)
+        || take(config, "STATUS_FAILED", &c.failed) || take(config, "ERROR_CODE", &c.error_code)
+        || take(config, "keep_latest", &c.keep_latest) || take_index(config, "FINALIZED_KEPT", &c.finalized_kept)
+        || take_index(config, "RECENT_SESSIONS", &c.recent_kept))
         goto failed;
+    if (!PyTuple_CheckExact(c.statuses)) goto misfit;
     if (!PyType_Check(c.session_type) || !PyType_Check(c.task_type) || !PyType_Check(c.span_type)
         || !PyDict_Check(layout) || take_index(layout, "fields", &c.fields) < 0 || c.fields != N_FIELDS)
         goto misfit;
@@ -422,6 +637,8 @@ static PyObject *configure(PyObject *module, PyObject *config) {
         if (slot_offset(ss, session_slots[k], &c.session[k]) < 0) goto failed;
     if (slot_offset(ts, "span", &c.task_span) || slot_offset(ts, "bag", &c.task_bag)
         || slot_offset(ts, "open_sessions", &c.task_open) || slot_offset(ts, "idle_since", &c.task_idle)
+        || slot_offset(ts, "task_id", &c.task_id) || slot_offset(ts, "counts", &c.task_counts)
+        || slot_offset(ts, "finalize_requested", &c.task_requested)
         || slot_offset(ls, "trace_id", &c.trace) || slot_offset(ls, "span_id", &c.parent_span)
         || slot_offset(ls, "flags", &c.flags) || slot_offset(ls, "trace_state", &c.trace_state)
         || !(c.name = PyUnicode_InternFromString("session")))
@@ -564,6 +781,8 @@ static PyMethodDef methods[] = {
     {"configure", configure, METH_O, "Sets tracking.py's classes, keys and record layout the three paths use."},
     {"session_record", (PyCFunction)(void (*)(void))session_record, METH_FASTCALL,
      "A plain finalized session's record, as SessionState.record builds it; None for any other."},
+    {"finalize_task_sessions", (PyCFunction)(void (*)(void))finalize_task_sessions, METH_FASTCALL,
+     "Registry.finalize_task's sessions, finalized the plain way; False (nothing changed) for any other."},
     {"session_event", new_event, METH_VARARGS,
      "session_event(slow, state, methods, globals): trace_session_event, its marks compiled."},
     {"register_session", new_register, METH_VARARGS,
@@ -590,7 +809,12 @@ PyMODINIT_FUNC PyInit__tracking(void) {
     INTERN(s_lock, "_lock")
     INTERN(s_acquire, "acquire")
     INTERN(s_release, "release")
+    INTERN(s_enqueue, "enqueue")
+    INTERN(s_finalized, "_finalized")
+    INTERN(s_recent, "recent")
+    INTERN(s_idle, "_idle")
+    INTERN(s_end_idle_tasks, "end_idle_tasks")
 #undef INTERN
-    if (!(bits64 = PyLong_FromLong(64))) return NULL;
+    if (!(bits64 = PyLong_FromLong(64)) || !(one = PyLong_FromLong(1)) || !(zero_int = PyLong_FromLong(0))) return NULL;
     return PyModule_Create(&module);
 }

@@ -450,11 +450,14 @@ class Registry:
             guard.report(diagnostics.UNKNOWN_TASK, "mark_finalized for unknown task %r; ignored", task_id)
             return
         task.finalize_requested = True
-        with self._lock:
-            pop = self.sessions.pop
-            states = [state for state in (pop(sid, None) for sid in list(task.open_sessions)) if state]
-        if states:
-            self._finalize_all(states, status, reason, extra)
+        # The plain case compiled (see _tracking.c); False sends the task the Python way below.
+        compiled = _finalize_sessions if reason is None and not extra else None
+        if not (compiled and compiled(self, task, status, time_ns, current_id)):
+            with self._lock:
+                pop = self.sessions.pop
+                states = [state for state in (pop(sid, None) for sid in list(task.open_sessions)) if state]
+            if states:
+                self._finalize_all(states, status, reason, extra)
         with self._lock:
             self._idle.pop(task_id, None)
             ended = self.tasks.pop(task_id, None) is not None
@@ -576,7 +579,10 @@ def _record_config() -> dict[str, Any]:
         "EMPTY_TRACE_STATE": records.EMPTY_TRACE_STATE, "SPAN_KIND": keys.SPAN_KIND,
         "KIND_SESSION": keys.KIND_SESSION, "SESSION_ID": keys.SESSION_ID, "TASK_ID": keys.TASK_ID,
         "POLICY_VERSION": keys.POLICY_VERSION, "SESSION_STATUS": keys.SESSION_STATUS,
-        "SESSION_REASON": keys.SESSION_REASON, "layout": records.layout(),
+        "SESSION_REASON": keys.SESSION_REASON, "layout": records.layout(), "STEP": keys.STEP,
+        "STATUSES": (*keys.FINAL_STATUSES, keys.STATUS_PENDING), "STATUS_FAILED": keys.STATUS_FAILED,
+        "ERROR_CODE": StatusCode.ERROR.value, "keep_latest": _keep_latest, "FINALIZED_KEPT": FINALIZED_KEPT,
+        "RECENT_SESSIONS": RECENT_SESSIONS,
     }
 
 
@@ -584,7 +590,8 @@ try:
     from . import _tracking
 except ImportError:  # built without a C compiler: every session takes the Python steps
     _tracking = None
-    _session_record = None
+    _session_record = _finalize_sessions = None
 else:
     _tracking.configure(_record_config())
     _session_record = _tracking.session_record
+    _finalize_sessions = _tracking.finalize_task_sessions
