@@ -90,7 +90,7 @@ static Config cfg;
 
 static PyObject *s_session_id, *s_phase_options, *s_sessions, *s_time_ns, *s_getrandbits, *s_get_ident,
     *s_new_span_id, *s_tasks, *s_session_ids, *s_pipeline, *s_max_pending, *s_lock, *s_acquire, *s_release,
-    *bits64;
+    *bits64, *one, *zero_int;
 
 #define SLOT(obj, off) (*(PyObject **)((char *)(obj) + (off)))
 
@@ -260,6 +260,33 @@ static PyObject *new_session(Compiled *self, PyObject *session_id, PyObject *tas
     return obj;
 }
 
+/* lock.acquire(blocking): 1 held, 0 not, -1 an error. */
+static int lock_acquire(PyObject *lock, PyObject *blocking) {
+    PyObject *argv[2] = {lock, blocking};
+    PyObject *got = PyObject_VectorcallMethod(s_acquire, argv, 2 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+    int held = got == Py_True;
+    Py_XDECREF(got);
+    return got ? held : -1;
+}
+
+/* lock.release(), keeping an error already set: 0, or -1 with release's error (the earlier one
+ * dropped). */
+static int lock_release(PyObject *lock) {
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyObject *argv[1] = {lock};
+    PyObject *got = PyObject_VectorcallMethod(s_release, argv, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+    if (!got) {
+        Py_XDECREF(type);
+        Py_XDECREF(value);
+        Py_XDECREF(tb);
+        return -1;
+    }
+    Py_DECREF(got);
+    PyErr_Restore(type, value, tb);
+    return 0;
+}
+
 /* The new session's id, NULL for the Python function (no error set, nothing changed), or NULL
  * with an error. */
 static PyObject *register_one(Compiled *self, PyObject *task_id) {
@@ -273,11 +300,8 @@ static PyObject *register_one(Compiled *self, PyObject *task_id) {
     if (PyObject_Size(self->sessions) + 1 > max_pending) return NULL;  /* an eviction: Python's */
     PyObject *lock = PyObject_GetAttr(self->registry, s_lock);
     if (!lock) return NULL;
-    PyObject *argv[2] = {lock, Py_False};
-    PyObject *got = PyObject_VectorcallMethod(s_acquire, argv, 2 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
-    int held = got == Py_True;
-    Py_XDECREF(got);
-    if (!held) {  /* another thread is inside the registry: Python's path waits for it */
+    int held = lock_acquire(lock, Py_False);
+    if (held <= 0) {  /* another thread is inside the registry: Python's path waits for it */
         Py_DECREF(lock);
         return NULL;
     }
@@ -293,20 +317,8 @@ static PyObject *register_one(Compiled *self, PyObject *task_id) {
     if (PyObject_SetItem(self->sessions, session_id, state) < 0) goto release;
     if (PySet_Add(open, session_id) < 0) goto release;
     out = Py_NewRef(session_id);
-release:;
-    PyObject *type, *value, *tb;
-    PyErr_Fetch(&type, &value, &tb);  /* released whatever happened */
-    argv[1] = NULL;
-    got = PyObject_VectorcallMethod(s_release, argv, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
-    if (got) {
-        Py_DECREF(got);
-        PyErr_Restore(type, value, tb);
-    } else {
-        Py_XDECREF(type);
-        Py_XDECREF(value);
-        Py_XDECREF(tb);
-        Py_CLEAR(out);
-    }
+release:
+    if (lock_release(lock) < 0) Py_CLEAR(out);  /* released whatever happened */
     Py_DECREF(lock);
     Py_DECREF(task);
     Py_XDECREF(session_id);
@@ -315,12 +327,7 @@ release:;
     return out;
 }
 
-/* --- a finalized session's record -------------------------------------------------------------
- * session_record(state, status, reason, code, description, end_ns): for a session finalized with
- * no step in force and no extra attributes, whose span object was never made, with no open phase,
- * no counter and nothing set on it, and its task's trace state empty, the record SessionState.record
- * builds from the attributes _finalize_all gives it; None for any other session (nothing built). */
-/* Whether session_record builds the record of `state` (see above). */
+/* Whether session_record builds the record of `state` (see below). */
 static int plain_session(PyObject *state) {
     if ((PyObject *)Py_TYPE(state) != cfg.session_type) return 0;
     PyObject *span = SLOT(state, cfg.session[S_SPAN]), *open = SLOT(state, cfg.session[S_OPEN]), *done = SLOT(state, cfg.session[S_DONE]);
@@ -337,6 +344,11 @@ static int plain_session(PyObject *state) {
 static PyObject *build_record(PyObject *state, PyObject *status, PyObject *reason, PyObject *code,
                               PyObject *description, PyObject *end_ns, PyObject **phases_out);
 
+/* --- a finalized session's record -------------------------------------------------------------
+ * session_record(state, status, reason, code, description, end_ns): for a session finalized with
+ * no step in force and no extra attributes, whose span object was never made, with no open phase,
+ * no counter and nothing set on it, and its task's trace state empty, the record SessionState.record
+ * builds from the attributes _finalize_all gives it; None for any other session (nothing built). */
 static PyObject *session_record(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 6) {
         PyErr_SetString(PyExc_TypeError, "session_record(state, status, reason, code, description, end_ns)");
@@ -379,13 +391,11 @@ static PyObject *build_record(PyObject *state, PyObject *status, PyObject *reaso
         if (!(phases = PyTuple_New(0))) goto done;
         Py_INCREF(bundle);
     }
-    PyObject *zero = PyLong_FromLong(0);
-    if (!zero) { Py_DECREF(bundle); Py_DECREF(phases); goto done; }
     PyObject *v[N_FIELDS] = {
         cfg.name, SLOT(parent, cfg.trace), SLOT(state, cfg.session[S_SPAN_ID]), SLOT(parent, cfg.parent_span),
-        Py_False, SLOT(parent, cfg.flags), Py_None, SLOT(state, cfg.session[S_START]), end_ns, zero, bag,
+        Py_False, SLOT(parent, cfg.flags), Py_None, SLOT(state, cfg.session[S_START]), end_ns, zero_int, bag,
         SLOT(state, cfg.session[S_THREAD]), Py_None, attrs, Py_None, Py_None, Py_None, code, description, Py_None, bundle};
-    if (!(rec = PyTuple_New(cfg.fields))) { Py_DECREF(zero); Py_DECREF(bundle); Py_DECREF(phases); goto done; }
+    if (!(rec = PyTuple_New(cfg.fields))) { Py_DECREF(bundle); Py_DECREF(phases); goto done; }
     for (int k = 0; k < N_FIELDS; k++) {
         if (!v[k]) { PyErr_SetString(PyExc_TypeError, "a session of an unexpected shape"); Py_CLEAR(rec); break; }
         PyTuple_SET_ITEM(rec, cfg.at[k], Py_NewRef(v[k]));
@@ -393,7 +403,6 @@ static PyObject *build_record(PyObject *state, PyObject *status, PyObject *reaso
     if (rec) untrack_leaf(rec);
     if (rec && phases_out) *phases_out = phases;
     else Py_DECREF(phases);
-    Py_DECREF(zero);
     Py_DECREF(bundle);
 done:
     Py_XDECREF(attrs);
@@ -408,13 +417,7 @@ done:
  * for any other call (a session it does not build, a step in force, an idle task waiting, the
  * registry's lock held), having changed nothing: the Python steps take it. In the session
  * benchmark _finalize_all's Python steps were about half of what the training thread paid. */
-static PyObject *s_enqueue, *s_finalized, *s_recent, *s_idle, *s_end_idle_tasks, *one, *zero_int;
-
-static PyObject *lock_call(PyObject *lock, PyObject *blocking) {  /* lock.acquire(blocking) / lock.release() */
-    PyObject *argv[2] = {lock, blocking};
-    return PyObject_VectorcallMethod(blocking ? s_acquire : s_release, argv,
-                                     (blocking ? 2 : 1) | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
-}
+static PyObject *s_enqueue, *s_finalized, *s_recent, *s_idle, *s_end_idle_tasks;
 
 static int keep_latest(PyObject *registry, PyObject *name, PyObject *ids, Py_ssize_t kept) {
     if (PyDict_GET_SIZE(ids) <= 2 * kept) return 0;  /* _keep_latest's own test, without the call */
@@ -486,7 +489,7 @@ static PyObject *finalize_task_sessions(PyObject *module, PyObject *const *args,
     if (!open || !PySet_CheckExact(open)) Py_RETURN_FALSE;
     PyObject *out = NULL, *sessions = NULL, *tasks = NULL, *lock = NULL, *finalized = NULL, *recent = NULL,
              *idle = NULL, *pipeline = NULL, *enqueue = NULL, *step = NULL, *ids = NULL, *states = NULL,
-             *phases = NULL, *end_ns = NULL, *got = NULL;
+             *phases = NULL, *end_ns = NULL;
     if (!(sessions = PyObject_GetAttr(registry, s_sessions)) || !(tasks = PyObject_GetAttr(registry, s_tasks))
         || !(lock = PyObject_GetAttr(registry, s_lock)) || !(idle = PyObject_GetAttr(registry, s_idle))
         || !(pipeline = PyObject_GetAttr(registry, s_pipeline)))
@@ -508,17 +511,15 @@ static PyObject *finalize_task_sessions(PyObject *module, PyObject *const *args,
         if (!plain_session(state)) goto done;
         if (PyList_Append(states, state) < 0) goto failed;
     }
-    if (!(got = lock_call(lock, Py_False))) goto failed;
-    int held = got == Py_True;
-    Py_CLEAR(got);
+    int held = lock_acquire(lock, Py_False);
+    if (held < 0) goto failed;
     if (!held) goto done;  /* another thread is inside the registry: the Python steps wait for it */
     /* From here on the sessions are this call's: taken out of the registry, they are finalized. */
     Py_SETREF(out, NULL);
     int r = 0;
     for (Py_ssize_t k = 0; k < PyList_GET_SIZE(states) && r == 0; k++)
         r = PyObject_DelItem(sessions, SLOT(PyList_GET_ITEM(states, k), cfg.session[S_SESSION_ID]));
-    if (!(got = lock_call(lock, NULL)) || r < 0) goto failed;
-    Py_CLEAR(got);
+    if (lock_release(lock) < 0 || r < 0) goto failed;
     Py_ssize_t n = PyList_GET_SIZE(states);
     if (!n) {
         out = Py_NewRef(Py_True);
@@ -545,29 +546,17 @@ static PyObject *finalize_task_sessions(PyObject *module, PyObject *const *args,
         PyErr_SetString(PyExc_TypeError, "a registry of an unexpected shape");
         goto failed;
     }
-    if (!(got = lock_call(lock, Py_True))) goto failed;
-    Py_CLEAR(got);
+    if (lock_acquire(lock, Py_True) < 0) goto failed;
     for (Py_ssize_t k = 0; k < n && r == 0; k++)
         r = settle(PyList_GET_ITEM(states, k), PyList_GET_ITEM(phases, k), status, end_ns, finalized, recent, tasks, idle);
     if (r == 0) r = keep_latest(registry, s_finalized, finalized, cfg.finalized_kept);
     if (r == 0) r = keep_latest(registry, s_recent, recent, cfg.recent_kept);
-    PyObject *type, *value, *tb;
-    PyErr_Fetch(&type, &value, &tb);  /* released whatever happened */
-    got = lock_call(lock, NULL);
-    if (!got) {
-        Py_XDECREF(type);
-        Py_XDECREF(value);
-        Py_XDECREF(tb);
-        goto failed;
-    }
-    Py_CLEAR(got);
-    PyErr_Restore(type, value, tb);
-    if (r < 0) goto failed;
+    if (lock_release(lock) < 0 || r < 0) goto failed;  /* released whatever happened */
     if (PyDict_GET_SIZE(idle)) {  /* another thread's task went idle meanwhile */
         PyObject *argv[2] = {registry, end_ns};
-        if (!(got = PyObject_VectorcallMethod(s_end_idle_tasks, argv, 2 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL)))
-            goto failed;
-        Py_CLEAR(got);
+        PyObject *got = PyObject_VectorcallMethod(s_end_idle_tasks, argv, 2 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+        if (!got) goto failed;
+        Py_DECREF(got);
     }
     out = Py_NewRef(Py_True);
     goto done;
