@@ -33,5 +33,7 @@ setup(
         twin("_internal.export._session_processor", _SHARED, _JSON),
         twin("_internal.export._wire", _SHARED),
         twin("_internal.recording._tracking", _SHARED),
+        # Not a twin: without it, SIGTERM is handled by a Python handler (see exit_hooks.py).
+        twin("_internal.runtime._signals"),
     ],
 )

@@ -209,6 +209,64 @@ def test_sigterm_during_shutdown_lets_it_finish_then_dies_of_the_signal(tmp_path
     assert summary["spans"]["exported_file"] == 100 + 3 and summary["sessions"] == {"accepted": 2}
 
 
+SIGTERM_WHILE_MAIN_IS_IN_C = """
+import ctypes, signal, otel_rl
+otel_rl.configure()
+with otel_rl.trace_scope("before.term"):
+    pass
+# The main thread cannot take the signal and sleeps in C, where no Python handler runs: how a
+# worker blocked on its task queue's semaphore stands when Pool.terminate() signals it.
+signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+print("BLOCKED", flush=True)
+ctypes.CDLL(None).sleep(60)
+"""
+
+
+def test_sigterm_is_acted_on_while_the_main_thread_is_blocked_in_c(tmp_path):
+    proc = subprocess.Popen([sys.executable, "-c", SIGTERM_WHILE_MAIN_IS_IN_C], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=_env(tmp_path))
+    try:
+        assert proc.stdout.readline() == "BLOCKED\n"
+        proc.send_signal(signal.SIGTERM)
+        returncode = proc.wait(timeout=30)  # not the 60 s the sleep lasts
+    finally:
+        proc.kill()
+        proc.wait()
+    assert returncode == -signal.SIGTERM, proc.stderr.read()
+    run_dir = tmp_path / "default" / "trial0"
+    assert slice_names(run_dir / "traces-r0.jsonl") == ["before.term"]
+    assert read_json(run_dir / "summary-r0.json")["spans"]["exported_file"] == 1
+
+
+SIGTERM_TO_A_FORKED_CHILD = """
+import ctypes, os, signal, otel_rl
+otel_rl.configure()
+ready_r, ready_w = os.pipe()
+pid = os.fork()
+if pid == 0:
+    with otel_rl.trace_scope("child.span"):
+        pass
+    os.write(ready_w, b"x")
+    while True:  # the signal cuts a sleep short; only the watcher's shutdown ends the child
+        ctypes.CDLL(None).sleep(60)
+os.read(ready_r, 1)
+os.kill(pid, signal.SIGTERM)
+_, status = os.waitpid(pid, 0)
+print("CHILD", os.waitstatus_to_exitcode(status), otel_rl.is_configured(), flush=True)
+with otel_rl.trace_scope("parent.after"):
+    pass
+"""
+
+
+def test_sigterm_to_a_forked_child_ends_the_child_with_its_spans_and_not_the_parent(tmp_path):
+    result = subprocess.run([sys.executable, "-c", SIGTERM_TO_A_FORKED_CHILD], capture_output=True, text=True,
+                            timeout=60, env=_env(tmp_path))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["CHILD", str(-signal.SIGTERM), "True"]
+    names = slice_names(tmp_path / "default" / "trial0" / "traces-r0.jsonl")
+    assert sorted(names) == ["child.span", "parent.after"]
+
+
 POOL = """
 import multiprocessing, os, sys, time, otel_rl
 

@@ -12,6 +12,11 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
+try:
+    from . import _signals
+except ImportError:  # built without a C compiler: the Python handler alone
+    _signals = None
+
 logger = logging.getLogger("otel_rl")
 
 
@@ -35,6 +40,11 @@ class ExitHooks:
         self._main_depth = 0
         self._sigterm_deferred = False
         self._terminating = False
+        #: Guards the three above: the SIGTERM watcher thread reads them beside the main thread
+        #: (reentrant: the Python handler may interrupt the main thread holding it).
+        self._signal_lock = threading.RLock()
+        #: The pipe the compiled handler writes to and the watcher reads (``None``: none watched).
+        self._watched_pipe: tuple[int, int] | None = None
         #: The exit callback ran: multiprocessing's hook and ``atexit`` both run in
         #: the main process, and the second has nothing left to do.
         self._exited = False
@@ -79,6 +89,12 @@ class ExitHooks:
         only from the main thread; a handler the application installs later
         replaces it. After shutdown the default action is restored and the signal
         raised again, so the exit status stays "killed by SIGTERM".
+
+        The Python handler is what ``signal.getsignal`` reports (a handler that
+        chains to the previous one calls it); where the compiled module is built,
+        the process's handler is its C one, which wakes a watcher thread: a Python
+        handler runs only on the main thread between bytecodes, and a signal that
+        arrives as the main thread blocks in C is never acted on (see ``_signals.c``).
         """
         if self._sigterm_installed or threading.current_thread() is not threading.main_thread():
             return
@@ -88,6 +104,33 @@ class ExitHooks:
             signal.signal(signal.SIGTERM, self._on_sigterm)
             self._sigterm_installed = True
         except (ValueError, OSError, AttributeError):
+            return
+        self._watch_sigterm()
+
+    def _watch_sigterm(self) -> None:
+        """The compiled handler and its watcher thread, for this process."""
+        if _signals is None:
+            return
+        read_fd, write_fd = os.pipe()
+        try:
+            os.set_blocking(write_fd, False)  # the handler never waits on a full pipe
+            _signals.install(signal.SIGTERM, write_fd)
+            threading.Thread(target=self._watch, args=(read_fd,), name="otel_rl-sigterm-watch",
+                             daemon=True).start()
+        except (OSError, RuntimeError) as exc:  # the Python handler stays
+            logger.debug("otel_rl: SIGTERM watcher not started: %r", exc)
+            if _signals.installed(signal.SIGTERM):
+                signal.signal(signal.SIGTERM, self._on_sigterm)
+            os.close(read_fd)
+            os.close(write_fd)
+            return
+        self._watched_pipe = (read_fd, write_fd)
+
+    def _watch(self, read_fd: int) -> None:
+        try:
+            while os.read(read_fd, 64):
+                self._on_sigterm(signal.SIGTERM, None)
+        except OSError:  # pragma: no cover - the pipe is never closed while this process watches it
             pass
 
     # --- running ------------------------------------------------------------------------
@@ -109,36 +152,46 @@ class ExitHooks:
         if threading.current_thread() is not threading.main_thread():
             yield
             return
-        self._main_depth += 1
+        with self._signal_lock:
+            self._main_depth += 1
         try:
             yield
         finally:
-            self._main_depth -= 1
-            if self._main_depth == 0 and self._sigterm_deferred:
+            with self._signal_lock:
+                self._main_depth -= 1
+                act = self._main_depth == 0 and self._sigterm_deferred
+                if act:
+                    self._sigterm_deferred = False
+                    self._terminating = True
+            if act:
                 self._terminate()
 
     def _on_sigterm(self, signum: int, frame: Any) -> None:
-        if self._terminating:
-            return  # already on its way out
-        if self._main_depth:
-            # The signal interrupted the main thread inside save(), shutdown() or
-            # the exit hook (a multiprocessing worker ending as its pool is
-            # terminated), holding locks a shutdown needs: that call is bounded,
-            # so let it finish, then act (main_section).
-            self._sigterm_deferred = True
-            return
+        """The SIGTERM handler: the Python one on the main thread, or the watcher thread's call."""
+        with self._signal_lock:
+            if self._terminating:
+                return  # already on its way out
+            if self._main_depth:
+                # The main thread is inside save(), shutdown() or the exit hook (a
+                # multiprocessing worker ending as its pool is terminated), holding
+                # locks a shutdown needs: that call is bounded, so let it finish, then
+                # act (main_section).
+                self._sigterm_deferred = True
+                return
+            self._terminating = True
         self._terminate()
 
     def _terminate(self) -> None:
         """Shuts down within the bound, then dies of SIGTERM."""
-        self._terminating = True
-        self._sigterm_deferred = False
         # On a thread of its own, waited for within the bound: the signal may have
         # interrupted this thread while it held some other lock shutdown needs.
         worker = threading.Thread(target=self.run_exit, name="otel_rl-sigterm", daemon=True)
         worker.start()
         worker.join(self._timeout_s() + 0.5)
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        elif _signals is not None:  # the watcher thread, where signal.signal() is refused
+            _signals.restore_default(signal.SIGTERM)
         os.kill(os.getpid(), signal.SIGTERM)
 
     # --- fork -----------------------------------------------------------------------------
@@ -146,5 +199,13 @@ class ExitHooks:
         """The forking thread is the child's only one: it is in no section of the
         parent's other threads, and no SIGTERM of the parent's is pending here.
         The registrations stay: ``atexit`` and the SIGTERM handler are inherited."""
+        self._signal_lock = threading.RLock()
         self._main_depth = 0
         self._sigterm_deferred = self._terminating = self._exited = False
+        if self._watched_pipe is not None:
+            # The parent's watcher did not survive the fork, and its pipe is the parent's.
+            for fd in self._watched_pipe:
+                os.close(fd)
+            self._watched_pipe = None
+            if _signals is not None and _signals.installed(signal.SIGTERM):
+                self._watch_sigterm()
