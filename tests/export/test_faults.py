@@ -238,6 +238,37 @@ def test_sigterm_is_acted_on_while_the_main_thread_is_blocked_in_c(tmp_path):
     assert read_json(run_dir / "summary-r0.json")["spans"]["exported_file"] == 1
 
 
+SIGTERM_AS_THE_SCRIPT_ENDS = """
+import time, otel_rl
+otel_rl.configure()
+for i in range(100):
+    with otel_rl.trace_scope("step", args={"i": i}):
+        pass
+print("READY", flush=True)
+while otel_rl.is_configured():  # the signal's shutdown has begun (the collector is unreachable: it takes a while)
+    time.sleep(0.001)
+# The script ends here: the interpreter's exit runs while that shutdown is still running.
+"""
+
+
+def test_sigterm_as_the_script_ends_still_finishes_its_shutdown_then_dies_of_it(tmp_path):
+    proc = subprocess.Popen([sys.executable, "-c", SIGTERM_AS_THE_SCRIPT_ENDS], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True,
+                            env=_env(tmp_path, OTEL_RL_SHUTDOWN_TIMEOUT_MS="3000",
+                                     OTEL_EXPORTER_OTLP_ENDPOINT=unreachable_endpoint(),
+                                     OTEL_EXPORTER_OTLP_PROTOCOL="grpc"))
+    try:
+        assert proc.stdout.readline() == "READY\n"
+        proc.send_signal(signal.SIGTERM)
+        returncode = proc.wait(timeout=30)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert returncode == -signal.SIGTERM, proc.stderr.read()
+    summary = read_json(tmp_path / "default" / "trial0" / "summary-r0.json")
+    assert summary["final"] is True and summary["spans"]["exported_file"] == 100
+
+
 SIGTERM_TO_A_FORKED_CHILD = """
 import ctypes, os, signal, otel_rl
 otel_rl.configure()

@@ -48,6 +48,9 @@ class ExitHooks:
         #: The exit callback ran: multiprocessing's hook and ``atexit`` both run in
         #: the main process, and the second has nothing left to do.
         self._exited = False
+        #: Set when the exit callback's run has ended, and the thread that ran it.
+        self._exit_done = threading.Event()
+        self._exit_thread: threading.Thread | None = None
 
     # --- installing ---------------------------------------------------------------------
     def install(self, *, sigterm: bool) -> None:
@@ -135,15 +138,28 @@ class ExitHooks:
 
     # --- running ------------------------------------------------------------------------
     def run_exit(self) -> None:
-        """The exit callback, as the exit hooks run it (once): a failure is logged, not raised."""
-        if self._exited:
+        """The exit callback, as the exit hooks run it (once): a failure is logged, not raised.
+
+        Called while another thread runs it (SIGTERM's, from the watcher), it waits for that
+        run within the bound and then dies of the signal as that run would: an interpreter
+        that went on to finalize would stop the shutdown's daemon thread halfway."""
+        with self._signal_lock:
+            running = self._exited
+            self._exited = True
+        if running:
+            if threading.current_thread() is not self._exit_thread:
+                self._exit_done.wait(self._timeout_s() + 0.5)
+                if self._terminating:
+                    self._die()
             return
-        self._exited = True
+        self._exit_thread = threading.current_thread()
         with self.main_section():
             try:
                 self._on_exit()
             except Exception as exc:  # noqa: BLE001 - exit must not fail because of telemetry
                 logger.warning("otel_rl: shutdown at exit failed: %r", exc)
+            finally:
+                self._exit_done.set()  # before main_section acts on a deferred signal, which waits on it
 
     @contextlib.contextmanager
     def main_section(self) -> Iterator[None]:
@@ -188,6 +204,11 @@ class ExitHooks:
         worker = threading.Thread(target=self.run_exit, name="otel_rl-sigterm", daemon=True)
         worker.start()
         worker.join(self._timeout_s() + 0.5)
+        self._die()
+
+    @staticmethod
+    def _die() -> None:
+        """The default action restored and SIGTERM raised again."""
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
         elif _signals is not None:  # the watcher thread, where signal.signal() is refused
@@ -200,6 +221,8 @@ class ExitHooks:
         parent's other threads, and no SIGTERM of the parent's is pending here.
         The registrations stay: ``atexit`` and the SIGTERM handler are inherited."""
         self._signal_lock = threading.RLock()
+        self._exit_done = threading.Event()
+        self._exit_thread = None
         self._main_depth = 0
         self._sigterm_deferred = self._terminating = self._exited = False
         if self._watched_pipe is not None:
