@@ -24,6 +24,7 @@ from waiting import reap_children, wait_until
 
 import otel_rl
 from otel_rl._internal import guard, keys
+from otel_rl._internal.runtime import exit_hooks
 from otel_rl._internal.state import STATE
 
 
@@ -222,6 +223,7 @@ ctypes.CDLL(None).sleep(60)
 """
 
 
+@pytest.mark.skipif(exit_hooks._signals is None, reason="built without a C compiler: the Python handler alone")
 def test_sigterm_is_acted_on_while_the_main_thread_is_blocked_in_c(tmp_path):
     proc = subprocess.Popen([sys.executable, "-c", SIGTERM_WHILE_MAIN_IS_IN_C], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=_env(tmp_path))
