@@ -381,6 +381,25 @@ def test_session_metrics_are_recorded_by_status(tmp_path):
     assert metrics["rl.session.duration"]["unit"] == "s"
 
 
+def test_metric_exemplars_name_their_spans_as_the_session_records_do(tmp_path):
+    otel_rl.configure(fileroot=str(tmp_path), tracer_provider=TracerProvider(shutdown_on_exit=False))
+    task_id = otel_rl.register_task()
+    for _ in range(40):  # span ids on both sides of 2**63, which came out as int and as text
+        session_id = otel_rl.register_session(task_id)
+        otel_rl.trace_session_event("mark_generate_start", session_id=session_id)
+        otel_rl.trace_session_event("mark_generate_end", session_id=session_id)
+        otel_rl.trace_session_event("mark_finalized", session_id=session_id, status="accepted")
+    run_dir = otel_rl.settings().run_dir
+    otel_rl.shutdown()
+    records = {(r["trace_id"], r["span_id"]) for r in read_sessions(run_dir)}
+    exemplars = [e for line in read_jsonl(os.path.join(run_dir, "metrics-r0.jsonl"))
+                 for rm in line["resource_metrics"] for sm in rm["scope_metrics"] for m in sm["metrics"]
+                 if m["name"] == "rl.session.duration" for p in m["data"]["data_points"]
+                 for e in p.get("exemplars", [])]
+    assert exemplars
+    assert {(e["trace_id"], e["span_id"]) for e in exemplars} <= records
+
+
 def test_a_session_belongs_to_the_step_that_finalizes_it(traced):
     with otel_rl.step_scope(3):  # submitted while step 3 runs, one step ahead
         task_id, session_id = start_session()

@@ -10,6 +10,11 @@ from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult,
 from .. import diagnostics, guard
 from .jsonl import JsonlAppender
 from ..payload import INT64_MAX, INT64_MIN, utf8_text
+from ..recording.ids import span_text, trace_text
+
+#: The SDK writes an exemplar's ids as decimal integers; the line writes them as the trace file
+#: and the session records do, so that an exemplar finds its span there.
+_ID_TEXT = {"span_id": span_text, "trace_id": trace_text}
 
 
 class JsonlMetricExporter(MetricExporter):
@@ -41,12 +46,14 @@ class JsonlMetricExporter(MetricExporter):
 
 def _strict(value: Any) -> Any:
     """Parsed SDK JSON (a few levels deep) as values orjson writes as they are:
-    valid UTF-8 text, int64 integers (larger ones as their text), no NaN."""
+    valid UTF-8 text, int64 integers (larger ones as their text), no NaN; exemplar
+    ids as hex text."""
     kind = type(value)
     if kind is str:
         return utf8_text(value)
     if kind is dict:
-        return {utf8_text(k): _strict(v) for k, v in value.items()}
+        return {utf8_text(k): _ID_TEXT[k](v) if type(v) is int and k in _ID_TEXT else _strict(v)
+                for k, v in value.items()}
     if kind is list:
         return [_strict(v) for v in value]
     if kind is int and not INT64_MIN <= value <= INT64_MAX:

@@ -24,7 +24,7 @@ from ..encode.readable import ExportSpan
 from .jsonl import LINE_OPTION, JsonlAppender
 from .session_metrics import AggregatedSessionMetrics
 from ..payload import INT64_MAX, INT64_MIN, utf8_text
-from ..recording.ids import trace_text
+from ..recording.ids import span_text, trace_text
 from ..recording.record import END, FLAGS, NAME, SPAN_ID, START, STATUS, TRACE_ID, layout
 
 #: Phases every record carries, even at zero (AReaL's fields).
@@ -266,7 +266,7 @@ class SessionSpanProcessor(SpanProcessor):
             if value is not None:
                 record[field] = _plain(value)
         record["trace_id"] = trace_text(trace_id)  # as the trace file and Jaeger print it
-        record["span_id"] = f"{span_id:016x}"
+        record["span_id"] = span_text(span_id)
         self._write_record(record)
         if not pending:
             self._session_metrics(total_s, record["status"], reason, trace_id, span_id, flags)

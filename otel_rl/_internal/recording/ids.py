@@ -27,6 +27,11 @@ def trace_text(trace_id: int) -> str:
     return f"{trace_id:016x}" if trace_id < 1 << 64 else f"{trace_id:032x}"
 
 
+def span_text(span_id: int) -> str:
+    """A span id as the trace file and the session records write it: 16 hex digits."""
+    return f"{span_id:016x}"
+
+
 def id_value(value: Any) -> Any:
     """An otel_rl id as read from baggage, with its integer type restored.
 
