@@ -40,8 +40,8 @@ class ExitHooks:
         self._main_depth = 0
         self._sigterm_deferred = False
         self._terminating = False
-        #: Guards the three above: the SIGTERM watcher thread reads them beside the main thread
-        #: (reentrant: the Python handler may interrupt the main thread holding it).
+        #: Guards the three above and ``_exited``: the SIGTERM watcher thread reads them beside
+        #: the main thread (reentrant: the Python handler may interrupt the main thread holding it).
         self._signal_lock = threading.RLock()
         #: The pipe the compiled handler writes to and the watcher reads (``None``: none watched).
         self._watched_pipe: tuple[int, int] | None = None
