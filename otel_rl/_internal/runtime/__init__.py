@@ -36,7 +36,8 @@ fork (in the child; :meth:`.core.Runtime.fork_walk`)
     summary's baseline (the child reports its own numbers), the stats
     backends, the request-event recorder, the torch profiler, live control;
     the steps public modules added (``add_fork_step``: ML-Agents' timer
-    stacks); then the runtime's own lock and exit state and the registry's lock; last
+    stacks); then the runtime's own lock and exit state (the child's own SIGTERM
+    pipe and watcher thread) and the registry's lock; last
     the pipeline (the parent's queued spans dropped, its own export thread).
 """
 
