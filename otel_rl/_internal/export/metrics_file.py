@@ -12,9 +12,6 @@ from .jsonl import JsonlAppender
 from ..payload import INT64_MAX, INT64_MIN, utf8_text
 from ..recording.ids import span_text, trace_text
 
-#: The SDK writes an exemplar's ids as decimal integers; the line writes them as the trace file
-#: and the session records do, so that an exemplar finds its span there.
-_ID_TEXT = {"span_id": span_text, "trace_id": trace_text}
 
 
 class JsonlMetricExporter(MetricExporter):
@@ -30,7 +27,7 @@ class JsonlMetricExporter(MetricExporter):
             # The standard parser: the SDK writes a NaN or infinite label or value
             # as a bare NaN / Infinity token, which strict JSON parsers refuse.
             # The line is written as strict JSON (NaN as null, text as UTF-8).
-            self._out.add(_strict(json.loads(metrics_data.to_json(indent=None))))
+            self._out.add(_strict(_exemplar_ids(json.loads(metrics_data.to_json(indent=None)))))
         except Exception as exc:  # noqa: BLE001 - never into the SDK's reader thread
             guard.count(diagnostics.METRICS_LINES_LOST)
             guard.report(diagnostics.METRICS_WRITE_ERROR, "cannot write metrics to %s: %r", self._out.path, exc)
@@ -44,16 +41,28 @@ class JsonlMetricExporter(MetricExporter):
         self._out.close()
 
 
+def _exemplar_ids(doc: dict[str, Any]) -> dict[str, Any]:
+    """The SDK writes an exemplar's ids as decimal integers: here they become the hex text
+    the trace file and the session records write, so that an exemplar finds its span there."""
+    for resource in doc.get("resource_metrics", ()):
+        for scope in resource.get("scope_metrics", ()):
+            for metric in scope.get("metrics", ()):
+                for point in (metric.get("data") or {}).get("data_points", ()):
+                    for exemplar in point.get("exemplars") or ():
+                        for key, text in (("span_id", span_text), ("trace_id", trace_text)):
+                            if type(exemplar.get(key)) is int:
+                                exemplar[key] = text(exemplar[key])
+    return doc
+
+
 def _strict(value: Any) -> Any:
     """Parsed SDK JSON (a few levels deep) as values orjson writes as they are:
-    valid UTF-8 text, int64 integers (larger ones as their text), no NaN; exemplar
-    ids as hex text."""
+    valid UTF-8 text, int64 integers (larger ones as their text), no NaN."""
     kind = type(value)
     if kind is str:
         return utf8_text(value)
     if kind is dict:
-        return {utf8_text(k): _ID_TEXT[k](v) if type(v) is int and k in _ID_TEXT else _strict(v)
-                for k, v in value.items()}
+        return {utf8_text(k): _strict(v) for k, v in value.items()}
     if kind is list:
         return [_strict(v) for v in value]
     if kind is int and not INT64_MIN <= value <= INT64_MAX:

@@ -48,9 +48,8 @@ class ExitHooks:
         #: The exit callback ran: multiprocessing's hook and ``atexit`` both run in
         #: the main process, and the second has nothing left to do.
         self._exited = False
-        #: Set when the exit callback's run has ended, and the thread that ran it.
+        #: Set when the exit callback's run has ended.
         self._exit_done = threading.Event()
-        self._exit_thread: threading.Thread | None = None
 
     # --- installing ---------------------------------------------------------------------
     def install(self, *, sigterm: bool) -> None:
@@ -130,11 +129,8 @@ class ExitHooks:
         self._watched_pipe = (read_fd, write_fd)
 
     def _watch(self, read_fd: int) -> None:
-        try:
-            while os.read(read_fd, 64):
-                self._on_sigterm(signal.SIGTERM, None)
-        except OSError:  # pragma: no cover - the pipe is never closed while this process watches it
-            pass
+        while os.read(read_fd, 64):  # the pipe is closed only in a forked child, where no watcher runs
+            self._on_sigterm(signal.SIGTERM, None)
 
     # --- running ------------------------------------------------------------------------
     def run_exit(self) -> None:
@@ -147,12 +143,10 @@ class ExitHooks:
             running = self._exited
             self._exited = True
         if running:
-            if threading.current_thread() is not self._exit_thread:
-                self._exit_done.wait(self._timeout_s() + 0.5)
-                if self._terminating:
-                    self._die()
+            self._exit_done.wait(self._timeout_s() + 0.5)
+            if self._terminating:
+                self._die()
             return
-        self._exit_thread = threading.current_thread()
         with self.main_section():
             try:
                 self._on_exit()
@@ -222,7 +216,6 @@ class ExitHooks:
         The registrations stay: ``atexit`` and the SIGTERM handler are inherited."""
         self._signal_lock = threading.RLock()
         self._exit_done = threading.Event()
-        self._exit_thread = None
         self._main_depth = 0
         self._sigterm_deferred = self._terminating = self._exited = False
         if self._watched_pipe is not None:
