@@ -167,6 +167,9 @@ class _Node:
 
 
 class _Chain:
+    def after_slice(self) -> None:
+        pass
+
     def after_batch(self) -> None:
         pass
 

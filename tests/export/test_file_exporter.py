@@ -197,6 +197,45 @@ def test_each_batch_is_closed_by_a_marker_with_its_checksum(tmp_path):
         start = index + 1
 
 
+def test_spans_encoded_ahead_are_written_with_the_next_batch_under_one_marker(tmp_path):
+    path = tmp_path / "traces.jsonl"
+    processor = InPlaceBatchProcessor(ChromeTraceFileExporter(str(path)))
+    processor.on_end(make_span("a", 0, 1))
+    processor.on_end(make_span("b", 2, 3))
+    processor.stage_batch()
+    assert not path.exists() or path.read_bytes() == b""  # encoded, not yet written
+    processor.on_end(make_span("c", 4, 5))
+    processor.stage_batch()
+    processor.on_end(make_span("d", 6, 7))
+    assert processor.flush_batch()
+
+    events = read_events(path)
+    assert names(events) == ["a", "b", "c", "d"]
+    assert [e["name"] for e in events].count(BATCH_MARKER) == 1
+    assert processor.exported == 4 and processor.failed == 0
+
+
+def test_spans_encoded_ahead_alone_still_make_a_batch(tmp_path):
+    path = tmp_path / "traces.jsonl"
+    processor = InPlaceBatchProcessor(ChromeTraceFileExporter(str(path)))
+    processor.on_end(make_span("a", 0, 1))
+    processor.stage_batch()
+    assert processor.flush_batch()
+
+    assert names(read_events(path)) == ["a"]
+    assert processor.exported == 1
+
+
+def test_spans_encoded_ahead_are_written_by_shutdown(tmp_path):
+    path = tmp_path / "traces.jsonl"
+    exporter = ChromeTraceFileExporter(str(path))
+    assert exporter.stage([make_span("a", 0, 1)])
+    exporter.shutdown()
+
+    assert names(read_events(path)) == ["a"]
+    assert not exporter.stage([make_span("b", 2, 3)])  # shut down: refused, not kept
+
+
 def test_a_lone_surrogate_costs_no_line_of_its_batch(tmp_path):
     odd = b"run-\xff".decode("utf-8", "surrogateescape")  # an undecodable file name
     path = tmp_path / "traces.jsonl"

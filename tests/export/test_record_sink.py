@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import gc
 import itertools
 import os
 import random
@@ -18,7 +19,7 @@ from otel_rl._internal.encode import chrome_trace
 from otel_rl._internal.encode.perfetto import encoder as perfetto_encoder
 from otel_rl._internal.encode.readable import ReadableBuilder
 from otel_rl._internal.export.chain import ExportChain
-from otel_rl._internal.export import record_sink
+from otel_rl._internal.export import process, record_sink, wire
 from otel_rl._internal.export.record_sink import RecordSink
 from otel_rl._internal.recording import record
 from otel_rl._internal.recording.record import expand
@@ -91,7 +92,8 @@ def _replay(settings, resource_attrs, records, names, root, path: str, monkeypat
     """The files of the run ``records`` make through ``path``: ``"span"`` (an SDK span per
     record into the chain's sink), ``"record"`` (:meth:`RecordSink.on_record` each) or
     ``"batch"`` (:meth:`RecordSink.on_records` given the bundled records as the pipe carries
-    them: the compiled expansion and walk where built)."""
+    them: the compiled expansion and walk where built) or ``"pipe"`` (the exporter process's
+    step: the batch's bytes decoded and taken through the outputs a few records at a time)."""
     settings = dataclasses.replace(settings, fileroot=str(root))
     # The same tids, sequence ids and track uuids both times.
     monkeypatch.setattr(chrome_trace, "_encoder_numbers", itertools.count(1))
@@ -103,6 +105,13 @@ def _replay(settings, resource_attrs, records, names, root, path: str, monkeypat
     random.seed(7)  # bundled phases draw their span ids
     if path == "batch":
         RecordSink(chain, builder).on_records(list(records))
+    elif path == "pipe":
+        monkeypatch.setattr(process, "EXPORT_SLICE", 5)  # bundles and parents split across slices
+        try:
+            process.export_batch(RecordSink(chain, builder).on_records, chain, builder.thread_names,
+                                 wire.dumps(names, list(records)))
+        finally:
+            gc.unfreeze()  # as the exporter process leaves it after a batch
     elif path == "record":
         on_record = RecordSink(chain, builder).on_record
         for rec in expand(records):
@@ -122,7 +131,7 @@ def _replay(settings, resource_attrs, records, names, root, path: str, monkeypat
     return out
 
 
-@pytest.mark.parametrize("path", ["record", "batch"])
+@pytest.mark.parametrize("path", ["record", "batch", "pipe"])
 @pytest.mark.parametrize("file_format", ["jsonl", "perfetto"])
 def test_record_path_writes_the_span_paths_bytes(tmp_path, monkeypatch, file_format, path):
     settings, resource, records, names = _capture(tmp_path)

@@ -365,6 +365,12 @@ class ExportChain:
             max_pending_sessions=self.settings.max_pending_sessions)
         return self.session_processor
 
+    def after_slice(self) -> None:
+        """Encodes what the latest slice of a batch left for the trace file, written by
+        :meth:`after_batch` (see :func:`.process.export_batch`)."""
+        if self.file_processor is not None:
+            self.file_processor.stage_batch()  # never raises
+
     def after_batch(self) -> None:
         for hook in self.batch_hooks:
             try:

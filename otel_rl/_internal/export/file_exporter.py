@@ -96,6 +96,8 @@ class ChromeTraceFileExporter(SpanExporter):
         self._hold = hold
         self._held = bytearray()
         self._held_events = 0
+        # Events of spans encoded ahead (stage), written first by the next export.
+        self._staged: list[Any] = []
         self.lines_written = 0
         _fork_sensitive.add(self)
         if hold:
@@ -108,6 +110,7 @@ class ChromeTraceFileExporter(SpanExporter):
 
     def _after_fork_in_child(self) -> None:
         self._lock = threading.Lock()
+        self._staged = []  # the parent's spans: the parent writes them
 
     def set_resource(self, resource: Any) -> None:
         """The resource of the records handed to :meth:`export` (see :meth:`ChromeTraceEncoder.encode`)."""
@@ -130,7 +133,33 @@ class ChromeTraceFileExporter(SpanExporter):
             except Exception as exc:  # noqa: BLE001
                 guard.report(diagnostics.TRACE_FILE_ERROR, "cannot encode spans for %s: %r", self.path, exc)
                 return SpanExportResult.FAILURE
+            if self._staged:
+                self._staged.extend(events)
+                events, self._staged = self._staged, []
             return SpanExportResult.SUCCESS if self._write(events) else SpanExportResult.FAILURE
+
+    def stage(self, spans: Sequence[Any]) -> bool:
+        """Encodes ``spans`` now and keeps their events for the next :meth:`export`, which
+        writes them ahead of its own spans, in its batch; never raises.
+
+        The exporter process encodes each slice of a batch as soon as it has derived it
+        (while its objects are still in the core's cache) and writes the batch once.
+
+        Args:
+            spans: Finished spans, as for :meth:`export`.
+
+        Returns:
+            ``False`` when they could not be encoded (or the exporter is shut down).
+        """
+        with self._lock:
+            if self._closed:
+                return False
+            try:
+                self._staged.extend(self._encoder.encode(spans))
+            except Exception as exc:  # noqa: BLE001
+                guard.report(diagnostics.TRACE_FILE_ERROR, "cannot encode spans for %s: %r", self.path, exc)
+                return False
+            return True
 
     def _serialize(self, events: list[dict[str, Any]]) -> bytes | bytearray:
         """What ``events`` add to the file: their JSON lines and the batch marker."""
@@ -189,7 +218,8 @@ class ChromeTraceFileExporter(SpanExporter):
             if self._closed:
                 return
             try:
-                self._write(self._encoder.finish())
+                staged, self._staged = self._staged, []
+                self._write(staged + self._encoder.finish())
                 self._write_data(self._closing(), 0)
             except Exception as exc:  # noqa: BLE001
                 guard.report(diagnostics.TRACE_FILE_ERROR, "cannot finish %s: %r", self.path, exc)
@@ -217,6 +247,9 @@ class InPlaceBatchProcessor(SpanProcessor):
         self._max_batch = max(1, max_batch)
         self._max_buffered = max(1, max_buffered)
         self._spans: list[Any] = []  # SDK spans and (record, attributes) pairs
+        # Spans the exporter encoded ahead (stage_batch), counted when their batch is written.
+        self._staged = 0
+        self._stage = getattr(exporter, "stage", None)
         self._lock = threading.Lock()
         self._export_lock = threading.Lock()
         self._shutdown = False
@@ -228,6 +261,7 @@ class InPlaceBatchProcessor(SpanProcessor):
     def _after_fork_in_child(self) -> None:
         # The parent exports the spans it collected; the child starts empty.
         self._spans = []
+        self._staged = 0
         self.exported = self.failed = 0
         self._lock = threading.Lock()
         self._export_lock = threading.Lock()
@@ -267,8 +301,28 @@ class InPlaceBatchProcessor(SpanProcessor):
                 pairs = pairs[:room]
             self._spans.extend(pairs)
 
+    def stage_batch(self) -> None:
+        """Has the exporter encode the spans collected so far, to be written by the next
+        :meth:`flush_batch` in its batch (an exporter without ``stage`` gets them then)."""
+        if self._stage is None:
+            return
+        with self._export_lock:
+            with self._lock:
+                spans, self._spans = self._spans, []
+            if not spans:
+                return
+            try:
+                staged = self._stage(spans)
+            except Exception as exc:  # noqa: BLE001 - a foreign exporter may raise
+                guard.report(diagnostics.EXPORT_ERROR, "an exporter failed: %r", exc)
+                staged = False
+            if staged:
+                self._staged += len(spans)
+            else:
+                self.failed += len(spans)
+
     def flush_batch(self) -> bool:
-        """Exports every span collected so far.
+        """Exports every span collected so far (with those :meth:`stage_batch` encoded).
 
         Returns:
             ``False`` if any batch failed to export.
@@ -276,18 +330,21 @@ class InPlaceBatchProcessor(SpanProcessor):
         with self._export_lock:
             with self._lock:
                 spans, self._spans = self._spans, []
+            staged, self._staged = self._staged, 0
             ok = True
             step = self._max_batch
-            for i in range(0, len(spans), step):
+            for i in range(0, max(len(spans), 1 if staged else 0), step):
+                chunk = spans[i:i + step]
+                count = len(chunk) + (staged if i == 0 else 0)
                 try:
-                    result = self.exporter.export(spans[i:i + step])
+                    result = self.exporter.export(chunk)
                 except Exception as exc:  # noqa: BLE001 - a foreign exporter may raise
                     guard.report(diagnostics.EXPORT_ERROR, "an exporter failed: %r", exc)
                     result = SpanExportResult.FAILURE
                 if result is SpanExportResult.SUCCESS:
-                    self.exported += len(spans[i:i + step])
+                    self.exported += count
                 else:
-                    self.failed += len(spans[i:i + step])
+                    self.failed += count
                 ok = ok and result is SpanExportResult.SUCCESS
             return ok
 
