@@ -248,7 +248,7 @@ class InPlaceBatchProcessor(SpanProcessor):
         self._max_buffered = max(1, max_buffered)
         self._spans: list[Any] = []  # SDK spans and (record, attributes) pairs
         # Spans the exporter encoded ahead (stage_batch), counted when their batch is written.
-        self._staged = 0
+        self._staged_spans = 0
         self._stage = getattr(exporter, "stage", None)
         self._lock = threading.Lock()
         self._export_lock = threading.Lock()
@@ -261,7 +261,7 @@ class InPlaceBatchProcessor(SpanProcessor):
     def _after_fork_in_child(self) -> None:
         # The parent exports the spans it collected; the child starts empty.
         self._spans = []
-        self._staged = 0
+        self._staged_spans = 0
         self.exported = self.failed = 0
         self._lock = threading.Lock()
         self._export_lock = threading.Lock()
@@ -317,7 +317,7 @@ class InPlaceBatchProcessor(SpanProcessor):
                 guard.report(diagnostics.EXPORT_ERROR, "an exporter failed: %r", exc)
                 staged = False
             if staged:
-                self._staged += len(spans)
+                self._staged_spans += len(spans)
             else:
                 self.failed += len(spans)
 
@@ -330,7 +330,7 @@ class InPlaceBatchProcessor(SpanProcessor):
         with self._export_lock:
             with self._lock:
                 spans, self._spans = self._spans, []
-            staged, self._staged = self._staged, 0
+            staged, self._staged_spans = self._staged_spans, 0
             ok = True
             step = self._max_batch
             for i in range(0, max(len(spans), 1 if staged else 0), step):
