@@ -7,31 +7,47 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from support import clean_env
 from support.paths import ROOT as REPO_ROOT
 
 ROOT = str(REPO_ROOT)
 
 
-def test_bench_quick_runs_every_workload(tmp_path):
-    sys.path.insert(0, ROOT)
-    try:
-        from bench import WORKLOAD_NAMES
-    finally:
-        sys.path.remove(ROOT)
-    out = tmp_path / "b.json"
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory) -> dict:
+    """The JSON of one ``python -m bench --quick --repeats 1`` run (every workload)."""
+    out = tmp_path_factory.mktemp("bench") / "b.json"
     env = clean_env(drop=("PYTEST_",))
     proc = subprocess.run(
         [sys.executable, "-m", "bench", "--quick", "--repeats", "1", "--out", str(out)],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
     )
     assert proc.returncode == 0, f"stdout:\n{proc.stdout[-4000:]}\nstderr:\n{proc.stderr[-4000:]}"
-    data = json.loads(out.read_text())
+    return json.loads(out.read_text())
+
+
+def test_bench_quick_runs_every_workload(quick_run):
+    sys.path.insert(0, ROOT)
+    try:
+        from bench import WORKLOAD_NAMES
+    finally:
+        sys.path.remove(ROOT)
+    data = quick_run
     assert set(data["workloads"]) == set(WORKLOAD_NAMES)
     assert data["errors"] == {}
     for name, result in data["workloads"].items():
         assert result["rows"], f"{name} produced no table rows"
         assert result["samples"], f"{name} kept no raw samples"
+
+
+def test_the_session_total_is_also_measured_with_the_exporter_in_its_steady_state(quick_run):
+    rows = quick_run["workloads"]["total_cpu"]["rows"]
+    steady = [row for row in rows if row["label"].strip().startswith("same, exporter in its steady state")]
+    assert len(steady) == 1
+    assert steady[0]["sources"]["otel_rl"] == "otel_rl_steady"
+    assert steady[0]["cells"]["otel_rl"]["median"] > 0 and steady[0]["cells"]["jsonl"]["median"] > 0
 
 
 # A module with the call forms the bench reads from AReaL's perf_tracer: a dataclass under
