@@ -366,6 +366,29 @@ def test_a_bundled_phase_is_kept_in_no_placement_map(monkeypatch, compiled_walk)
     assert tids["generate"] == tids["reward"] == tids["session"]  # nested under the session, one lane
 
 
+@pytest.mark.parametrize("compiled_walk", [pytest.param(True, marks=compiled), False], ids=["compiled", "python"])
+def test_a_sessions_phases_are_packed_once_placed_and_unpacked_for_a_span_nesting_among_them(
+        monkeypatch, compiled_walk):
+    session = {keys.SESSION_ID: "s1"}
+    phases = [
+        (_rec(name, span, 2, _T0 + lo, _T0 + hi, attributes=record.phase_attributes(name)),
+         _attrs(1, **session, **{keys.SPAN_KIND: keys.KIND_PHASE, keys.PHASE: name}))
+        for name, span, lo, hi in (("generate", 3, 10, 20), ("reward", 4, 30, 40))]
+    items = [*phases, (_rec("session", 2, 0, _T0, _T0 + 50), _attrs(1, **session, **{keys.SPAN_KIND: keys.KIND_SESSION}))]
+    encoder, _ = _encoder(monkeypatch, compiled_walk=compiled_walk)
+    first = _write(encoder, items, 10).decode()
+    (lane,) = [lane for proc in encoder._processes.values() for group in proc.groups.values() for lane in group.lanes]
+    assert type(lane.root.kids[-1]) is bytes  # the phases, one object
+
+    late = (_rec("tool", 5, 2, _T0 + 22, _T0 + 28), _attrs(1, **session))  # between the two phases
+    second = _write(encoder, [late], 10).decode()
+    assert [line.split('"tid":')[1].split(",")[0] for line in (first + second).splitlines()
+            if '"ph":"X"' in line] == [str(lane.tid)] * 4  # all nested on the session's one lane
+    kids = lane.root.kids[-1]
+    assert (kids.starts, kids.ends, kids.ids) == ([_T0 + 10, _T0 + 22, _T0 + 30], [_T0 + 20, _T0 + 28, _T0 + 40],
+                                                  [3, 5, 4])
+
+
 def _open_at_once(waves: int, open_sessions: int) -> list[tuple]:
     """Waves of sessions on one thread, registered together and finalized four at a time (a
     task's: the same end), each a track of its own: a session tries the lanes before its own."""

@@ -13,7 +13,7 @@ from bisect import bisect_left, bisect_right
 
 import pytest
 
-from otel_rl._internal.encode.lanes import Lane, LaneLevel
+from otel_rl._internal.encode.lanes import Lane, LaneLevel, pack_leaves, unpack_leaves
 
 
 class ReferenceLane(Lane):
@@ -56,9 +56,11 @@ class ReferenceLane(Lane):
         return True
 
 
-def _shape(level: LaneLevel | None) -> object:
+def _shape(level: LaneLevel | bytes | None) -> object:
     if level is None:
         return None
+    if type(level) is bytes:
+        level = unpack_leaves(level)
     return [(s, e, i, _shape(k)) for s, e, i, k in zip(level.starts, level.ends, level.ids, level.kids)]
 
 
@@ -117,6 +119,46 @@ def test_lane_fast_path_matches_general_search(seed: int) -> None:
             slow.prune(cutoff)
         assert (fast.count, fast.max_end, fast.pruned_before) == (slow.count, slow.max_end, slow.pruned_before)
     assert _shape(fast.root) == _shape(slow.root)
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_a_lane_with_its_leaf_levels_packed_places_as_one_without(seed: int) -> None:
+    intervals, parent_of = _workload(seed)
+
+    def is_ancestor(ancestor: int, span_id: int) -> bool:
+        while span_id:
+            if span_id == ancestor:
+                return True
+            span_id = parent_of.get(span_id, 0)
+        return False
+
+    packed, plain = Lane(0, 1, 8), Lane(0, 1, 8)
+    packings = 0
+    for n, (start, end, span_id) in enumerate(intervals):
+        assert packed.insert(start, end, span_id, is_ancestor) == plain.insert(start, end, span_id, is_ancestor)
+        if packed.root.ids and packed.root.ids[-1] == span_id:
+            packed.pack_last(span_id)  # as a session's phases are, once placed
+            packings += type(packed.root.kids[-1]) is bytes
+        if n % 50 == 49:
+            cutoff = packed.max_end - 30
+            packed.prune(cutoff)
+            plain.prune(cutoff)
+        assert (packed.count, packed.max_end, packed.pruned_before) == (plain.count, plain.max_end,
+                                                                         plain.pruned_before)
+    assert _shape(packed.root) == _shape(plain.root)
+    assert packings > 5
+
+
+def test_a_level_packs_only_where_every_interval_is_a_leaf_that_fits() -> None:
+    level = LaneLevel()
+    level.starts, level.ends, level.ids, level.kids = [-5, 10], [9, 1 << 62], [1, (1 << 64) - 1], [None, None]
+    packed = pack_leaves(level)
+    assert len(packed) == 48
+    assert _shape(unpack_leaves(packed)) == _shape(level)
+    level.kids[1] = LaneLevel()
+    assert pack_leaves(level) is None  # a child with children of its own
+    level.kids[1], level.ids[1] = None, 1 << 64
+    assert pack_leaves(level) is None  # an id past 64 bits
 
 
 def _reference_chrome_args(attributes: dict) -> dict:

@@ -670,6 +670,82 @@ static PyObject *new_level(void) {
     return level;
 }
 
+/* lanes.unpack_leaves: the level a packed one holds (start, end: int64; span id: uint64; each
+ * little-endian), its ints made anew. */
+#define PACKED_SIZE 24
+
+static unsigned long long get_le64(const unsigned char *p) {
+    unsigned long long v = 0;
+    for (int k = 7; k >= 0; k--) v = v << 8 | p[k];
+    return v;
+}
+
+static void put_le64(unsigned char *p, unsigned long long v) {
+    for (int k = 0; k < 8; k++, v >>= 8) p[k] = (unsigned char)(v & 0xFF);
+}
+
+static PyObject *unpack_leaves(PyObject *data) {
+    PyObject *level = new_level(), *starts, *ends, *ids, *kids;
+    if (!level) return NULL;
+    if (level_lists(level, &starts, &ends, &ids, &kids) < 0) { Py_DECREF(level); return NULL; }
+    const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(data);
+    Py_ssize_t n = PyBytes_GET_SIZE(data) / PACKED_SIZE;
+    for (Py_ssize_t k = 0; k < n; k++, p += PACKED_SIZE) {
+        PyObject *start = PyLong_FromLongLong((long long)get_le64(p));
+        PyObject *end = start ? PyLong_FromLongLong((long long)get_le64(p + 8)) : NULL;
+        PyObject *id = end ? PyLong_FromUnsignedLongLong(get_le64(p + 16)) : NULL;
+        int r = id && PyList_Append(starts, start) == 0 && PyList_Append(ends, end) == 0
+                && PyList_Append(ids, id) == 0 && PyList_Append(kids, Py_None) == 0;
+        Py_XDECREF(start);
+        Py_XDECREF(end);
+        Py_XDECREF(id);
+        if (!r) { Py_DECREF(level); return NULL; }
+    }
+    return level;
+}
+
+/* Lane.pack_last for the lane `lane_ref` (group, index) names: the children of its root's last
+ * interval packed (lanes.pack_leaves) where that interval is `span_id`'s and they are all leaves
+ * that fit. 0 done or not the case; -1 an error. */
+static int pack_last(PyObject *lane_ref, PyObject *span_id) {
+    if (!PyTuple_CheckExact(lane_ref) || PyTuple_GET_SIZE(lane_ref) != 2) return 0;
+    PyObject *group = PyTuple_GET_ITEM(lane_ref, 0), *lanes;
+    if (Py_TYPE(group) != t_group || !(lanes = SLOT(group, o_group_lanes)) || !PyList_CheckExact(lanes)) return 0;
+    Py_ssize_t index = PyLong_AsSsize_t(PyTuple_GET_ITEM(lane_ref, 1));
+    if (index == -1 && PyErr_Occurred()) return -1;
+    if (index < 0 || index >= PyList_GET_SIZE(lanes)) return 0;
+    PyObject *lane = PyList_GET_ITEM(lanes, index), *root, *starts, *ends, *ids, *kids;
+    if (Py_TYPE(lane) != t_lane || !(root = SLOT(lane, o_lane_root)) || level_lists(root, &starts, &ends, &ids, &kids) < 0)
+        return -1;
+    Py_ssize_t n = PyList_GET_SIZE(ids);
+    if (!n || PyList_GET_SIZE(kids) != n) return 0;
+    int same = PyObject_RichCompareBool(PyList_GET_ITEM(ids, n - 1), span_id, Py_EQ);
+    if (same <= 0) return same;
+    PyObject *kid = PyList_GET_ITEM(kids, n - 1), *k_starts, *k_ends, *k_ids, *k_kids;
+    if (Py_TYPE(kid) != t_level || level_lists(kid, &k_starts, &k_ends, &k_ids, &k_kids) < 0) return 0;
+    Py_ssize_t m = PyList_GET_SIZE(k_starts);
+    if (PyList_GET_SIZE(k_ends) != m || PyList_GET_SIZE(k_ids) != m || PyList_GET_SIZE(k_kids) != m) return 0;
+    PyObject *packed = PyBytes_FromStringAndSize(NULL, m * PACKED_SIZE);
+    if (!packed) return -1;
+    unsigned char *p = (unsigned char *)PyBytes_AS_STRING(packed);
+    for (Py_ssize_t k = 0; k < m; k++, p += PACKED_SIZE) {
+        long long start, end;
+        PyObject *id = PyList_GET_ITEM(k_ids, k);
+        unsigned long long id_value = PyLong_CheckExact(id) ? PyLong_AsUnsignedLongLong(id) : (unsigned long long)-1;
+        if (PyList_GET_ITEM(k_kids, k) != Py_None || !as_int64(PyList_GET_ITEM(k_starts, k), &start)
+            || !as_int64(PyList_GET_ITEM(k_ends, k), &end) || !PyLong_CheckExact(id)
+            || (id_value == (unsigned long long)-1 && PyErr_Occurred())) {
+            PyErr_Clear();  /* not all leaves that fit: kept as it is */
+            Py_DECREF(packed);
+            return 0;
+        }
+        put_le64(p, (unsigned long long)start);
+        put_le64(p + 8, (unsigned long long)end);
+        put_le64(p + 16, id_value);
+    }
+    return PyList_SetItem(kids, n - 1, packed);  /* steals it; the level goes */
+}
+
 /* Lane.insert: 1 inserted, 0 refused (the lane unchanged), -1 an error. */
 static int lane_insert(PyObject *lane, PyObject *start_o, long long start, PyObject *end_o, long long end,
                        PyObject *span_id, PyObject *parent_of, PyObject *own_parent) {
@@ -713,8 +789,8 @@ static int lane_insert(PyObject *lane, PyObject *start_o, long long start, PyObj
             if (a < 0) return -1;
             if (a) {
                 PyObject *kid = PyList_GET_ITEM(kids, i);
-                if (kid == Py_None) {
-                    kid = new_level();
+                if (kid == Py_None || PyBytes_CheckExact(kid)) {
+                    kid = kid == Py_None ? new_level() : unpack_leaves(kid);
                     if (!kid) return -1;
                     PyList_SetItem(kids, i, kid);  /* steals it; the list keeps it alive below */
                 }
@@ -1474,6 +1550,7 @@ static PyObject *add_span(PyObject *self, PyObject *const *args, Py_ssize_t narg
             if (!waiting && PyErr_Occurred()) goto done;
             int t = waiting ? PyObject_IsTrue(waiting) : 0;
             r = t < 0 ? -1 : t ? place_waiting(enc, waiting, out, lane, span_id) : 0;
+            if (r == 0 && t > 0) r = pack_last(lane, span_id);
             Py_XDECREF(waiting);
             if (r < 0) goto done;
         } else if ((r = map_has(foreign, key))) {

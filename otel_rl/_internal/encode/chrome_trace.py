@@ -335,6 +335,8 @@ class ChromeTraceEncoder:
         waiting.sort(key=outer_first)
         for child, child_attrs, child_proc in waiting:
             self._place(child, child_proc, child_attrs, out, prefer=lane)
+        group, index = lane
+        group.lanes[index].pack_last(rec[SPAN_ID])
 
     # --- processes and threads -----------------------------------------------------------
     def _process(self, resource: Any, out: list[dict[str, Any]]) -> ProcessLanes:
