@@ -85,7 +85,7 @@ class LaneLevel:
         self.starts: list[int] = []
         self.ends: list[int] = []
         self.ids: list[int] = []
-        self.kids: list[LaneLevel | None] = []
+        self.kids: list[LaneLevel | bytes | None] = []
 
 
 def pack_leaves(level: LaneLevel) -> bytes | None:
