@@ -99,9 +99,9 @@ def _workload(seed: int) -> tuple[list[tuple[int, int, int]], dict[int, int]]:
     return out, parent_of
 
 
-@pytest.mark.parametrize("seed", range(60))
-def test_lane_fast_path_matches_general_search(seed: int) -> None:
-    intervals, parent_of = _workload(seed)
+def _insert_both(intervals, parent_of, a: Lane, b: Lane, after_insert=lambda span_id: None) -> None:
+    """Inserts ``intervals`` into lanes ``a`` and ``b`` alike, pruning both every 50: they must
+    accept the same spans and keep the same counts, and end with the same forest."""
 
     def is_ancestor(ancestor: int, span_id: int) -> bool:
         while span_id:
@@ -110,43 +110,37 @@ def test_lane_fast_path_matches_general_search(seed: int) -> None:
             span_id = parent_of.get(span_id, 0)
         return False
 
-    fast, slow = Lane(0, 1, 8), ReferenceLane(0, 1, 8)
     for n, (start, end, span_id) in enumerate(intervals):
-        assert fast.insert(start, end, span_id, is_ancestor) == slow.insert(start, end, span_id, is_ancestor)
+        assert a.insert(start, end, span_id, is_ancestor) == b.insert(start, end, span_id, is_ancestor)
+        after_insert(span_id)
         if n % 50 == 49:
-            cutoff = fast.max_end - 30
-            fast.prune(cutoff)
-            slow.prune(cutoff)
-        assert (fast.count, fast.max_end, fast.pruned_before) == (slow.count, slow.max_end, slow.pruned_before)
-    assert _shape(fast.root) == _shape(slow.root)
+            cutoff = a.max_end - 30
+            a.prune(cutoff)
+            b.prune(cutoff)
+        assert (a.count, a.max_end, a.pruned_before) == (b.count, b.max_end, b.pruned_before)
+    assert _shape(a.root) == _shape(b.root)
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_lane_fast_path_matches_general_search(seed: int) -> None:
+    intervals, parent_of = _workload(seed)
+    _insert_both(intervals, parent_of, Lane(0, 1, 8), ReferenceLane(0, 1, 8))
 
 
 @pytest.mark.parametrize("seed", range(60))
 def test_a_lane_with_its_leaf_levels_packed_places_as_one_without(seed: int) -> None:
     intervals, parent_of = _workload(seed)
+    packed = Lane(0, 1, 8)
+    packings = []
 
-    def is_ancestor(ancestor: int, span_id: int) -> bool:
-        while span_id:
-            if span_id == ancestor:
-                return True
-            span_id = parent_of.get(span_id, 0)
-        return False
+    def pack(span_id: int) -> None:  # as a session's phases are, once it and they are placed
+        kids = packed.root.kids
+        before = kids[-1] if kids else None
+        packed.pack_last(span_id)
+        packings.append(bool(kids) and kids[-1] is not before)
 
-    packed, plain = Lane(0, 1, 8), Lane(0, 1, 8)
-    packings = 0
-    for n, (start, end, span_id) in enumerate(intervals):
-        assert packed.insert(start, end, span_id, is_ancestor) == plain.insert(start, end, span_id, is_ancestor)
-        if packed.root.ids and packed.root.ids[-1] == span_id:
-            packed.pack_last(span_id)  # as a session's phases are, once placed
-            packings += type(packed.root.kids[-1]) is bytes
-        if n % 50 == 49:
-            cutoff = packed.max_end - 30
-            packed.prune(cutoff)
-            plain.prune(cutoff)
-        assert (packed.count, packed.max_end, packed.pruned_before) == (plain.count, plain.max_end,
-                                                                         plain.pruned_before)
-    assert _shape(packed.root) == _shape(plain.root)
-    assert packings > 5
+    _insert_both(intervals, parent_of, packed, Lane(0, 1, 8), after_insert=pack)
+    assert sum(packings) > 5
 
 
 def test_a_level_packs_only_where_every_interval_is_a_leaf_that_fits() -> None:
