@@ -236,6 +236,19 @@ def test_spans_encoded_ahead_are_written_by_shutdown(tmp_path):
     assert not exporter.stage([make_span("b", 2, 3)])  # shut down: refused, not kept
 
 
+def test_a_holding_exporter_keeps_spans_encoded_ahead_until_the_save(tmp_path):
+    path = tmp_path / "traces.jsonl"
+    exporter = ChromeTraceFileExporter(str(path), hold=True)  # save_interval above 1
+    processor = InPlaceBatchProcessor(exporter)
+    processor.on_end(make_span("a", 0, 1))
+    processor.stage_batch()
+    assert processor.flush_batch()
+    assert not path.exists()  # held, as the batch it belongs to
+
+    assert exporter.force_flush()
+    assert names(read_events(path)) == ["a"]
+
+
 def test_a_lone_surrogate_costs_no_line_of_its_batch(tmp_path):
     odd = b"run-\xff".decode("utf-8", "surrogateescape")  # an undecodable file name
     path = tmp_path / "traces.jsonl"
