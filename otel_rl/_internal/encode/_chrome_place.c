@@ -722,7 +722,8 @@ static int pack_last(PyObject *lane_ref, PyObject *span_id) {
     int same = PyObject_RichCompareBool(PyList_GET_ITEM(ids, n - 1), span_id, Py_EQ);
     if (same <= 0) return same;
     PyObject *kid = PyList_GET_ITEM(kids, n - 1), *k_starts, *k_ends, *k_ids, *k_kids;
-    if (Py_TYPE(kid) != t_level || level_lists(kid, &k_starts, &k_ends, &k_ids, &k_kids) < 0) return 0;
+    if (Py_TYPE(kid) != t_level) return 0;  /* no children, or packed already */
+    if (level_lists(kid, &k_starts, &k_ends, &k_ids, &k_kids) < 0) return -1;
     Py_ssize_t m = PyList_GET_SIZE(k_starts);
     if (PyList_GET_SIZE(k_ends) != m || PyList_GET_SIZE(k_ids) != m || PyList_GET_SIZE(k_kids) != m) return 0;
     PyObject *packed = PyBytes_FromStringAndSize(NULL, m * PACKED_SIZE);
