@@ -301,14 +301,19 @@ class InPlaceBatchProcessor(SpanProcessor):
                 pairs = pairs[:room]
             self._spans.extend(pairs)
 
+    def _take(self) -> list[Any]:
+        """The spans collected so far, handed over (the collecting list starts anew)."""
+        with self._lock:
+            spans, self._spans = self._spans, []
+        return spans
+
     def stage_batch(self) -> None:
         """Has the exporter encode the spans collected so far, to be written by the next
         :meth:`flush_batch` in its batch (an exporter without ``stage`` gets them then)."""
         if self._stage is None:
             return
         with self._export_lock:
-            with self._lock:
-                spans, self._spans = self._spans, []
+            spans = self._take()
             if not spans:
                 return
             try:
@@ -328,8 +333,7 @@ class InPlaceBatchProcessor(SpanProcessor):
             ``False`` if any batch failed to export.
         """
         with self._export_lock:
-            with self._lock:
-                spans, self._spans = self._spans, []
+            spans = self._take()
             staged, self._staged_spans = self._staged_spans, 0
             ok = True
             step = self._max_batch

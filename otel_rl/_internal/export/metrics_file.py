@@ -13,7 +13,6 @@ from ..payload import INT64_MAX, INT64_MIN, utf8_text
 from ..recording.ids import span_text, trace_text
 
 
-
 class JsonlMetricExporter(MetricExporter):
     """Appends each export as one line: the SDK's JSON form of ``MetricsData``."""
 
