@@ -147,6 +147,19 @@ static inline int as_uint64(PyObject *v, unsigned long long *x) {
     return 1;
 }
 
+/* a == b for span and trace ids: 1, 0, or -1 (error set). Ids are exact ints, equal but seldom
+ * the same object (each record decodes its own), and an int compare through
+ * PyObject_RichCompareBool makes a bool object to read back; two ints of up to 64 bits compare
+ * here, anything else as Python compares it. */
+static inline int same_value(PyObject *a, PyObject *b) {
+    if (a == b) return 1;
+    unsigned long long x, y;
+    int nx, ny;
+    if (PyLong_CheckExact(a) && PyLong_CheckExact(b) && small_int(a, &x, &nx) && small_int(b, &y, &ny))
+        return x == y && (nx == ny || x == 0);
+    return PyObject_RichCompareBool(a, b, Py_EQ);
+}
+
 /* An int in [0, 2^(8n)) as n bytes; 0, or -1 (no error set) for a value out of that range. */
 static inline int uint_bytes(PyObject *v, unsigned char *out, size_t n, int little_endian) {
 #if PY_VERSION_HEX >= 0x030D0000

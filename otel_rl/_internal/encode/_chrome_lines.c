@@ -103,6 +103,7 @@ typedef struct {
     char *frag;  /* '"name":', PyMem */
     Py_ssize_t frag_len;
     int state;
+    int renamed;  /* its name's text is not the key's: only then can two keys share a name */
 } KeyEntry;
 #define KEY_SLOTS 512  /* a power of two */
 #define KEY_PROBES 8
@@ -174,13 +175,14 @@ static KeyEntry *key_entry(PyObject *key) {
     e->frag = frag;
     e->frag_len = frag_len;
     e->state = state;
+    e->renamed = !PyUnicode_CheckExact(name) || !same_text(name, key);
     return e;
 }
 
 /* The args of chrome_args(attrs), comma-separated; SKIP where a key would repeat. */
 static int put_args(Buf *b, PyObject *attrs) {
     PyObject *seen[MAX_ARGS];
-    int count = 0, r = 0;
+    int count = 0, r = 0, renamed = 0;
     Py_ssize_t pos = 0;
     PyObject *key, *value;
     while (r == 0 && PyDict_Next(attrs, &pos, &key, &value)) {
@@ -199,7 +201,10 @@ static int put_args(Buf *b, PyObject *attrs) {
             r = SKIP;
         } else {
             seen[count++] = name;  /* held until the end: compared with later names */
-            for (int k = 0; k < count - 1 && r == 0; k++)
+            /* Distinct keys whose names are their own texts cannot collide: compared only
+             * once a renamed (or uncached) name is among them. */
+            renamed |= !e || e->renamed;
+            for (int k = 0; renamed && k < count - 1 && r == 0; k++)
                 if (same_text(seen[k], name)) r = SKIP;
             if (r == 0 && count > 1) r = PUTS(b, ",");
             if (r == 0) r = e ? put(b, e->frag, e->frag_len) : put_text(b, name);

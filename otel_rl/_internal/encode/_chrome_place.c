@@ -376,10 +376,10 @@ static int place(Batch *b, PyObject *item) {
     if (!cat) return -1;
     PyObject *trace_id = PyTuple_GET_ITEM(rec, i_trace), *text = Py_None;
     if (!PyLong_CheckExact(trace_id)) return 0;
-    int is_root = PyObject_RichCompareBool(trace_id, span_id, Py_EQ);  /* its span id says it */
+    int is_root = same_value(trace_id, span_id);  /* its span id says it */
     if (is_root < 0) return -1;
     if (!is_root) {
-        int same = PyObject_RichCompareBool(b->trace_id, trace_id, Py_EQ);
+        int same = same_value(b->trace_id, trace_id);
         if (same < 0) return -1;
         if (!same) {
             PyObject *fresh = trace_text(trace_id, hex_spec);
@@ -624,7 +624,7 @@ static int bisect_ll(PyObject *list, long long x, Py_ssize_t lo, int right, Py_s
  * parent of `own` (when not NULL) is `own_parent`, which parent_of does not hold. */
 static int is_ancestor(PyObject *parent_of, PyObject *ancestor, PyObject *span, PyObject *own, PyObject *own_parent) {
     for (int depth = 0; depth < 64; depth++) {
-        int eq = PyObject_RichCompareBool(span, ancestor, Py_EQ);
+        int eq = same_value(span, ancestor);
         if (eq) return eq;
         span = own && span == own ? own_parent : map_get(parent_of, span);
         if (!span) return PyErr_Occurred() ? -1 : 0;
@@ -719,7 +719,7 @@ static int pack_last(PyObject *lane_ref, PyObject *span_id) {
         return -1;
     Py_ssize_t n = PyList_GET_SIZE(ids);
     if (!n || PyList_GET_SIZE(kids) != n) return 0;
-    int same = PyObject_RichCompareBool(PyList_GET_ITEM(ids, n - 1), span_id, Py_EQ);
+    int same = same_value(PyList_GET_ITEM(ids, n - 1), span_id);
     if (same <= 0) return same;
     PyObject *kid = PyList_GET_ITEM(kids, n - 1), *k_starts, *k_ends, *k_ids, *k_kids;
     if (Py_TYPE(kid) != t_level) return 0;  /* no children, or packed already */
@@ -939,12 +939,12 @@ static int shorten_when_due(PyObject *enc, PyObject *lane) {
 /* The trace's text for a span's line (a new reference: None on a root, whose span id is its
  * trace id); the latest trace id and its text are shared with the walk over batches. */
 static PyObject *span_trace_hex(PyObject *enc, PyObject *trace_id, PyObject *span_id) {
-    int root = PyObject_RichCompareBool(trace_id, span_id, Py_EQ);
+    int root = same_value(trace_id, span_id);
     if (root < 0) return NULL;
     if (root) return Py_NewRef(Py_None);
     Batch *live_b = live(enc);
     if (live_b) {  /* the walk's latest trace id and text */
-        int same = PyObject_RichCompareBool(live_b->trace_id, trace_id, Py_EQ);
+        int same = same_value(live_b->trace_id, trace_id);
         if (same < 0) return NULL;
         if (!same) {
             PyObject *fresh = trace_text(trace_id, hex_spec);
@@ -1176,8 +1176,8 @@ static PyObject *place_span(PyObject *self, PyObject *const *args, Py_ssize_t na
             PyObject *call[7] = {enc, span_id, parent_id, pid, tid, ts, out};
             r = call_out(enc, s_remote_flow, call, 7);
         } else if (parent_rec) {
-            int same_pid = PyObject_RichCompareBool(PyTuple_GET_ITEM(parent_rec, 2), pid, Py_EQ);
-            int same_tid = same_pid > 0 ? PyObject_RichCompareBool(PyTuple_GET_ITEM(parent_rec, 3), tid, Py_EQ) : 0;
+            int same_pid = same_value(PyTuple_GET_ITEM(parent_rec, 2), pid);
+            int same_tid = same_pid > 0 ? same_value(PyTuple_GET_ITEM(parent_rec, 3), tid) : 0;
             r = same_pid < 0 || same_tid < 0 ? -1 : 0;
             if (r == 0 && !(same_pid && same_tid)) {
                 r = flow_link(enc, parent_rec, record, span_id, out);
@@ -1215,8 +1215,8 @@ static PyObject *place_span(PyObject *self, PyObject *const *args, Py_ssize_t na
                 PyErr_SetString(PyExc_TypeError, "a waiting child must be a 6-tuple");
                 goto done;
             }
-            int same_pid = PyObject_RichCompareBool(PyTuple_GET_ITEM(child, 2), pid, Py_EQ);
-            int same_tid = same_pid > 0 ? PyObject_RichCompareBool(PyTuple_GET_ITEM(child, 3), tid, Py_EQ) : 0;
+            int same_pid = same_value(PyTuple_GET_ITEM(child, 2), pid);
+            int same_tid = same_pid > 0 ? same_value(PyTuple_GET_ITEM(child, 3), tid) : 0;
             if (same_pid < 0 || same_tid < 0) goto done;
             if (same_pid && same_tid) continue;  /* same track: nesting already shows it */
             if (flow_link(enc, record, child, PyTuple_GET_ITEM(child, 5), out) < 0) goto done;
@@ -1333,7 +1333,7 @@ static int place_bundled(PyObject *enc, PyObject *rec, PyObject *attrs, PyObject
         || Py_TYPE(group) != t_group)
         return 0;
     if (end < start) { end = start; end_o = start_o; }
-    int is_child = PyObject_RichCompareBool(parent_id, session, Py_EQ);
+    int is_child = same_value(parent_id, session);
     if (is_child <= 0) return is_child;
     PyObject *thread = PyDict_GetItemWithError(attrs, k_thread_id);
     if (!thread || thread == Py_None || PyDict_GetItemWithError(groups, thread) != group
@@ -1351,7 +1351,7 @@ static int place_bundled(PyObject *enc, PyObject *rec, PyObject *attrs, PyObject
         if (!parent_rec) r = PyErr_Occurred() ? -1 : -2;
         else if (!PyTuple_CheckExact(parent_rec) || PyTuple_GET_SIZE(parent_rec) < 5
                  || PyTuple_GET_ITEM(parent_rec, 0) != group
-                 || PyObject_RichCompareBool(PyTuple_GET_ITEM(parent_rec, 1), PyTuple_GET_ITEM(prefer, 1), Py_EQ) != 1)
+                 || same_value(PyTuple_GET_ITEM(parent_rec, 1), PyTuple_GET_ITEM(prefer, 1)) != 1)
             r = PyErr_Occurred() ? -1 : -2;
     }
     PyObject *lane = PyList_GET_ITEM(lanes, index);
@@ -1621,7 +1621,7 @@ static Py_ssize_t wait_as_one(Batch *b, PyObject *items, Py_ssize_t k, Py_ssize_
         PyObject *kind = PyDict_GetItemWithError(attrs, k_span_kind);
         PyObject *id = kind || !PyErr_Occurred() ? PyDict_GetItemWithError(attrs, k_session_id) : NULL;
         if (!id || id == Py_None || is_text(kind, kind_counter)) return PyErr_Occurred() ? -1 : 0;
-        int same = session ? PyObject_RichCompareBool(id, session, Py_EQ) : 1;
+        int same = session ? same_value(id, session) : 1;
         if (same <= 0) return same;
         if (is_text(kind, kind_session)) break;
         long long end;

@@ -28,6 +28,7 @@ static Py_ssize_t e_name, e_trace, e_span, e_parent, e_remote, e_state, e_start,
 #define MAX_FIELDS 64
 static PyObject *arg_names;  /* args key -> "rl.args." + key */
 #define MAX_CACHED 65536
+#define SESSION_DERIVED_ROOM 5  /* total_s, and the time and count of two phases */
 
 /* 1: a value copied as it is; 0: one the Python step must convert. */
 static int plain_value(PyObject *v, Py_ssize_t max_str) {
@@ -93,9 +94,15 @@ static Py_ssize_t size_of(PyObject *v) { return PyDict_CheckExact(v) ? PyDict_GE
 
 /* The attributes of rec (a new dict), or NULL: NULL without an error when it is not plain. */
 static PyObject *attributes(PyObject *rec, PyObject *thread_names, Py_ssize_t max_str) {
-    /* room for every item it may get: the ids, the thread's two, the category, attributes and args */
-    PyObject *attrs = dict_for(size_of(PyTuple_GET_ITEM(rec, i_ids)) + 3 + size_of(PyTuple_GET_ITEM(rec, i_attributes))
-                               + size_of(PyTuple_GET_ITEM(rec, i_args)));
+    /* room for every item it may get: the ids, the thread's two, the category, attributes and
+     * args, and for a session what the session processor adds (its total, each phase's time and
+     * count), which would otherwise grow the dict once more */
+    PyObject *given = PyTuple_GET_ITEM(rec, i_attributes);
+    PyObject *kind = PyDict_CheckExact(given) ? PyDict_GetItemWithError(given, k_span_kind) : NULL;
+    if (!kind && PyErr_Occurred()) return NULL;
+    Py_ssize_t derived = kind && is_text(kind, kind_session) ? SESSION_DERIVED_ROOM : 0;
+    PyObject *attrs = dict_for(size_of(PyTuple_GET_ITEM(rec, i_ids)) + 3 + size_of(given)
+                               + size_of(PyTuple_GET_ITEM(rec, i_args)) + derived);
     if (!attrs) return NULL;
     int r = 1;
     PyObject *bag = PyTuple_GET_ITEM(rec, i_ids);
@@ -130,7 +137,6 @@ static PyObject *attributes(PyObject *rec, PyObject *thread_names, Py_ssize_t ma
     }
     PyObject *category = PyTuple_GET_ITEM(rec, i_category);
     if (category != Py_None && (r = put_attr(attrs, k_category, category)) <= 0) goto drop;
-    PyObject *given = PyTuple_GET_ITEM(rec, i_attributes);
     if (given != Py_None && (r = flatten(given, 0, attrs, max_str)) <= 0) goto drop;
     PyObject *args = PyTuple_GET_ITEM(rec, i_args);
     if (args != Py_None && (r = flatten(args, 1, attrs, max_str)) <= 0) goto drop;
