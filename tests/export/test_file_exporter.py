@@ -15,7 +15,7 @@ from opentelemetry.sdk.trace.export import SpanExportResult
 
 from otel_rl._internal import guard, keys
 from otel_rl._internal.encode.chrome_markers import BATCH_MARKER
-from otel_rl._internal.export.file_exporter import ChromeTraceFileExporter, InPlaceBatchProcessor
+from otel_rl._internal.export.file_exporter import ChromeTraceFileExporter, InPlaceBatchProcessor, bundled_spans
 from otel_rl._internal.recording import record
 from support import SpanFactory, read_trace
 
@@ -157,6 +157,79 @@ def test_a_full_buffer_drops_the_records_a_batch_brings_past_it_and_counts_them(
     processor.flush_batch()
     assert names(read_events(path)) == [f"s{i}" for i in range(5)]
     assert guard.diagnostics()["spans_dropped_file_buffer"] == 3
+
+
+def _pair(name: str, span_id: int, parent: int = 0, **attrs: Any) -> tuple:
+    rec = [None] * record.FIELDS
+    rec[record.NAME:record.END + 1] = [name, 7, span_id, parent, False, 1, None, span_id * 1000, span_id * 1000 + 500]
+    rec[record.KIND], rec[record.STATUS] = 0, 0
+    return tuple(rec), {keys.THREAD_ID: 1, keys.THREAD_NAME: "main", **attrs}
+
+
+def _bundle(session_id: int, span_id: int) -> tuple:
+    """A session kept with its two phases as one item, as the compiled record sink keeps it."""
+    rec, attrs = _pair("session", span_id, 1, **{keys.SPAN_KIND: keys.KIND_SESSION, keys.SESSION_ID: session_id})
+    phases = tuple(_pair(name, span_id * 10 + k, span_id, **{keys.SPAN_KIND: keys.KIND_PHASE,
+                                                            keys.SESSION_ID: session_id})
+                   for k, name in enumerate(["generate", "reward"]))
+    return rec, attrs, phases
+
+
+def test_a_bundled_session_spells_out_as_its_phases_pairs_then_its_own():
+    session, attrs, phases = _bundle(3, 5)
+    plain = _pair("step", 9)
+    assert bundled_spans([session_item := (session, attrs, phases), plain]) == [*phases, session_item[:2], plain]
+
+
+def test_bundled_sessions_count_every_span_they_hold(tmp_path):
+    path = tmp_path / "traces.jsonl"
+    exporter = ChromeTraceFileExporter(str(path))
+    exporter.set_resource(Resource.create({"service.name": "t"}))
+    processor = InPlaceBatchProcessor(exporter)
+    processor.on_records([_bundle(0, 2), _pair("step", 9)], 4)
+    processor.stage_batch()
+    processor.on_records([_bundle(1, 3)], 3)
+    assert processor.flush_batch()
+    assert sorted(names(read_events(path))) == sorted(["step"] + ["session", "generate", "reward"] * 2)
+    assert processor.exported == 7 and processor.failed == 0
+
+
+def test_an_exporter_that_does_not_take_bundled_sessions_gets_their_pairs():
+    got: list[Any] = []
+
+    class Listing:
+        def export(self, spans):
+            got.extend(spans)
+            return SpanExportResult.SUCCESS
+
+        def shutdown(self):
+            pass
+
+    processor = InPlaceBatchProcessor(Listing())
+    item = _bundle(0, 2)
+    processor.on_records([item, _pair("step", 9)], 4)
+    assert processor.flush_batch()
+    assert got == [*item[2], item[:2], _pair("step", 9)]
+    assert processor.exported == 4
+
+
+def test_a_full_buffer_drops_the_spans_of_a_bundled_session_past_it_and_counts_them():
+    got: list[Any] = []
+
+    class Listing:
+        takes_bundles = True
+
+        def export(self, spans):
+            got.extend(spans)
+            return SpanExportResult.SUCCESS
+
+    processor = InPlaceBatchProcessor(Listing(), max_buffered=5)
+    first, second = _bundle(0, 2), _bundle(1, 3)
+    processor.on_records([first, second], 6)
+    assert processor.flush_batch()
+    assert got == [*first[2], first[:2], *second[2][:2]]
+    assert guard.diagnostics()["spans_dropped_file_buffer"] == 1
+    assert processor.exported == 5
 
 
 def test_large_flushes_are_exported_in_batches_of_max_batch(tmp_path):

@@ -15,11 +15,12 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 
 import otel_rl
-from otel_rl._internal.encode import chrome_trace
+from otel_rl._internal.encode import chrome_place, chrome_trace
 from otel_rl._internal.encode.perfetto import encoder as perfetto_encoder
 from otel_rl._internal.encode.readable import ReadableBuilder
 from otel_rl._internal.export.chain import ExportChain
 from otel_rl._internal.export import process, record_sink, wire
+from otel_rl._internal.export.file_exporter import InPlaceBatchProcessor, span_total
 from otel_rl._internal.export.record_sink import RecordSink
 from otel_rl._internal.recording import record
 from otel_rl._internal.recording.record import expand
@@ -142,6 +143,44 @@ def test_record_path_writes_the_span_paths_bytes(tmp_path, monkeypatch, file_for
     for name in spans:
         assert len(spans[name]) > 1000
         assert direct[name] == spans[name], name
+
+
+compiled_sink = pytest.mark.skipif(record_sink._native is None, reason="built without a C compiler")
+
+
+@compiled_sink
+@pytest.mark.parametrize("path", ["batch", "pipe"])
+def test_a_python_trace_encoder_writes_the_bytes_of_the_bundled_sessions_it_is_given(
+        tmp_path, monkeypatch, path):
+    # The compiled record sink keeps a plain session with its phases as one item; without the
+    # compiled placement the encoder's Python step takes it, as the phases' pairs and its own.
+    settings, resource, records, names = _capture(tmp_path)
+    spans = _replay(settings, resource, records, names, tmp_path / "spans", "span", monkeypatch=monkeypatch)
+    monkeypatch.setattr(chrome_place, "native", None)
+    direct = _replay(settings, resource, records, names, tmp_path / "records", path, monkeypatch=monkeypatch)
+    assert direct == spans
+
+
+@compiled_sink
+def test_plain_sessions_reach_the_trace_file_as_one_item_each_with_their_phases(tmp_path, monkeypatch):
+    settings, resource, records, names = _capture(tmp_path)
+    kept = []
+    keep = InPlaceBatchProcessor.on_records
+
+    def spy(self, pairs, spans=None):
+        kept.append((list(pairs), spans))
+        return keep(self, pairs, spans)
+
+    monkeypatch.setattr(InPlaceBatchProcessor, "on_records", spy)
+    _replay(settings, resource, records, names, tmp_path / "records", "batch", monkeypatch=monkeypatch)
+    items = [item for pairs, _ in kept for item in pairs]
+    bundles = [item for item in items if len(item) == 3]
+    assert len(bundles) >= 24 and all(len(phases) >= 2 for _, _, phases in bundles)
+    assert sum(spans for _, spans in kept) == span_total(items)
+    # every sampled record the walk keeps (those with events, links or another scope take the span path)
+    sampled = sum(1 for rec in expand(records) if rec[record.FLAGS] & 1 and not rec[record.EVENTS]
+                  and not rec[record.LINKS] and rec[record.SCOPE] is None)
+    assert span_total(items) == sampled
 
 
 def _bundled_records(seed: int) -> list[tuple]:

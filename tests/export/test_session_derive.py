@@ -210,3 +210,86 @@ def test_a_session_record_the_compiled_step_cannot_write_is_counted_and_the_span
     returned = [processor.on_record(rec, attrs) for rec, attrs in items]
     assert [attrs[keys.SESSION_ID] for attrs in returned] == list(range(5))
     assert guard.diagnostics()[diagnostics.SESSION_RECORDS_LINES_LOST] == 5
+
+
+def _grouped(items: list[tuple]) -> list[tuple[tuple, tuple]]:
+    """Each session's (record, attributes) with its phases' pairs, in the workload's order."""
+    groups, phases = [], []
+    for rec, attrs in items:
+        if attrs[keys.SPAN_KIND] == keys.KIND_SESSION:
+            groups.append(((rec, attrs), tuple(phases)))
+            phases = []
+        else:
+            phases.append((rec, attrs))
+    return groups
+
+
+def _run_bundled(tmp_path, items: list[tuple], max_pending: int, monkeypatch) -> tuple[dict, int]:
+    """``_run``'s figures with each session derived with its phases in one step where the
+    compiled step takes it (the record sink's way: phases with a gauge are not offered),
+    one by one otherwise; and how many sessions it took."""
+    taken = 0
+    bundle = session_processor._native.derive_bundle
+
+    def derive_groups(processor):
+        nonlocal taken
+        returned = []
+        for (rec, attrs), phases in _grouped(items):
+            got = None
+            if not any(keys.GAUGE_VALUE in a for _, a in phases):
+                got = bundle(processor, rec, dict(attrs), phases)
+            if got is None:
+                returned += [list(processor.on_record(r, a).items()) for r, a in (*phases, (rec, attrs))]
+            else:
+                taken += 1
+                returned += [list(a.items()) for _, a in phases] + [list(got.items())]
+        return returned
+
+    path = os.path.join(tmp_path, "bundled.jsonl")
+    reader = InMemoryMetricReader()
+    metrics = AggregatedSessionMetrics(Resource({"service.name": "t"}), {})
+    metrics.attach(reader)
+    processor = SessionSpanProcessor(None, rank=2, role="actor", records=JsonlAppender(path), metrics=metrics,
+                                     max_pending_sessions=max_pending)
+    returned = derive_groups(processor)
+    processor.shutdown()
+    points = []
+    for rm in reader.get_metrics_data().resource_metrics:
+        for sm in rm.scope_metrics:
+            for metric in sm.metrics:
+                for point in metric.data.data_points:
+                    plain = dataclasses.asdict(point)
+                    plain.pop("start_time_unix_nano"), plain.pop("time_unix_nano")
+                    plain["exemplars"] = sorted((e.value, e.span_id) for e in point.exemplars)
+                    points.append((metric.name, repr(sorted(plain.items()))))
+    with open(path, "rb") as fh:
+        figures = {"returned": returned, "records": fh.read(), "statuses": dict(processor.statuses),
+                   "points": sorted(points)}
+    return figures, taken
+
+
+@compiled
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("max_pending", [100_000, 3])
+def test_a_session_derived_with_its_phases_in_one_step_derives_what_the_python_step_derives(
+        tmp_path, monkeypatch, seed, max_pending):
+    items = _workload(seed, 300)
+    bundled, taken = _run_bundled(tmp_path, items, max_pending, monkeypatch)
+    python_run = _run(tmp_path, "python", items, None, max_pending, monkeypatch)
+    assert bundled == python_run
+    assert taken > 100  # most sessions are plain: the one step took them
+
+
+@compiled
+def test_the_one_step_leaves_a_session_with_phases_kept_from_earlier_spans_unchanged():
+    # A phase that came as a span of its own is kept under its session; the session's bundled
+    # phases must then join it, which the step-by-step way does: the one step declines.
+    processor = SessionSpanProcessor(None, rank=0, role="actor", records=None, metrics=None,
+                                     max_pending_sessions=1000)
+    (rec, attrs), phases = next(g for g in _grouped(_workload(2, 40)) if len(g[1]) >= 2
+                                and all(keys.PHASE in a and len(a) == 5 for _, a in g[1]))
+    processor.on_record(*phases[0])
+    kept = {k: {name: list(v) for name, v in inner.items()} for k, inner in processor._phases.items()}  # noqa: SLF001
+    assert session_processor._native.derive_bundle(processor, rec, dict(attrs), phases[1:]) is None
+    assert {k: {n: list(v) for n, v in inner.items()} for k, inner in processor._phases.items()} == kept  # noqa: SLF001
+    assert dict(processor.statuses) == {}

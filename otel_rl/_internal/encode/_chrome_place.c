@@ -7,7 +7,8 @@
  * have on the encoder's state, and its line comes from _chrome_lines.complete(). Any other
  * item goes, in order, to add_span below (a record, once the encoder has its process) or to
  * slow(item, out), the encoder's own Python step. The checks come before any change, so an
- * item handed on has changed nothing.
+ * item handed on has changed nothing. A bundled session (session record, attributes, its phases'
+ * pairs) is its phases' pairs and then its own (add_bundle).
  *
  * The lanes' state lives in Python objects with __slots__ (lanes.py); their slots are read
  * through the offsets of the classes' member descriptors, found once in configure().
@@ -493,6 +494,8 @@ static int get_map(PyObject *enc, PyObject *name, PyObject **slot) {
 }
 
 static PyObject *add_span(PyObject *self, PyObject *const *args, Py_ssize_t nargs);  /* below */
+static PyObject *add_span_given(PyObject *enc, PyObject *rec, PyObject *attrs, PyObject *proc, PyObject *out,
+                                PyObject *given);  /* below */
 static PyObject *s_encode_error;
 
 /* The step for an item the walk does not take: a record goes to add_span once the encoder
@@ -525,7 +528,87 @@ static int step(Batch *b, PyObject *item, PyObject *slow) {
     return 1;
 }
 
-static Py_ssize_t wait_as_one(Batch *b, PyObject *items, Py_ssize_t k, Py_ssize_t *looked_to);  /* below */
+static Py_ssize_t wait_as_one(Batch *b, PyObject *const *items, Py_ssize_t n_items, Py_ssize_t k,
+                              Py_ssize_t *looked_to, PyObject **handoff);  /* below */
+
+static int walk(Batch *b, PyObject *const *items, Py_ssize_t n_items, PyObject *slow);
+
+/* A bundled session (file_exporter.bundled_spans): (session record, its attributes, its phases'
+ * (record, attributes) pairs). Where wait_as_one would gather the phases for the session span
+ * that comes next, they are handed to it straight away (add_span_given): placed as they would
+ * be after waiting in _buffered, without waiting there. Otherwise the phases' pairs and then the
+ * session's take the walk one by one. 0, or -1 on error. */
+#define BUNDLE_MAX 64
+static int add_bundle(Batch *b, PyObject *item, PyObject *slow) {
+    PyObject *rec = PyTuple_GET_ITEM(item, 0), *attrs = PyTuple_GET_ITEM(item, 1), *phases = PyTuple_GET_ITEM(item, 2);
+    if (!PyTuple_CheckExact(phases) || PyTuple_GET_SIZE(phases) > BUNDLE_MAX) {
+        PyErr_SetString(PyExc_TypeError, "a bundled session's phases must be a tuple of at most 64 pairs");
+        return -1;
+    }
+    Py_ssize_t n = PyTuple_GET_SIZE(phases);
+    PyObject *run[BUNDLE_MAX + 1], *session = PyTuple_Pack(2, rec, attrs), *waiting = NULL;
+    if (!session) return -1;
+    for (Py_ssize_t k = 0; k < n; k++) run[k] = PyTuple_GET_ITEM(phases, k);
+    run[n] = session;
+    Py_ssize_t looked_to, got = n && b->proc ? wait_as_one(b, run, n + 1, 0, &looked_to, &waiting) : 0;
+    int r;
+    if (got < 0) {
+        r = -1;
+    } else if (got == n && waiting) {
+        PyObject *done = add_span_given(b->enc, rec, attrs, b->proc, b->out, waiting);
+        r = done ? 0 : -1;
+        Py_XDECREF(done);
+        if (!done) {  /* as step() reports a span add_span could not place */
+            PyObject *type, *value, *tb;
+            PyErr_Fetch(&type, &value, &tb);
+            Handover h;
+            int handed = hand_out(b->enc, &h);
+            PyErr_Restore(type, value, tb);
+            done = handed < 0 ? NULL : report_raised(b->enc, s_encode_error, NULL);
+            if (take_back(&h) < 0) Py_CLEAR(done);
+            r = done ? 0 : -1;
+            Py_XDECREF(done);
+        }
+    } else {
+        r = walk(b, run, n + 1, slow);
+    }
+    Py_XDECREF(waiting);
+    Py_DECREF(session);
+    return r;
+}
+
+/* The walk over items (a batch, or a bundled session's spans), in order. */
+static int walk(Batch *b, PyObject *const *items, Py_ssize_t n_items, PyObject *slow) {
+    Py_ssize_t looked_to = 0;  /* wait_as_one found no run that starts before this index */
+    for (Py_ssize_t k = 0; k < n_items; k++) {
+        PyObject *item = Py_NewRef(items[k]);
+        if (PyTuple_CheckExact(item) && PyTuple_GET_SIZE(item) == 3) {
+            int r = add_bundle(b, item, slow);
+            Py_DECREF(item);
+            if (r < 0) return -1;
+            continue;
+        }
+        int r = place(b, item);
+        if (r == 1 && PyDict_GET_SIZE(b->buffered)) {
+            Handover h;
+            PyObject *done = hand_out(b->enc, &h) < 0 ? NULL : PyObject_CallMethodOneArg(b->enc, s_release_stale, b->out);
+            if (take_back(&h) < 0) Py_CLEAR(done);
+            if (!done) r = -1;
+            else Py_DECREF(done);
+        } else if (r == 0) {
+            /* place() takes no span of a session (nor changes anything when it leaves one) */
+            Py_ssize_t run = k < looked_to ? 0 : wait_as_one(b, items, n_items, k, &looked_to, NULL);
+            if (run > 0) {  /* what waited is now under its session span, which comes next */
+                k += run;
+                Py_SETREF(item, Py_NewRef(items[k]));
+            }
+            r = run < 0 ? -1 : step(b, item, slow);
+        }
+        Py_DECREF(item);
+        if (r < 0) return -1;
+    }
+    return 0;
+}
 
 /* encode_records(encoder, items, out, slow) -> None */
 static PyObject *encode_records(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
@@ -554,28 +637,7 @@ static PyObject *encode_records(PyObject *self, PyObject *const *args, Py_ssize_
         PyErr_SetString(PyExc_TypeError, "_buffered must be a dict");
         goto failed;
     }
-    Py_ssize_t looked_to = 0;  /* wait_as_one found no run that starts before this index */
-    for (Py_ssize_t k = 0; k < PyList_GET_SIZE(items); k++) {
-        PyObject *item = Py_NewRef(PyList_GET_ITEM(items, k));
-        int r = place(&b, item);
-        if (r == 1 && PyDict_GET_SIZE(b.buffered)) {
-            Handover h;
-            PyObject *done = hand_out(b.enc, &h) < 0 ? NULL : PyObject_CallMethodOneArg(b.enc, s_release_stale, b.out);
-            if (take_back(&h) < 0) Py_CLEAR(done);
-            if (!done) r = -1;
-            else Py_DECREF(done);
-        } else if (r == 0) {
-            /* place() takes no span of a session (nor changes anything when it leaves one) */
-            Py_ssize_t run = k < looked_to ? 0 : wait_as_one(&b, items, k, &looked_to);
-            if (run > 0) {  /* what waited is now under its session span, which comes next */
-                k += run;
-                Py_SETREF(item, Py_NewRef(PyList_GET_ITEM(items, k)));
-            }
-            r = run < 0 ? -1 : step(&b, item, slow);
-        }
-        Py_DECREF(item);
-        if (r < 0) goto failed;
-    }
+    if (walk(&b, ((PyListObject *)items)->ob_item, PyList_GET_SIZE(items), slow) < 0) goto failed;
     if (store(&b) < 0) goto failed;
     batch_clear(&b);
     fixed_leave(&fixed);
@@ -1381,9 +1443,10 @@ static int place_bundled(PyObject *enc, PyObject *rec, PyObject *attrs, PyObject
 
 /* The spans that waited for a session, outer first, each placed (under `prefer` when given;
  * `session`: the session span's id where it was just placed there, else NULL). */
-static int place_waiting(PyObject *enc, PyObject *waiting, PyObject *out, PyObject *prefer, PyObject *session) {
+static int place_waiting(PyObject *enc, PyObject *waiting, PyObject *out, PyObject *prefer, PyObject *session,
+                         int counted) {
     if (!PyList_CheckExact(waiting)) { PyErr_SetString(PyExc_TypeError, "waiting spans must be a list"); return -1; }
-    if (add_count(enc, -PyList_GET_SIZE(waiting)) < 0) return -1;
+    if (counted && add_count(enc, -PyList_GET_SIZE(waiting)) < 0) return -1;
     int sorted = sort_outer_first(waiting);
     if (sorted < 0) return -1;
     if (!sorted) {
@@ -1415,7 +1478,7 @@ static int release(PyObject *enc, PyObject *buffered, PyObject *key, PyObject *o
     PyObject *waiting = dict_pop(buffered, key);
     if (!waiting) return PyErr_Occurred() ? -1 : 0;
     int t = PyObject_IsTrue(waiting), r = t;
-    if (t > 0) r = place_waiting(enc, waiting, out, Py_None, NULL);
+    if (t > 0) r = place_waiting(enc, waiting, out, Py_None, NULL, 1);
     Py_DECREF(waiting);
     return r < 0 ? -1 : 0;
 }
@@ -1491,7 +1554,13 @@ static PyObject *add_span(PyObject *self, PyObject *const *args, Py_ssize_t narg
         PyErr_SetString(PyExc_TypeError, "add_span(encoder, rec, attrs, proc, out)");
         return NULL;
     }
-    PyObject *enc = args[0], *rec = args[1], *attrs = args[2], *proc = args[3], *out = args[4];
+    return add_span_given(args[0], args[1], args[2], args[3], args[4], NULL);
+}
+
+/* add_span, for a session span whose spans to place under it (a list of (record, attributes,
+ * process)) are `given` (not NULL) rather than waiting in _buffered, nor counted there. */
+static PyObject *add_span_given(PyObject *enc, PyObject *rec, PyObject *attrs, PyObject *proc, PyObject *out,
+                                PyObject *given) {
     if (!PyTuple_CheckExact(rec) || PyTuple_GET_SIZE(rec) != n_fields || !PyDict_Check(attrs)
         || Py_TYPE(proc) != t_proc) {
         PyErr_SetString(PyExc_TypeError, "add_span: a record, its attributes and a ProcessLanes");
@@ -1547,10 +1616,10 @@ static PyObject *add_span(PyObject *self, PyObject *const *args, Py_ssize_t narg
         int r;
         if (is_text(span_kind, kind_session)) {
             if (!(lane = place_one(enc, rec, proc, attrs, out, Py_None)) || map_set(session_lane, key, lane) < 0) goto done;
-            PyObject *waiting = dict_pop(buffered, key);
+            PyObject *waiting = given ? Py_NewRef(given) : dict_pop(buffered, key);
             if (!waiting && PyErr_Occurred()) goto done;
             int t = waiting ? PyObject_IsTrue(waiting) : 0;
-            r = t < 0 ? -1 : t ? place_waiting(enc, waiting, out, lane, span_id) : 0;
+            r = t < 0 ? -1 : t ? place_waiting(enc, waiting, out, lane, span_id, !given) : 0;
             if (r == 0 && t > 0) r = pack_last(lane, span_id);
             Py_XDECREF(waiting);
             if (r < 0) goto done;
@@ -1605,8 +1674,9 @@ done:
  * (a run the walk would find starting inside this one would not pass these checks either, and a
  * run not taken only means the spans take add_span's way). */
 #define WAIT_AS_ONE_MAX 32
-static Py_ssize_t wait_as_one(Batch *b, PyObject *items, Py_ssize_t k, Py_ssize_t *looked_to) {
-    Py_ssize_t n_items = PyList_GET_SIZE(items), j = k;
+static Py_ssize_t wait_as_one(Batch *b, PyObject *const *items, Py_ssize_t n_items, Py_ssize_t k,
+                              Py_ssize_t *looked_to, PyObject **handoff) {
+    Py_ssize_t j = k;
     *looked_to = k + 1;
     if (!b->proc) return 0;
     PyObject *session = NULL;
@@ -1614,7 +1684,7 @@ static Py_ssize_t wait_as_one(Batch *b, PyObject *items, Py_ssize_t k, Py_ssize_
     for (;; j++) {
         *looked_to = j > k ? j : k + 1;  /* a span that ends the scan may still start a run */
         if (j == n_items || j - k > WAIT_AS_ONE_MAX) return 0;
-        PyObject *item = PyList_GET_ITEM(items, j), *rec, *attrs;
+        PyObject *item = items[j], *rec, *attrs;
         if (!PyTuple_CheckExact(item) || PyTuple_GET_SIZE(item) != 2 || !PyTuple_CheckExact(rec = PyTuple_GET_ITEM(item, 0))
             || PyTuple_GET_SIZE(rec) != n_fields || !PyDict_CheckExact(attrs = PyTuple_GET_ITEM(item, 1)))
             return 0;
@@ -1668,7 +1738,7 @@ static Py_ssize_t wait_as_one(Batch *b, PyObject *items, Py_ssize_t k, Py_ssize_
     result = -1;
     if (!(waiting = PyList_New(n))) goto done;
     for (Py_ssize_t m = 0; m < n; m++) {
-        PyObject *item = PyList_GET_ITEM(items, k + m), *rec = PyTuple_GET_ITEM(item, 0);
+        PyObject *item = items[k + m], *rec = PyTuple_GET_ITEM(item, 0);
         PyObject *entry = PyTuple_Pack(3, rec, PyTuple_GET_ITEM(item, 1), b->proc);
         if (!entry) goto done;
         PyList_SET_ITEM(waiting, m, entry);
@@ -1679,7 +1749,11 @@ static Py_ssize_t wait_as_one(Batch *b, PyObject *items, Py_ssize_t k, Py_ssize_
         b->newest = newest;
         b->dirty = 1;
     }
-    if (PyDict_SetItem(b->buffered, key, waiting) < 0 || add_count(enc, n) < 0) goto done;
+    if (handoff) {  /* to the session span's add_span_given: nothing waits in _buffered meanwhile */
+        *handoff = Py_NewRef(waiting);
+    } else if (PyDict_SetItem(b->buffered, key, waiting) < 0 || add_count(enc, n) < 0) {
+        goto done;
+    }
     result = n;
 done:
     Py_XDECREF(key);

@@ -182,7 +182,8 @@ class ChromeTraceEncoder:
             spans: Finished SDK spans, in the order they ended where possible;
                 or, from otel_rl's own export path, ``(record, flat attributes)``
                 tuples (:mod:`..recording.record`; events, if any, with flat
-                attributes), for the resource given to :meth:`set_resource`.
+                attributes), for the resource given to :meth:`set_resource`, and
+                bundled sessions (:func:`..export.file_exporter.bundled_spans`).
 
         Returns:
             Event dicts (metadata, complete, instant and flow events) ready for
@@ -203,6 +204,11 @@ class ChromeTraceEncoder:
         return out
 
     def _encode_one(self, span: Any, out: list[Any]) -> None:
+        if type(span) is tuple and len(span) == 3:
+            # A bundled session (file_exporter.bundled_spans): its phases' pairs, then its own.
+            for pair in span[2]:
+                self._encode_one(pair, out)
+            span = span[:2]
         try:
             if type(span) is tuple:
                 proc = self._record_proc

@@ -11,9 +11,12 @@
  * Python step's; an error is the processor's derive_failed() to report, as its own step
  * reports one). When sampled the record goes to the trace file as
  * the (record, attributes) pair the file processor keeps, and each(record, attributes), when
- * given, hands it to OTLP. keep(pairs) hands the pairs on; every other record goes to
+ * given, hands it to OTLP. keep(pairs, spans) hands the pairs on; every other record goes to
  * slow(record), the Python step, after the pairs before it were kept, so the file sees the
- * records in their order.
+ * records in their order. A session with bundled phases is expanded where the walk comes to it
+ * (expand_session: record.expand's records and span ids); with bundle(processor, session,
+ * attributes, phase pairs) given (the session processor's derive_bundle), a plain session and its
+ * phases are derived in one step and kept as one item (see sink_bundled).
  */
 #include "../_cext.h"
 
@@ -183,90 +186,226 @@ static PyObject *derived(PyObject *rec, PyObject *attrs, PyObject *derive, PyObj
     return PyObject_CallFunctionObjArgs(derive, rec, attrs, NULL);
 }
 
-/* Hands the pairs gathered so far to keep(); a new list in *pairs. */
-static int hand_on(PyObject *keep, PyObject **pairs) {
-    if (!PyList_GET_SIZE(*pairs)) return 0;
-    PyObject *r = PyObject_CallOneArg(keep, *pairs);
+/* One walk over a batch: its arguments and the pairs gathered for the file so far. */
+typedef struct {
+    PyObject *thread_names, *keep, *slow, *each, *derive, *compiled, *processor, *bundle;
+    Py_ssize_t max_str;
+    PyObject *pairs;  /* owned */
+    Py_ssize_t spans;  /* the spans those pairs hold */
+} Walk;
+
+/* Hands the pairs gathered so far to keep(pairs, spans); a new list in w->pairs. */
+static int hand_on(Walk *w) {
+    if (!PyList_GET_SIZE(w->pairs)) return 0;
+    PyObject *spans = PyLong_FromSsize_t(w->spans);
+    PyObject *r = spans ? PyObject_CallFunctionObjArgs(w->keep, w->pairs, spans, NULL) : NULL;
+    Py_XDECREF(spans);
     if (!r) return -1;
     Py_DECREF(r);
     PyObject *fresh = PyList_New(0);
     if (!fresh) return -1;
-    Py_SETREF(*pairs, fresh);
+    Py_SETREF(w->pairs, fresh);
+    w->spans = 0;
     return 0;
 }
 
-/* sink_records(records, thread_names, max_str, keep, slow, each, derive, compiled, processor) -> None */
+/* Keeps item for the file (it holds `spans` spans); 0, or -1 on error. */
+static int keep_item(Walk *w, PyObject *item, Py_ssize_t spans) {
+    if (PyList_Append(w->pairs, item) < 0) return -1;
+    w->spans += spans;
+    return 0;
+}
+
+/* A plain record without a bundle: its attributes (built here when attrs is NULL; a new
+ * reference taken over otherwise), derived, kept for the file and handed to OTLP. */
+static int sink_one(Walk *w, PyObject *rec, PyObject *attrs) {
+    if (!attrs && PyTuple_CheckExact(rec) && PyTuple_GET_SIZE(rec) == n_fields && !truthy(PyTuple_GET_ITEM(rec, i_events))
+        && !truthy(PyTuple_GET_ITEM(rec, i_links)) && PyTuple_GET_ITEM(rec, i_scope) == Py_None
+        && PyLong_CheckExact(PyTuple_GET_ITEM(rec, i_flags))) {
+        attrs = attributes(rec, w->thread_names, w->max_str);
+        if (!attrs && PyErr_Occurred()) return -1;
+    }
+    if (!attrs) {
+        PyObject *r;
+        if (hand_on(w) < 0 || !(r = PyObject_CallOneArg(w->slow, rec))) return -1;
+        Py_DECREF(r);
+        return 0;
+    }
+    if (w->derive && (PyDict_GetItemWithError(attrs, k_span_kind) || PyDict_GetItemWithError(attrs, k_gauge))) {
+        PyObject *given = derived(rec, attrs, w->derive, w->compiled, w->processor);
+        Py_DECREF(attrs);
+        if (!given) return -1;
+        if (!PyDict_CheckExact(given)) {
+            Py_DECREF(given);
+            PyErr_SetString(PyExc_TypeError, "derive() must return a dict");
+            return -1;
+        }
+        attrs = given;
+    } else if (PyErr_Occurred()) {
+        Py_DECREF(attrs);
+        return -1;
+    }
+    long flags = PyLong_AsLong(PyTuple_GET_ITEM(rec, i_flags));
+    if (flags == -1 && PyErr_Occurred()) PyErr_Clear();
+    if (flags & 1) {
+        PyObject *pair = PyTuple_Pack(2, rec, attrs);
+        if (!pair || keep_item(w, pair, 1) < 0) {
+            Py_XDECREF(pair);
+            Py_DECREF(attrs);
+            return -1;
+        }
+        Py_DECREF(pair);
+    }
+    if (w->each) {
+        PyObject *r = PyObject_CallFunctionObjArgs(w->each, rec, attrs, NULL);
+        if (!r) { Py_DECREF(attrs); return -1; }
+        Py_DECREF(r);
+    }
+    Py_DECREF(attrs);
+    return 0;
+}
+
+static int bundled(PyObject *rec);  /* below */
+static int expand_session(PyObject *rec, PyObject *out);
+static PyObject *expand_one(PyObject *rec);
+
+/* Whether attrs, built for a record of the kind `kind`, take derive()'s compiled step. */
+static int compiled_kind(PyObject *attrs, PyObject *kind) {
+    PyObject *given = PyDict_GetItemWithError(attrs, k_span_kind);
+    if (!given) return PyErr_Occurred() ? -1 : 0;
+    if (!is_text(given, kind)) return 0;
+    int gauge = PyDict_Contains(attrs, k_gauge);
+    return gauge < 0 ? -1 : !gauge;
+}
+
+/* A session with its bundled phases (bundled(rec) == 1). Its phases and the session become the
+ * records expand() makes of them (the same span ids, drawn in the same order); where the walk has
+ * a bundle step (the session processor's derive_bundle, and a trace file that takes a session as
+ * one item) and every one of them is plain, they are derived in one step and kept as one item,
+ * (session record, its attributes, ((phase record, its attributes), ...)): what the file would get
+ * as the phases' pairs followed by the session's. Otherwise each takes sink_one, in order. */
+static int sink_bundled(Walk *w, PyObject *rec) {
+    PyObject *records = PyList_New(0);
+    if (!records || expand_session(rec, records) < 0) { Py_XDECREF(records); return -1; }
+    Py_ssize_t n = PyList_GET_SIZE(records) - 1, k = 0;  /* the phases, then the session */
+    PyObject *session = PyList_GET_ITEM(records, n), *built[65] = {NULL}, *pairs = NULL, *got = NULL;
+    int r = 0;
+    if (w->bundle && n <= 64) {
+        int plain_all = 1;
+        for (Py_ssize_t j = 0; j <= n && plain_all; j++) {
+            PyObject *one = PyList_GET_ITEM(records, j);
+            if (truthy(PyTuple_GET_ITEM(one, i_events)) || truthy(PyTuple_GET_ITEM(one, i_links))
+                || PyTuple_GET_ITEM(one, i_scope) != Py_None || !PyLong_CheckExact(PyTuple_GET_ITEM(one, i_flags))) {
+                plain_all = 0;
+                break;
+            }
+            built[j] = attributes(one, w->thread_names, w->max_str);
+            if (!built[j]) {
+                if (PyErr_Occurred()) { r = -1; goto done; }
+                plain_all = 0;
+                break;
+            }
+            int c = compiled_kind(built[j], j < n ? kind_phase : kind_session);
+            if (c < 0) { r = -1; goto done; }
+            plain_all = c;
+        }
+        if (plain_all) {
+            if (!(pairs = PyTuple_New(n))) { r = -1; goto done; }
+            for (Py_ssize_t j = 0; j < n; j++) {
+                PyObject *pair = PyTuple_Pack(2, PyList_GET_ITEM(records, j), built[j]);
+                if (!pair) { r = -1; goto done; }
+                PyTuple_SET_ITEM(pairs, j, pair);
+            }
+            PyObject *argv[4] = {w->processor, session, built[n], pairs};
+            got = PyObject_Vectorcall(w->bundle, argv, 4, NULL);
+            if (!got) {
+                PyObject *kind = Py_NewRef(kind_session);
+                got = report_raised(w->processor, s_derive_failed, kind);
+                Py_DECREF(kind);
+                if (!got) { r = -1; goto done; }
+                Py_SETREF(got, Py_NewRef(built[n]));
+            }
+            if (got != Py_None) {
+                if (!PyDict_CheckExact(got)) {
+                    PyErr_SetString(PyExc_TypeError, "derive_bundle() must return a dict");
+                    r = -1;
+                    goto done;
+                }
+                long flags = PyLong_AsLong(PyTuple_GET_ITEM(session, i_flags));
+                if (flags == -1 && PyErr_Occurred()) PyErr_Clear();
+                if (flags & 1) {
+                    PyObject *item = PyTuple_Pack(3, session, got, pairs);
+                    if (!item || keep_item(w, item, n + 1) < 0) { Py_XDECREF(item); r = -1; goto done; }
+                    Py_DECREF(item);
+                }
+                for (Py_ssize_t j = 0; w->each && j <= n; j++) {
+                    PyObject *one = j < n ? PyList_GET_ITEM(records, j) : session, *a = j < n ? built[j] : got;
+                    PyObject *done_each = PyObject_CallFunctionObjArgs(w->each, one, a, NULL);
+                    if (!done_each) { r = -1; goto done; }
+                    Py_DECREF(done_each);
+                }
+                goto done;
+            }
+        }
+    }
+    /* One by one, with the attributes already built (and theirs alone: derive() may keep them) */
+    Py_CLEAR(pairs);
+    Py_CLEAR(got);
+    for (k = 0; k <= n && r == 0; k++) {
+        PyObject *attrs = built[k];
+        built[k] = NULL;
+        r = sink_one(w, PyList_GET_ITEM(records, k), attrs);
+    }
+done:
+    for (Py_ssize_t j = 0; j <= n && j < 65; j++) Py_XDECREF(built[j]);
+    Py_XDECREF(pairs);
+    Py_XDECREF(got);
+    Py_DECREF(records);
+    return r;
+}
+
+/* sink_records(records, thread_names, max_str, keep, slow, each, derive, compiled, processor,
+ * bundle) -> None; records may hold bundles (expanded here) where bundle is not None or
+ * the batch was not expanded before. */
 static PyObject *sink_records(PyObject *self, PyObject *const *argv, Py_ssize_t nargs) {
-    if (nargs != 9 || !PyList_CheckExact(argv[0]) || !PyDict_CheckExact(argv[1])) {
+    if (nargs != 10 || !PyList_CheckExact(argv[0]) || !PyDict_CheckExact(argv[1])) {
         PyErr_SetString(PyExc_TypeError,
-                        "sink_records(records, thread_names, max_str, keep, slow, each, derive, compiled, processor)");
+                        "sink_records(records, thread_names, max_str, keep, slow, each, derive, compiled, processor, "
+                        "bundle)");
         return NULL;
     }
-    if (!baggage_keys) {
+    if (!baggage_keys || !py_expand) {
         PyErr_SetString(PyExc_RuntimeError, "configure() was not called");
         return NULL;
     }
-    PyObject *records = argv[0], *thread_names = argv[1], *keep = argv[3], *slow = argv[4];
-    PyObject *each = argv[5] == Py_None ? NULL : argv[5];
-    PyObject *derive = argv[6] == Py_None ? NULL : argv[6];
-    PyObject *compiled = argv[7] == Py_None ? NULL : argv[7], *processor = argv[8];
-    Py_ssize_t max_str = PyLong_AsSsize_t(argv[2]);
-    if (max_str == -1 && PyErr_Occurred()) return NULL;
-    PyObject *pairs = PyList_New(0);
-    if (!pairs) return NULL;
+    Walk w = {argv[1], argv[3], argv[4], argv[5] == Py_None ? NULL : argv[5], argv[6] == Py_None ? NULL : argv[6],
+              argv[7] == Py_None ? NULL : argv[7], argv[8], argv[9] == Py_None ? NULL : argv[9], 0, NULL, 0};
+    if (!w.derive || !w.compiled) w.bundle = NULL;  /* derive_bundle is the compiled step's */
+    w.max_str = PyLong_AsSsize_t(argv[2]);
+    if (w.max_str == -1 && PyErr_Occurred()) return NULL;
+    if (!(w.pairs = PyList_New(0))) return NULL;
+    PyObject *records = argv[0];
     for (Py_ssize_t k = 0; k < PyList_GET_SIZE(records); k++) {
         PyObject *rec = PyList_GET_ITEM(records, k);
-        PyObject *attrs = NULL;
-        if (PyTuple_CheckExact(rec) && PyTuple_GET_SIZE(rec) == n_fields && !truthy(PyTuple_GET_ITEM(rec, i_events))
-            && !truthy(PyTuple_GET_ITEM(rec, i_links)) && PyTuple_GET_ITEM(rec, i_scope) == Py_None
-            && PyLong_CheckExact(PyTuple_GET_ITEM(rec, i_flags))) {
-            attrs = attributes(rec, thread_names, max_str);
-            if (!attrs && PyErr_Occurred()) goto failed;
+        int kind = bundled(rec), r;
+        if (kind == 0) {
+            r = sink_one(&w, rec, NULL);
+        } else if (kind == 1) {
+            r = sink_bundled(&w, rec);
+        } else {  /* record.expand's, one by one */
+            PyObject *got = expand_one(rec);
+            r = got ? 0 : -1;
+            for (Py_ssize_t j = 0; got && j < PyList_GET_SIZE(got) && r == 0; j++)
+                r = sink_one(&w, PyList_GET_ITEM(got, j), NULL);
+            Py_XDECREF(got);
         }
-        if (!attrs) {
-            PyObject *r;
-            if (hand_on(keep, &pairs) < 0 || !(r = PyObject_CallOneArg(slow, rec))) goto failed;
-            Py_DECREF(r);
-            continue;
-        }
-        if (derive && (PyDict_GetItemWithError(attrs, k_span_kind) || PyDict_GetItemWithError(attrs, k_gauge))) {
-            PyObject *given = derived(rec, attrs, derive, compiled, processor);
-            Py_DECREF(attrs);
-            if (!given) goto failed;
-            if (!PyDict_CheckExact(given)) {
-                Py_DECREF(given);
-                PyErr_SetString(PyExc_TypeError, "derive() must return a dict");
-                goto failed;
-            }
-            attrs = given;
-        } else if (PyErr_Occurred()) {
-            Py_DECREF(attrs);
-            goto failed;
-        }
-        long flags = PyLong_AsLong(PyTuple_GET_ITEM(rec, i_flags));
-        if (flags == -1 && PyErr_Occurred()) PyErr_Clear();
-        int sampled = flags & 1;
-        if (sampled) {
-            PyObject *pair = PyTuple_Pack(2, rec, attrs);
-            if (!pair || PyList_Append(pairs, pair) < 0) {
-                Py_XDECREF(pair);
-                Py_DECREF(attrs);
-                goto failed;
-            }
-            Py_DECREF(pair);
-        }
-        if (each) {
-            PyObject *r = PyObject_CallFunctionObjArgs(each, rec, attrs, NULL);
-            if (!r) { Py_DECREF(attrs); goto failed; }
-            Py_DECREF(r);
-        }
-        Py_DECREF(attrs);
+        if (r < 0) goto failed;
     }
-    if (hand_on(keep, &pairs) < 0) goto failed;
-    Py_DECREF(pairs);
+    if (hand_on(&w) < 0) goto failed;
+    Py_DECREF(w.pairs);
     Py_RETURN_NONE;
 failed:
-    Py_DECREF(pairs);
+    Py_DECREF(w.pairs);
     return NULL;
 }
 
@@ -381,6 +520,21 @@ static int expand_session(PyObject *rec, PyObject *out) {
     return r;
 }
 
+/* record.expand([rec]): a new list. */
+static PyObject *expand_one(PyObject *rec) {
+    PyObject *one = PyList_New(1), *got = NULL;
+    if (one) {
+        PyList_SET_ITEM(one, 0, Py_NewRef(rec));
+        got = PyObject_CallOneArg(py_expand, one);
+        Py_DECREF(one);
+    }
+    if (got && !PyList_CheckExact(got)) {
+        PyErr_SetString(PyExc_TypeError, "record.expand() must return a list");
+        Py_CLEAR(got);
+    }
+    return got;
+}
+
 static PyObject *expand(PyObject *self, PyObject *records) {
     if (!PyList_CheckExact(records)) {
         PyErr_SetString(PyExc_TypeError, "expand(records) takes a list");
@@ -399,12 +553,7 @@ static PyObject *expand(PyObject *self, PyObject *records) {
         } else if (kind == 1) {
             r = expand_session(rec, out);
         } else {
-            PyObject *one = PyList_New(1), *got = NULL;
-            if (one) {
-                PyList_SET_ITEM(one, 0, Py_NewRef(rec));
-                got = PyObject_CallOneArg(py_expand, one);
-                Py_DECREF(one);
-            }
+            PyObject *got = expand_one(rec);
             r = got && PyList_SetSlice(out, PyList_GET_SIZE(out), PyList_GET_SIZE(out), got) == 0 ? 0 : -1;
             Py_XDECREF(got);
         }

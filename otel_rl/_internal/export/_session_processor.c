@@ -880,66 +880,93 @@ static int write_record(PyObject *sp, RecordIn *in, PyObject *phases, PyObject *
 
 /* The attributes of the session span (a new dict with what it gained), NULL and no error when
  * it is left to Python. */
-static PyObject *on_session(PyObject *sp, PyObject *rec, PyObject *attrs) {
-    int has = PyDict_Contains(attrs, k_version);
-    if (has) return NULL;
-    PyObject *session_id = get(attrs, k_session_id), *reason = get(attrs, k_reason), *task = get(attrs, k_task);
-    PyObject *step = get(attrs, k_step), *submit_step = get(attrs, k_submit_step);
-    PyObject *status = PyDict_GetItemWithError(attrs, k_status);
-    if (!session_id || !reason || !task || !step || !submit_step || (!status && PyErr_Occurred())) return NULL;
-    if (!status) status = status_pending;
+/* A session span's inputs, as on_session reads them before it changes anything. */
+typedef struct {
+    PyObject *session_id, *reason, *task, *step, *submit_step, *status;  /* borrowed from attrs */
+    PyObject *phases_map, *versions, *statuses, *rank, *role;  /* new references */
     long long start, end;
-    if (!PyUnicode_CheckExact(status) || !plain(status) || !plain(session_id) || !plain(reason) || !plain(task)
-        || !plain(step) || !plain(submit_step) || !as_int64(PyTuple_GET_ITEM(rec, i_start), &start)
-        || !as_int64(PyTuple_GET_ITEM(rec, i_end), &end))
-        return NULL;
+} SessionIn;
+
+static void session_in_clear(SessionIn *s) {
+    Py_CLEAR(s->phases_map);
+    Py_CLEAR(s->versions);
+    Py_CLEAR(s->statuses);
+    Py_CLEAR(s->rank);
+    Py_CLEAR(s->role);
+}
+
+/* on_session's checks, changing nothing: 1 this file's (s filled), 0 the Python step's, -1 error. */
+static int session_ready(PyObject *sp, PyObject *rec, PyObject *attrs, SessionIn *s) {
+    memset(s, 0, sizeof(*s));
+    int has = PyDict_Contains(attrs, k_version);
+    if (has) return has < 0 ? -1 : 0;
+    s->session_id = get(attrs, k_session_id);
+    s->reason = get(attrs, k_reason);
+    s->task = get(attrs, k_task);
+    s->step = get(attrs, k_step);
+    s->submit_step = get(attrs, k_submit_step);
+    s->status = PyDict_GetItemWithError(attrs, k_status);
+    if (!s->session_id || !s->reason || !s->task || !s->step || !s->submit_step || (!s->status && PyErr_Occurred()))
+        return -1;
+    if (!s->status) s->status = status_pending;
+    if (!PyUnicode_CheckExact(s->status) || !plain(s->status) || !plain(s->session_id) || !plain(s->reason)
+        || !plain(s->task) || !plain(s->step) || !plain(s->submit_step)
+        || !as_int64(PyTuple_GET_ITEM(rec, i_start), &s->start) || !as_int64(PyTuple_GET_ITEM(rec, i_end), &s->end))
+        return PyErr_Occurred() ? -1 : 0;
     Py_ssize_t plen = PyUnicode_GET_LENGTH(counter_prefix);
     Py_ssize_t pos = 0;
     PyObject *key, *value;
     while (PyDict_Next(attrs, &pos, &key, &value)) {
-        if (is_counter(key, plen)
-            && (!PyUnicode_CheckExact(key) || !plain(key) || !plain(value)))
-            return NULL;
+        if (is_counter(key, plen) && (!PyUnicode_CheckExact(key) || !plain(key) || !plain(value)))
+            return PyErr_Occurred() ? -1 : 0;
     }
     for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(optional_fields); k++) {
         PyObject *v = get(attrs, PyTuple_GET_ITEM(PyTuple_GET_ITEM(optional_fields, k), 0));
-        if (!v || !plain(v)) return NULL;
+        if (!v) return -1;
+        if (!plain(v)) return PyErr_Occurred() ? -1 : 0;
     }
-    PyObject *phases_map = NULL, *versions = NULL, *statuses = NULL, *phases = NULL;
-    PyObject *derived = NULL, *result = NULL, *rank = NULL, *role = NULL;
-    if (!(phases_map = own_attr(sp, a_phases)) || !(versions = own_attr(sp, a_versions))
-        || !(statuses = own_attr(sp, a_statuses)) || !(rank = own_attr(sp, a_rank))
-        || !(role = own_attr(sp, a_role)))
-        goto done;
-    if (!PyDict_Check(phases_map) || !PyDict_Check(versions) || !PyDict_Check(statuses)) goto done;
-    if ((has = PyDict_Contains(versions, session_id))) goto done;  /* policy versions: Python's */
-    phases = Py_XNewRef(PyDict_GetItemWithError(phases_map, session_id));
-    if (!phases && PyErr_Occurred()) goto done;
-    if (phases && (!PyDict_CheckExact(phases) || !phases_plain(phases))) goto done;
+    if (!(s->phases_map = own_attr(sp, a_phases)) || !(s->versions = own_attr(sp, a_versions))
+        || !(s->statuses = own_attr(sp, a_statuses)) || !(s->rank = own_attr(sp, a_rank))
+        || !(s->role = own_attr(sp, a_role)))
+        goto failed;
+    if (!PyDict_Check(s->phases_map) || !PyDict_Check(s->versions) || !PyDict_Check(s->statuses)) {
+        session_in_clear(s);
+        return 0;
+    }
+    has = PyDict_Contains(s->versions, s->session_id);  /* policy versions: Python's */
+    if (has < 0) goto failed;
+    if (has) {
+        session_in_clear(s);
+        return 0;
+    }
+    return 1;
+failed:
+    session_in_clear(s);
+    return -1;
+}
 
-    /* From here on the session is this file's. */
-    if (phases && PyObject_DelItem(phases_map, session_id) < 0) goto done;
-    if (!phases && !(phases = PyDict_New())) goto done;
-    PyObject *seen = PyDict_GetItemWithError(statuses, status);
+/* What on_session does once the session is this file's, with its phases (a dict this takes
+ * over): the status count, the record, the metrics; the attributes the span goes on with. */
+static PyObject *session_finish(PyObject *sp, PyObject *rec, PyObject *attrs, SessionIn *s, PyObject *phases) {
+    PyObject *derived = NULL, *result = NULL;
+    PyObject *seen = PyDict_GetItemWithError(s->statuses, s->status);
     if (!seen && PyErr_Occurred()) goto done;
     {
-        PyObject *one = PyLong_FromLong(1);
-        PyObject *next = one && seen ? PyNumber_Add(seen, one) : Py_XNewRef(one);
-        Py_XDECREF(one);
-        if (!next || PyObject_SetItem(statuses, status, next) < 0) { Py_XDECREF(next); goto done; }
+        PyObject *next = seen ? PyNumber_Add(seen, one) : Py_NewRef(one);
+        if (!next || PyObject_SetItem(s->statuses, s->status, next) < 0) { Py_XDECREF(next); goto done; }
         Py_DECREF(next);
     }
-    int pending = PyUnicode_Compare(status, status_pending) == 0;
-    PyObject *total = pending ? Py_NewRef(Py_None) : seconds(end - start);
+    int pending = PyUnicode_Compare(s->status, status_pending) == 0;
+    PyObject *total = pending ? Py_NewRef(Py_None) : seconds(s->end - s->start);
     if (!total) goto done;
-    RecordIn in = {task, session_id, rank, role, step, status, reason, submit_step, attrs, PyTuple_GET_ITEM(rec, i_trace),
-                   PyTuple_GET_ITEM(rec, i_span), start, end, pending};
+    RecordIn in = {s->task, s->session_id, s->rank, s->role, s->step, s->status, s->reason, s->submit_step, attrs,
+                   PyTuple_GET_ITEM(rec, i_trace), PyTuple_GET_ITEM(rec, i_span), s->start, s->end, pending};
     int ok = (derived = PyDict_New()) && (pending || PyDict_SetItem(derived, k_total_s, total) == 0)
              && write_record(sp, &in, phases, derived, total) == 0;
     if (ok && !pending) {
         PyObject *metrics = own_attr(sp, a_metrics);
-        Values v = {total, NULL, status, in.trace_id, in.span_id, PyTuple_GET_ITEM(rec, i_flags)};  /* no phase */
-        ok = metrics && (metrics == Py_None || session_metrics(sp, metrics, &v, reason) == 0);
+        Values v = {total, NULL, s->status, in.trace_id, in.span_id, PyTuple_GET_ITEM(rec, i_flags)};  /* no phase */
+        ok = metrics && (metrics == Py_None || session_metrics(sp, metrics, &v, s->reason) == 0);
         Py_XDECREF(metrics);
     }
     Py_DECREF(total);
@@ -953,13 +980,135 @@ static PyObject *on_session(PyObject *sp, PyObject *rec, PyObject *attrs) {
         result = Py_NewRef(attrs);
     }
 done:
-    Py_XDECREF(phases_map);
-    Py_XDECREF(versions);
-    Py_XDECREF(statuses);
-    Py_XDECREF(phases);
     Py_XDECREF(derived);
-    Py_XDECREF(rank);
-    Py_XDECREF(role);
+    return result;
+}
+
+static PyObject *on_session(PyObject *sp, PyObject *rec, PyObject *attrs) {
+    SessionIn s;
+    int ready = session_ready(sp, rec, attrs, &s);
+    if (ready <= 0) return NULL;
+    PyObject *phases = Py_XNewRef(PyDict_GetItemWithError(s.phases_map, s.session_id)), *result = NULL;
+    if (!phases && PyErr_Occurred()) goto done;
+    if (phases && (!PyDict_CheckExact(phases) || !phases_plain(phases))) goto done;
+
+    /* From here on the session is this file's. */
+    if (phases && PyObject_DelItem(s.phases_map, s.session_id) < 0) goto done;
+    if (!phases && !(phases = PyDict_New())) goto done;
+    result = session_finish(sp, rec, attrs, &s, phases);
+done:
+    Py_XDECREF(phases);
+    session_in_clear(&s);
+    return result;
+}
+
+/* --- a session with its bundled phases: derive_bundle ---------------------------------------
+ * derive_bundle(processor, rec, attrs, phases) -> attributes, or None: what derive() does for
+ * each of the session's phases ((record, attributes) pairs, in the order the exporter expands
+ * them) and then for the session span, in one step, or None, having changed nothing, where one
+ * of those steps would not be this file's, would evict a pending session, or the session has
+ * phases kept from spans before it (the expanded records take derive()'s way then). The phases
+ * are counted into the session's record straight away rather than kept under its id in
+ * between: the same metrics, in the same order, and the same record. */
+static int phase_ready(PyObject *rec, PyObject *attrs, PyObject *session_id, PyObject **phase, int *interrupted) {
+    if (!PyTuple_CheckExact(rec) || PyTuple_GET_SIZE(rec) != n_fields || !PyDict_CheckExact(attrs)) return 0;
+    int has = PyDict_Contains(attrs, k_version);
+    if (has) return has < 0 ? -1 : 0;
+    PyObject *own = get(attrs, k_session_id);
+    if (!own) return -1;
+    int same = PyObject_RichCompareBool(own, session_id, Py_EQ);
+    if (same <= 0) return same;
+    *phase = PyDict_GetItemWithError(attrs, k_phase);
+    if (!*phase && PyErr_Occurred()) return -1;
+    if (!*phase) *phase = PyTuple_GET_ITEM(rec, i_name);
+    if (!plain(*phase) || !PyUnicode_CheckExact(*phase)) return PyErr_Occurred() ? -1 : 0;
+    long long x;
+    if (!as_int64(PyTuple_GET_ITEM(rec, i_start), &x) || !as_int64(PyTuple_GET_ITEM(rec, i_end), &x)) return 0;
+    PyObject *flag = get(attrs, k_interrupted);
+    if (!flag) return -1;
+    *interrupted = PyObject_IsTrue(flag);
+    return *interrupted < 0 ? -1 : 1;
+}
+
+static PyObject *derive_bundle(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "derive_bundle(processor, rec, attrs, phases)");
+        return NULL;
+    }
+    if (n_fields < 0) {
+        PyErr_SetString(PyExc_RuntimeError, "configure() was not called");
+        return NULL;
+    }
+    PyObject *sp = args[0], *rec = args[1], *attrs = args[2], *pairs = args[3];
+    if (!PyTuple_CheckExact(rec) || PyTuple_GET_SIZE(rec) != n_fields || !PyDict_CheckExact(attrs)
+        || !PyTuple_CheckExact(pairs) || PyTuple_GET_SIZE(pairs) > 64)
+        Py_RETURN_NONE;
+    SessionIn s;
+    int ready = session_ready(sp, rec, attrs, &s);
+    if (ready < 0) return NULL;
+    if (ready == 0) Py_RETURN_NONE;
+    PyObject *result = NULL, *phases = NULL, *metrics = NULL, *bound = NULL;
+    Py_ssize_t n = PyTuple_GET_SIZE(pairs);
+    PyObject *names[64];
+    int interrupted[64];
+    int r = 1;
+    for (Py_ssize_t k = 0; k < n && r == 1; k++) {
+        PyObject *pair = PyTuple_GET_ITEM(pairs, k);
+        r = PyTuple_CheckExact(pair) && PyTuple_GET_SIZE(pair) == 2
+            ? phase_ready(PyTuple_GET_ITEM(pair, 0), PyTuple_GET_ITEM(pair, 1), s.session_id, &names[k], &interrupted[k])
+            : 0;
+    }
+    if (r < 0) goto done;
+    if (r == 1 && n) {  /* the first phase would keep its session's phases: the map must have room */
+        if (!(bound = own_attr(sp, a_max_pending))) goto done;
+        Py_ssize_t max_pending = PyLong_AsSsize_t(bound);
+        if (max_pending == -1 && PyErr_Occurred()) goto done;
+        int kept = PyDict_Contains(s.phases_map, s.session_id);
+        if (kept < 0) goto done;
+        if (kept || PyDict_GET_SIZE(s.phases_map) >= max_pending) r = 0;
+    }
+    if (r == 1 && !(metrics = own_attr(sp, a_metrics))) goto done;
+    if (r == 1 && metrics != Py_None && Py_TYPE(metrics) != t_aggregated) r = 0;
+    if (r == 0) {
+        result = Py_NewRef(Py_None);
+        goto done;
+    }
+    /* From here on the session and its phases are this file's. */
+    if (!(phases = PyDict_New())) goto done;
+    for (Py_ssize_t k = 0; k < n; k++) {
+        PyObject *prec = PyTuple_GET_ITEM(PyTuple_GET_ITEM(pairs, k), 0);
+        PyObject *instances = PyDict_GetItemWithError(phases, names[k]);
+        if (!instances) {
+            if (PyErr_Occurred() || !(instances = PyList_New(0))) goto done;
+            int added = PyDict_SetItem(phases, names[k], instances);
+            Py_DECREF(instances);
+            if (added < 0) goto done;
+        }
+        PyObject *entry = PyTuple_Pack(2, PyTuple_GET_ITEM(prec, i_start),
+                                       interrupted[k] ? Py_None : PyTuple_GET_ITEM(prec, i_end));
+        int appended = entry ? PyList_Append(instances, entry) : -1;
+        Py_XDECREF(entry);
+        if (appended < 0) goto done;
+        if (metrics != Py_None) {
+            long long start = 0, end = 0, code;  /* int64 both: phase_ready saw to it */
+            as_int64(PyTuple_GET_ITEM(prec, i_start), &start);
+            as_int64(PyTuple_GET_ITEM(prec, i_end), &end);
+            int error = as_int64(PyTuple_GET_ITEM(prec, i_status), &code) && code == error_code;
+            PyObject *secs = seconds(end - start);
+            if (!secs) goto done;
+            Values v = {secs, names[k], interrupted[k] ? s_interrupted : (error ? s_error : s_ok),
+                        PyTuple_GET_ITEM(prec, i_trace), PyTuple_GET_ITEM(prec, i_span), PyTuple_GET_ITEM(prec, i_flags)};
+            int done_ok = locked(metrics, phase_point, &v);
+            Py_DECREF(secs);
+            if (done_ok < 0) goto done;
+        }
+    }
+    result = session_finish(sp, rec, attrs, &s, phases);
+done:
+    Py_XDECREF(phases);
+    Py_XDECREF(metrics);
+    Py_XDECREF(bound);
+    session_in_clear(&s);
     return result;
 }
 
@@ -1049,6 +1198,8 @@ static PyMethodDef methods[] = {
     {"configure", configure, METH_O, "Sets the keys, record fields and names derive() reads."},
     {"derive", (PyCFunction)(void (*)(void))derive, METH_FASTCALL,
      "SessionSpanProcessor.on_record for a phase or session span, or None where Python must run it."},
+    {"derive_bundle", (PyCFunction)(void (*)(void))derive_bundle, METH_FASTCALL,
+     "derive() for a session's expanded phases and then its span, or None where they must take it one by one."},
     {NULL, NULL, 0, NULL},
 };
 

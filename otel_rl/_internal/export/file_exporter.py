@@ -86,6 +86,8 @@ class ChromeTraceFileExporter(SpanExporter):
 
     #: Encoded bytes a holding exporter keeps before writing them early.
     MAX_HELD_BYTES = 64 << 20
+    #: :meth:`export` and :meth:`stage` take bundled sessions (:func:`bundled_spans`) as they are.
+    takes_bundles = True
 
     def __init__(self, path: str, encoder: ChromeTraceEncoder | None = None, hold: bool = False) -> None:
         self.path = os.fspath(path)
@@ -228,6 +230,29 @@ class ChromeTraceFileExporter(SpanExporter):
             self._file.close()
 
 
+def bundled_spans(items: list[Any]) -> list[Any]:
+    """``items`` with each bundled session spelled out as its spans' pairs.
+
+    The compiled record sink keeps a session derived with its phases in one step as one item,
+    ``(session record, its attributes, ((phase record, its attributes), ...))``: the pairs of
+    its phases followed by the session's, in the order the exporter expands them. An exporter
+    that takes them as they are says so with ``takes_bundles``; the others get the pairs.
+    """
+    out: list[Any] = []
+    for item in items:
+        if type(item) is tuple and len(item) == 3:
+            out.extend(item[2])
+            out.append(item[:2])
+        else:
+            out.append(item)
+    return out
+
+
+def span_total(items: list[Any]) -> int:
+    """The spans ``items`` hold (a bundled session holds its phases too)."""
+    return sum(len(item[2]) + 1 if type(item) is tuple and len(item) == 3 else 1 for item in items)
+
+
 class InPlaceBatchProcessor(SpanProcessor):
     """Collects sampled spans and hands them to an exporter on ``flush_batch``.
 
@@ -246,7 +271,10 @@ class InPlaceBatchProcessor(SpanProcessor):
         self.exporter = exporter
         self._max_batch = max(1, max_batch)
         self._max_buffered = max(1, max_buffered)
-        self._spans: list[Any] = []  # SDK spans and (record, attributes) pairs
+        # SDK spans, (record, attributes) pairs and bundled sessions (see bundled_spans)
+        self._spans: list[Any] = []
+        self._count = 0  # the spans those hold
+        self._takes_bundles = getattr(exporter, "takes_bundles", False)
         # Spans the exporter encoded ahead (stage_batch), counted when their batch is written.
         self._staged_spans = 0
         self._stage = getattr(exporter, "stage", None)
@@ -261,6 +289,7 @@ class InPlaceBatchProcessor(SpanProcessor):
     def _after_fork_in_child(self) -> None:
         # The parent exports the spans it collected; the child starts empty.
         self._spans = []
+        self._count = 0
         self._staged_spans = 0
         self.exported = self.failed = 0
         self._lock = threading.Lock()
@@ -274,10 +303,11 @@ class InPlaceBatchProcessor(SpanProcessor):
         if self._shutdown or not span.context.trace_flags.sampled:
             return
         with self._lock:
-            if len(self._spans) >= self._max_buffered:
+            if self._count >= self._max_buffered:
                 guard.count(diagnostics.SPANS_DROPPED_FILE_BUFFER)
                 return
             self._spans.append(span)
+            self._count += 1
 
     def on_record(self, rec: tuple, attrs: dict[str, Any]) -> None:
         """Keeps a sampled span in record form (``rec`` and its flat ``attrs``) for
@@ -285,27 +315,42 @@ class InPlaceBatchProcessor(SpanProcessor):
         if self._shutdown:
             return
         with self._lock:
-            if len(self._spans) >= self._max_buffered:
+            if self._count >= self._max_buffered:
                 guard.count(diagnostics.SPANS_DROPPED_FILE_BUFFER)
                 return
             self._spans.append((rec, attrs))
+            self._count += 1
 
-    def on_records(self, pairs: list[tuple]) -> None:
-        """:meth:`on_record` for a list of sampled ``(record, attributes)`` pairs at once."""
+    def on_records(self, pairs: list[tuple], spans: int | None = None) -> None:
+        """:meth:`on_record` for a list of sampled ``(record, attributes)`` pairs at once.
+
+        Args:
+            pairs: The pairs, and bundled sessions (:func:`bundled_spans`) where the record
+                sink makes them.
+            spans: The spans they hold (``len(pairs)`` when not given).
+        """
         if self._shutdown:
             return
+        if spans is None:
+            spans = len(pairs)
+        if spans != len(pairs) and not self._takes_bundles:
+            pairs = bundled_spans(pairs)
         with self._lock:
-            room = max(0, self._max_buffered - len(self._spans))
-            if len(pairs) > room:
-                guard.count(diagnostics.SPANS_DROPPED_FILE_BUFFER, len(pairs) - room)
-                pairs = pairs[:room]
+            room = max(0, self._max_buffered - self._count)
+            if spans > room:
+                guard.count(diagnostics.SPANS_DROPPED_FILE_BUFFER, spans - room)
+                pairs = bundled_spans(pairs)[:room]
+                spans = room
             self._spans.extend(pairs)
+            self._count += spans
 
-    def _take(self) -> list[Any]:
-        """The spans collected so far, handed over (the collecting list starts anew)."""
+    def _take(self) -> tuple[list[Any], int]:
+        """The spans collected so far and their count, handed over (the collecting list
+        starts anew)."""
         with self._lock:
             spans, self._spans = self._spans, []
-        return spans
+            count, self._count = self._count, 0
+        return spans, count
 
     def stage_batch(self) -> None:
         """Has the exporter encode the spans collected so far, to be written by the next
@@ -313,7 +358,7 @@ class InPlaceBatchProcessor(SpanProcessor):
         if self._stage is None:
             return
         with self._export_lock:
-            spans = self._take()
+            spans, count = self._take()
             if not spans:
                 return
             try:
@@ -322,9 +367,9 @@ class InPlaceBatchProcessor(SpanProcessor):
                 guard.report(diagnostics.EXPORT_ERROR, "an exporter failed: %r", exc)
                 staged = False
             if staged:
-                self._staged_spans += len(spans)
+                self._staged_spans += count
             else:
-                self.failed += len(spans)
+                self.failed += count
 
     def flush_batch(self) -> bool:
         """Exports every span collected so far (with those :meth:`stage_batch` encoded).
@@ -333,13 +378,13 @@ class InPlaceBatchProcessor(SpanProcessor):
             ``False`` if any batch failed to export.
         """
         with self._export_lock:
-            spans = self._take()
+            spans, total = self._take()
             staged, self._staged_spans = self._staged_spans, 0
             ok = True
             step = self._max_batch
             for i in range(0, max(len(spans), 1 if staged else 0), step):
                 chunk = spans[i:i + step]
-                count = len(chunk) + (staged if i == 0 else 0)
+                count = (len(chunk) if total == len(spans) else span_total(chunk)) + (staged if i == 0 else 0)
                 try:
                     result = self.exporter.export(chunk)
                 except Exception as exc:  # noqa: BLE001 - a foreign exporter may raise

@@ -20,11 +20,15 @@ same processors in order, so the outputs are those of the span path (a test
 compares them byte for byte).
 
 :meth:`RecordSink.on_records` takes a batch as the pipe carries it, each session's
-phases still bundled in it, and expands them (:func:`expand`, compiled too), then hands
-the batch to the compiled twin (``_record_sink.c``): it builds the attributes of the plain records (most
-scopes, phases and sessions) itself, has the session processor derive from
-them, keeps them for the file and hands them to OTLP, and gives every other
-record to :meth:`RecordSink.on_record`, in order.
+phases still bundled in it, and hands it to the compiled twin (``_record_sink.c``): it
+expands each session as it comes to it (the records :func:`expand` makes, with the same
+span ids), builds the attributes of the plain records (most scopes, phases and sessions)
+itself, has the session processor derive from them, keeps them for the file and hands
+them to OTLP, and gives every other record to :meth:`RecordSink.on_record`, in order. A
+plain session is derived with its phases in one step (``derive_bundle``) and kept for the
+file as one item with their pairs (:func:`.file_exporter.bundled_spans`), which the trace
+encoder places under the session span without a wait. Without the compiled twin the batch
+is expanded first and each record takes :meth:`RecordSink.on_record`.
 """
 
 from __future__ import annotations
@@ -39,7 +43,7 @@ from ..encode.readable import ReadableBuilder
 from ..recording import privacy, record
 from ..recording.ids import new_span_id
 from ..recording.record import EVENTS, FLAGS, LINKS, SCOPE
-from .session_processor import compiled_derive
+from .session_processor import compiled_derive, compiled_derive_bundle
 
 try:
     from . import _record_sink as _native
@@ -94,22 +98,24 @@ class RecordSink:
         self._each = self._to_otlp if self._otlp is not None else None
         self._derive = self._session.on_record if self._session is not None else None
         self._compiled_derive = compiled_derive if self._session is not None else None
+        self._derive_bundle = compiled_derive_bundle if self._session is not None else None
 
     def on_records(self, records: list[tuple]) -> None:
         """Exports a batch of records, in order, each session's bundled phases first
-        (:func:`expand`)."""
-        try:
-            records = expand(records)
-        except Exception as exc:  # noqa: BLE001 - only a failure of the interpreter itself
-            guard.report(diagnostics.EXPORT_ERROR, "a batch could not be processed: %r", exc)
-            return
+        (:func:`expand`; the compiled walk expands each session as it comes to it, and derives
+        a session with its phases in one step where it can)."""
         if self._sink_records is None:
+            try:
+                records = expand(records)
+            except Exception as exc:  # noqa: BLE001 - only a failure of the interpreter itself
+                guard.report(diagnostics.EXPORT_ERROR, "a batch could not be processed: %r", exc)
+                return
             for rec in records:
                 self.on_record(rec)
             return
         try:
             self._sink_records(records, self._thread_names, payload.max_str(), self._keep, self.on_record,
-                               self._each, self._derive, self._compiled_derive, self._session)
+                               self._each, self._derive, self._compiled_derive, self._session, self._derive_bundle)
         except Exception as exc:  # noqa: BLE001 - only a failure of the interpreter itself
             guard.report(diagnostics.EXPORT_ERROR, "a batch could not be processed: %r", exc)
 
@@ -145,5 +151,5 @@ class RecordSink:
             guard.report(diagnostics.EXPORT_ERROR, "a span could not be processed: %r", exc)
 
 
-def _ignore(pairs: list[tuple]) -> None:
+def _ignore(pairs: list[tuple], spans: int = 0) -> None:
     """Where no trace file is written, plain records have nothing left to do."""

@@ -61,6 +61,8 @@ else:
 #: ``derive(processor, rec, attrs, kind)``: the compiled step for a phase or session span
 #: without a gauge value (``None`` back: the Python step's), or ``None`` where not built.
 compiled_derive = _native.derive if _native is not None else None
+#: The compiled step for a session's expanded phases and its span at once (``_session_processor.c``).
+compiled_derive_bundle = _native.derive_bundle if _native is not None else None
 
 
 class SessionSpanProcessor(SpanProcessor):
