@@ -7,11 +7,11 @@ inputs) and copied with at most their pid rewritten.
 
 from __future__ import annotations
 
-import zlib
 from typing import Any
 
 import orjson
 
+from .._internal.encode.chrome_lines import crc32
 from .._internal.encode.chrome_trace import BATCH_MARKER_PREFIX
 from .._internal.read.source import CHUNK
 
@@ -115,7 +115,7 @@ def verified_batch(data: bytes, pos: int, marker: int, eol: int,
         start = marker - length
         if start < pos or (start and data[start - 1] != 10) or lines <= 0:
             return None
-        if zlib.crc32(data[start:marker]) != crc:
+        if crc32(memoryview(data)[start:marker]) != crc:
             return None
         changes = {}
         for pid in pids:

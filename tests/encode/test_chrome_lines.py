@@ -258,3 +258,18 @@ def test_integer_quotients_are_written_with_the_digits_repr_finds(scale):
     assert wrong == []
     assert sum(text is not None for text in written.values()) > len(written) // 2
     assert written[1 << 53] is None  # (double)v would round first
+
+
+@compiled
+@pytest.mark.parametrize("seed", range(3))
+def test_the_compiled_checksum_is_zlibs_crc32_at_every_length_offset_and_start(seed):
+    import zlib
+
+    rng = random.Random(seed)
+    data = rng.randbytes(300_000)
+    lengths = list(range(0, 200)) + [rng.randrange(200, len(data) // 2) for _ in range(100)]
+    for length in lengths:
+        at = rng.randrange(0, len(data) - length)
+        piece = memoryview(data)[at:at + length]
+        start = rng.choice([0, rng.getrandbits(32)])
+        assert chrome_lines.native.crc32(piece, start) == zlib.crc32(piece, start), (length, at)

@@ -503,6 +503,106 @@ static PyObject *flows(PyObject *self, PyObject *const *args, Py_ssize_t nargs) 
     Py_RETURN_TRUE;
 }
 
+/* --- the batch marker's checksum ------------------------------------------------------------
+ * crc32(data): zlib.crc32(data), the CRC-32 of IEEE 802.3. zlib computes it a byte (or a few)
+ * at a time, about 1.7 instructions a byte: a twentieth of the exporter's instructions on
+ * sessions, whose lines it reads once more at each batch's end. Where the CPU multiplies
+ * carry-less (PCLMULQDQ, x86-64 since 2010), 64-byte blocks are folded four 128-bit lanes at a
+ * time and reduced to 32 bits (Barrett), about 0.1 instructions a byte; the constants are
+ * powers of x modulo the polynomial (x^(4*128+32), x^(4*128-32), x^(128+32), x^(128-32),
+ * x^64 and floor(x^64 / P), bit-reflected). The rest of a buffer, and a CPU without it, take
+ * a byte at a time. has_crc_folding() says whether the folding is used (chrome_lines.crc32
+ * leaves the buffer to zlib where it is not). */
+static uint32_t crc_bytes[256];
+
+static void crc_table_init(void) {
+    for (uint32_t n = 0; n < 256; n++) {
+        uint32_t c = n;
+        for (int k = 0; k < 8; k++) c = c & 1 ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+        crc_bytes[n] = c;
+    }
+}
+
+static uint32_t crc_tail(uint32_t state, const unsigned char *p, size_t n) {
+    while (n--) state = crc_bytes[(state ^ *p++) & 0xFF] ^ (state >> 8);
+    return state;
+}
+
+static int crc_folding;  /* set at import where the CPU has it */
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define CRC_CAN_FOLD 1
+#define CLMUL(a, b, imm) _mm_clmulepi64_si128((a), (b), (imm))
+#define FOLD(x, k, next) _mm_xor_si128(_mm_xor_si128(CLMUL((x), (k), 0x11), (next)), CLMUL((x), (k), 0x00))
+
+/* state (the inverted CRC so far) after len bytes of buf; len a multiple of 16, at least 64. */
+__attribute__((target("pclmul,sse4.1"))) static uint32_t crc_fold(uint32_t state, const unsigned char *buf,
+                                                                  size_t len) {
+    const __m128i k1k2 = _mm_set_epi64x(0x01c6e41596LL, 0x0154442bd4LL);
+    const __m128i k3k4 = _mm_set_epi64x(0x00ccaa009eLL, 0x01751997d0LL);
+    const __m128i k5 = _mm_set_epi64x(0, 0x0163cd6124LL);
+    const __m128i poly = _mm_set_epi64x(0x01f7011641LL, 0x01db710641LL);
+    const __m128i low32 = _mm_setr_epi32(-1, 0, -1, 0);
+    __m128i x1 = _mm_loadu_si128((const __m128i *)buf), x2 = _mm_loadu_si128((const __m128i *)(buf + 16));
+    __m128i x3 = _mm_loadu_si128((const __m128i *)(buf + 32)), x4 = _mm_loadu_si128((const __m128i *)(buf + 48));
+    x1 = _mm_xor_si128(x1, _mm_cvtsi32_si128((int)state));
+    buf += 64;
+    len -= 64;
+    for (; len >= 64; buf += 64, len -= 64) {
+        x1 = FOLD(x1, k1k2, _mm_loadu_si128((const __m128i *)buf));
+        x2 = FOLD(x2, k1k2, _mm_loadu_si128((const __m128i *)(buf + 16)));
+        x3 = FOLD(x3, k1k2, _mm_loadu_si128((const __m128i *)(buf + 32)));
+        x4 = FOLD(x4, k1k2, _mm_loadu_si128((const __m128i *)(buf + 48)));
+    }
+    x1 = FOLD(x1, k3k4, x2);
+    x1 = FOLD(x1, k3k4, x3);
+    x1 = FOLD(x1, k3k4, x4);
+    for (; len >= 16; buf += 16, len -= 16) x1 = FOLD(x1, k3k4, _mm_loadu_si128((const __m128i *)buf));
+    /* 128 bits to 64 */
+    x2 = CLMUL(x1, k3k4, 0x10);
+    x1 = _mm_xor_si128(_mm_srli_si128(x1, 8), x2);
+    x2 = _mm_srli_si128(x1, 4);
+    x1 = _mm_xor_si128(CLMUL(_mm_and_si128(x1, low32), k5, 0x00), x2);
+    /* 64 bits to 32 (Barrett) */
+    x2 = _mm_and_si128(CLMUL(_mm_and_si128(x1, low32), poly, 0x10), low32);
+    x1 = _mm_xor_si128(x1, CLMUL(x2, poly, 0x00));
+    return (uint32_t)_mm_extract_epi32(x1, 1);
+}
+#endif
+
+static uint32_t crc_update(uint32_t crc, const unsigned char *p, size_t n) {
+    uint32_t state = ~crc;
+#ifdef CRC_CAN_FOLD
+    if (crc_folding && n >= 64) {
+        size_t m = n & ~(size_t)15;
+        state = crc_fold(state, p, m);
+        p += m;
+        n -= m;
+    }
+#endif
+    return ~crc_tail(state, p, n);
+}
+
+/* crc32(data, value=0): zlib.crc32(data, value) for a bytes-like data. */
+static PyObject *crc32(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    unsigned long long start = 0;
+    if (nargs < 1 || nargs > 2 || (nargs == 2 && (!as_uint64(args[1], &start) || start > 0xFFFFFFFFULL))) {
+        PyErr_SetString(PyExc_TypeError, "crc32(data, value=0): a bytes-like object and a 32-bit value");
+        return NULL;
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) return NULL;
+    uint32_t crc;
+    Py_BEGIN_ALLOW_THREADS  /* a batch is megabytes: other threads go on meanwhile */
+    crc = crc_update((uint32_t)start, (const unsigned char *)view.buf, (size_t)view.len);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&view);
+    return PyLong_FromUnsignedLong(crc);
+}
+
+static PyObject *has_crc_folding(PyObject *self, PyObject *unused) { return PyBool_FromLong(crc_folding); }
+
 static PyMethodDef methods[] = {
     {"configure", configure, METH_O, "Sets the names and functions complete() reads."},
     {"complete", (PyCFunction)(void (*)(void))complete, METH_FASTCALL,
@@ -514,6 +614,8 @@ static PyMethodDef methods[] = {
      "Appends a local flow arrow's two lines to a list: True, or False where the encoder must."},
     {"join", (PyCFunction)(void (*)(void))join, METH_FASTCALL,
      "The lines of a batch of events, the line count and the set of pids."},
+    {"crc32", (PyCFunction)(void (*)(void))crc32, METH_FASTCALL, "zlib.crc32(data, value=0), folded where the CPU can."},
+    {"has_crc_folding", has_crc_folding, METH_NOARGS, "Whether crc32() folds 64-byte blocks with PCLMULQDQ."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -524,5 +626,10 @@ PyMODINIT_FUNC PyInit__chrome_lines(void) {
     if (!m) return NULL;
     pid_key = PyUnicode_InternFromString("pid");
     if (!pid_key) { Py_DECREF(m); return NULL; }
+    crc_table_init();
+#ifdef CRC_CAN_FOLD
+    __builtin_cpu_init();
+    crc_folding = __builtin_cpu_supports("pclmul") && __builtin_cpu_supports("sse4.1");
+#endif
     return m;
 }

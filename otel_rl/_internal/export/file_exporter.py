@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 import threading
 import weakref
-import zlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -65,7 +64,7 @@ def _batch(events: list[dict[str, Any] | bytes]) -> bytearray:
     ordered = sorted(pids)
     marker = orjson.dumps({"ph": "M", "name": BATCH_MARKER, "pid": ordered[0] if ordered else 0,
                            "tid": 0, "args": {"lines": lines, "bytes": len(body),
-                                              "crc32": zlib.crc32(body), "pids": ordered}})
+                                              "crc32": chrome_lines.crc32(body), "pids": ordered}})
     # orjson keeps the key order above, so the line starts with BATCH_MARKER_PREFIX,
     # which is how the converter finds it.
     body += marker
