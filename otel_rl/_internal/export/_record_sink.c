@@ -21,7 +21,7 @@
 #include "../_cext.h"
 
 static PyObject *baggage_keys, *k_thread_id, *k_thread_name, *k_category, *k_span_kind, *k_gauge;
-static PyObject *kind_phase, *kind_session, *s_derive_failed;
+static PyObject *kind_phase, *kind_session, *kind_task, *s_derive_failed;
 static PyObject *args_prefix, *is_content_key;
 static Py_ssize_t i_ids, i_thread, i_category, i_attributes, i_args, i_events, i_links, i_scope, i_flags, n_fields;
 static PyObject *content_cache;  /* attribute key -> bool */
@@ -159,6 +159,12 @@ static int truthy(PyObject *v) {  /* events or links: None or a list; anything e
 static PyObject *derived(PyObject *rec, PyObject *attrs, PyObject *derive, PyObject *compiled, PyObject *processor) {
     PyObject *kind = PyDict_GetItemWithError(attrs, k_span_kind);
     if (!kind && PyErr_Occurred()) return NULL;
+    if (compiled && kind && is_text(kind, kind_task)) {
+        /* SessionSpanProcessor.on_record derives nothing from a task span but a gauge value */
+        int gauge = PyDict_Contains(attrs, k_gauge);
+        if (gauge < 0) return NULL;
+        if (!gauge) return Py_NewRef(attrs);
+    }
     if (compiled && kind && (is_text(kind, kind_phase) || is_text(kind, kind_session))) {
         int gauge = PyDict_Contains(attrs, k_gauge);
         if (gauge < 0) return NULL;
@@ -280,10 +286,11 @@ static int compiled_kind(PyObject *attrs, PyObject *kind) {
 
 /* A session with its bundled phases (bundled(rec) == 1). Its phases and the session become the
  * records expand() makes of them (the same span ids, drawn in the same order); where the walk has
- * a bundle step (the session processor's derive_bundle, and a trace file that takes a session as
- * one item) and every one of them is plain, they are derived in one step and kept as one item,
- * (session record, its attributes, ((phase record, its attributes), ...)): what the file would get
- * as the phases' pairs followed by the session's. Otherwise each takes sink_one, in order. */
+ * a bundle step (the session processor's derive_bundle) and every one of them is plain, they are
+ * derived in one step and kept as one item, (session record, its attributes, ((phase record, its
+ * attributes), ...)): what the file would get as the phases' pairs followed by the session's
+ * (file_exporter.bundled_spans spells it out for an exporter that wants the pairs). Otherwise
+ * each takes sink_one, in order. */
 static int sink_bundled(Walk *w, PyObject *rec) {
     PyObject *records = PyList_New(0);
     if (!records || expand_session(rec, records) < 0) { Py_XDECREF(records); return -1; }
@@ -365,8 +372,8 @@ done:
 }
 
 /* sink_records(records, thread_names, max_str, keep, slow, each, derive, compiled, processor,
- * bundle) -> None; records may hold bundles (expanded here) where bundle is not None or
- * the batch was not expanded before. */
+ * bundle) -> None: the records as the pipe carries them, sessions with their bundles (expanded
+ * here) or without; bundle: derive_bundle, or None. */
 static PyObject *sink_records(PyObject *self, PyObject *const *argv, Py_ssize_t nargs) {
     if (nargs != 10 || !PyList_CheckExact(argv[0]) || !PyDict_CheckExact(argv[1])) {
         PyErr_SetString(PyExc_TypeError,
@@ -573,6 +580,7 @@ static PyObject *configure(PyObject *self, PyObject *config) {
         || take(config, "THREAD_NAME", &k_thread_name) || take(config, "CATEGORY", &k_category)
         || take(config, "SPAN_KIND", &k_span_kind) || take(config, "GAUGE_VALUE", &k_gauge)
         || take(config, "KIND_PHASE", &kind_phase) || take(config, "KIND_SESSION", &kind_session)
+        || take(config, "KIND_TASK", &kind_task)
         || take(config, "ARGS_PREFIX", &args_prefix) || take(config, "is_content_key", &is_content_key)
         || take_index(config, "IDS", &i_ids) || take_index(config, "THREAD", &i_thread)
         || take_index(config, "CATEGORY_FIELD", &i_category) || take_index(config, "ATTRIBUTES", &i_attributes)

@@ -53,7 +53,7 @@ else:
     _native.configure({
         "BAGGAGE_KEYS": keys.BAGGAGE_KEYS, "THREAD_ID": keys.THREAD_ID, "THREAD_NAME": keys.THREAD_NAME,
         "CATEGORY": keys.CATEGORY, "SPAN_KIND": keys.SPAN_KIND, "GAUGE_VALUE": keys.GAUGE_VALUE,
-        "KIND_PHASE": keys.KIND_PHASE, "KIND_SESSION": keys.KIND_SESSION,
+        "KIND_PHASE": keys.KIND_PHASE, "KIND_SESSION": keys.KIND_SESSION, "KIND_TASK": keys.KIND_TASK,
         "ARGS_PREFIX": keys.ARGS_PREFIX, "is_content_key": privacy.is_content_key, "IDS": record.IDS,
         "THREAD": record.THREAD, "CATEGORY_FIELD": record.CATEGORY, "ATTRIBUTES": record.ATTRIBUTES,
         "ARGS": record.ARGS, "EVENTS": EVENTS, "LINKS": LINKS, "SCOPE": SCOPE, "FLAGS": FLAGS,
