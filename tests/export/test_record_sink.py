@@ -50,6 +50,13 @@ def _workload(rounds: int) -> None:
             event("mark_generate_start", session_id=sid)
             event("mark_generate_end", session_id=sid)
             otel_rl.increment_counter("tokens", 5, session_id=sid)
+            if k == 1:  # a phase with a payload, and one marked on another thread
+                event("mark_judge_start", session_id=sid, model="m", tokens=3)
+                event("mark_judge_end", session_id=sid)
+                marker = threading.Thread(target=lambda: (event("mark_verify_start", session_id=sid),
+                                                          event("mark_verify_end", session_id=sid)), name="verifier")
+                marker.start()
+                marker.join()
             event("mark_reward_start", session_id=sid)
             if k == 2:
                 event("mark_toolcall_start", session_id=sid)  # interrupted at the end

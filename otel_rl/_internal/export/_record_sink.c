@@ -284,6 +284,41 @@ static int compiled_kind(PyObject *attrs, PyObject *kind) {
     return gauge < 0 ? -1 : !gauge;
 }
 
+/* The attributes of phase record rec, made from those of an earlier phase of the same session
+ * (first, whose attributes are `built`), or NULL (no error) where they may differ in more than its
+ * own attributes dict's values: attributes() gives both the same baggage ids (expand_session
+ * hands every phase the same dict), the same thread and name, no category or args, then each
+ * one's own attributes in their order; with the same keys there, all of them kept (plain, not
+ * None), a copy of built with those values set is what attributes() would build. */
+static PyObject *phase_attributes_like(PyObject *first, PyObject *built, PyObject *rec, Py_ssize_t max_str) {
+    PyObject *own = PyTuple_GET_ITEM(rec, i_attributes), *theirs = PyTuple_GET_ITEM(first, i_attributes);
+    if (PyTuple_GET_ITEM(rec, i_ids) != PyTuple_GET_ITEM(first, i_ids)
+        || PyTuple_GET_ITEM(rec, i_args) != Py_None || PyTuple_GET_ITEM(first, i_args) != Py_None
+        || PyTuple_GET_ITEM(rec, i_category) != Py_None || PyTuple_GET_ITEM(first, i_category) != Py_None
+        || !PyDict_CheckExact(own) || !PyDict_CheckExact(theirs) || PyDict_GET_SIZE(own) != PyDict_GET_SIZE(theirs))
+        return NULL;
+    PyObject *thread = PyTuple_GET_ITEM(rec, i_thread), *other = PyTuple_GET_ITEM(first, i_thread);
+    if (thread != other) {
+        long long a, b;
+        if (!as_int64(thread, &a) || !as_int64(other, &b) || a != b) return NULL;
+    }
+    Py_ssize_t i = 0, j = 0;
+    PyObject *key, *value, *their_key, *their_value;
+    while (PyDict_Next(own, &i, &key, &value) && PyDict_Next(theirs, &j, &their_key, &their_value)) {
+        if (key != their_key || value == Py_None || their_value == Py_None || !plain_value(value, max_str)) return NULL;
+    }
+    PyObject *attrs = PyDict_Copy(built);
+    if (!attrs) return NULL;
+    i = 0;
+    while (PyDict_Next(own, &i, &key, &value)) {
+        if (put_attr(attrs, key, value) <= 0) {  /* content, which the Python step takes (or an error, set) */
+            Py_DECREF(attrs);
+            return NULL;
+        }
+    }
+    return attrs;
+}
+
 /* A session with its bundled phases (bundled(rec) == 1). Its phases and the session become the
  * records expand() makes of them (the same span ids, drawn in the same order); where the walk has
  * a bundle step (the session processor's derive_bundle) and every one of them is plain, they are
@@ -306,7 +341,8 @@ static int sink_bundled(Walk *w, PyObject *rec) {
                 plain_all = 0;
                 break;
             }
-            built[j] = attributes(one, w->thread_names, w->max_str);
+            built[j] = j && j < n ? phase_attributes_like(PyList_GET_ITEM(records, 0), built[0], one, w->max_str) : NULL;
+            if (!built[j] && !PyErr_Occurred()) built[j] = attributes(one, w->thread_names, w->max_str);
             if (!built[j]) {
                 if (PyErr_Occurred()) { r = -1; goto done; }
                 plain_all = 0;
