@@ -97,6 +97,11 @@ def _run(tmp_path, name: str, items: list[tuple], native, max_pending: int, monk
     processor = SessionSpanProcessor(None, rank=2, role="actor", records=JsonlAppender(path), metrics=metrics,
                                      max_pending_sessions=max_pending)
     returned = [list(processor.on_record(rec, attrs).items()) for rec, attrs in items]
+    return _figures(processor, reader, path, returned)
+
+
+def _figures(processor, reader, path: str, returned: list) -> dict:
+    """What a run derived: the attributes returned, the records file, the statuses, the points."""
     processor.shutdown()
     points = []
     for rm in reader.get_metrics_data().resource_metrics:
@@ -252,20 +257,7 @@ def _run_bundled(tmp_path, items: list[tuple], max_pending: int, monkeypatch) ->
     processor = SessionSpanProcessor(None, rank=2, role="actor", records=JsonlAppender(path), metrics=metrics,
                                      max_pending_sessions=max_pending)
     returned = derive_groups(processor)
-    processor.shutdown()
-    points = []
-    for rm in reader.get_metrics_data().resource_metrics:
-        for sm in rm.scope_metrics:
-            for metric in sm.metrics:
-                for point in metric.data.data_points:
-                    plain = dataclasses.asdict(point)
-                    plain.pop("start_time_unix_nano"), plain.pop("time_unix_nano")
-                    plain["exemplars"] = sorted((e.value, e.span_id) for e in point.exemplars)
-                    points.append((metric.name, repr(sorted(plain.items()))))
-    with open(path, "rb") as fh:
-        figures = {"returned": returned, "records": fh.read(), "statuses": dict(processor.statuses),
-                   "points": sorted(points)}
-    return figures, taken
+    return _figures(processor, reader, path, returned), taken
 
 
 @compiled

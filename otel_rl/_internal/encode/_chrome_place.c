@@ -500,6 +500,21 @@ static PyObject *s_encode_error;
 
 /* The step for an item the walk does not take: a record goes to add_span once the encoder
  * has its process (a failure reported as _encode_one reports it), anything else to slow(). */
+/* The encoder's _encode_error for the span add_span just failed to place (the error set now):
+ * 1 reported, -1 when reporting failed. */
+static int report_unplaced(Batch *b) {
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    Handover h;
+    int out = hand_out(b->enc, &h);
+    PyErr_Restore(type, value, tb);
+    PyObject *done = out < 0 ? NULL : report_raised(b->enc, s_encode_error, NULL);
+    if (take_back(&h) < 0) Py_CLEAR(done);
+    if (!done) return -1;
+    Py_DECREF(done);
+    return 1;
+}
+
 static int step(Batch *b, PyObject *item, PyObject *slow) {
     PyObject *done;
     if (b->proc && PyTuple_CheckExact(item) && PyTuple_GET_SIZE(item) == 2) {
@@ -510,13 +525,7 @@ static int step(Batch *b, PyObject *item, PyObject *slow) {
             Py_DECREF(done);
             return 1;
         }
-        PyObject *type, *value, *tb;
-        PyErr_Fetch(&type, &value, &tb);
-        Handover h;
-        int out = hand_out(b->enc, &h);
-        PyErr_Restore(type, value, tb);
-        done = out < 0 ? NULL : report_raised(b->enc, s_encode_error, NULL);
-        if (take_back(&h) < 0) Py_CLEAR(done);
+        return report_unplaced(b);
     } else {
         Handover h;
         if (hand_out(b->enc, &h) < 0) return -1;
@@ -556,19 +565,8 @@ static int add_bundle(Batch *b, PyObject *item, PyObject *slow) {
         r = -1;
     } else if (got == n && waiting) {
         PyObject *done = add_span_given(b->enc, rec, attrs, b->proc, b->out, waiting);
-        r = done ? 0 : -1;
+        r = done ? 0 : report_unplaced(b) < 0 ? -1 : 0;
         Py_XDECREF(done);
-        if (!done) {  /* as step() reports a span add_span could not place */
-            PyObject *type, *value, *tb;
-            PyErr_Fetch(&type, &value, &tb);
-            Handover h;
-            int handed = hand_out(b->enc, &h);
-            PyErr_Restore(type, value, tb);
-            done = handed < 0 ? NULL : report_raised(b->enc, s_encode_error, NULL);
-            if (take_back(&h) < 0) Py_CLEAR(done);
-            r = done ? 0 : -1;
-            Py_XDECREF(done);
-        }
     } else {
         r = walk(b, run, n + 1, slow);
     }
