@@ -89,7 +89,7 @@ def _capture(tmp_path) -> tuple[object, dict, list, dict]:
 
     pipeline.queue = CapturingQueue()
     _workload(12)
-    names = pipeline._names_of(captured)  # noqa: SLF001 - the names shipped with the batch
+    names = pipeline._names_of({rec[record.THREAD] for rec in captured})  # noqa: SLF001 - the names shipped
     settings = otel_rl.settings()
     resource = dict(pipeline.resource.attributes)
     otel_rl.shutdown()

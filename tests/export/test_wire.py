@@ -116,3 +116,32 @@ def test_a_cut_batch_is_refused_with_a_value_error():
 def test_a_value_marshal_cannot_hold_raises_value_error_as_marshal_does():
     with pytest.raises(ValueError):
         wire.dumps({}, _scopes(1, args={"x": object()}))
+
+
+def _surveyed(batch: list) -> tuple:
+    """What the export thread's Python steps find in a batch (wire.survey without its twin)."""
+    if not all(type(rec) is tuple for rec in batch):
+        return False, 0, set()
+    return True, record.span_count(batch), {rec[record.THREAD] for rec in batch}
+
+
+@packed
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(records(fits=False), st.one_of(st.none(), st.integers(0, 3))), max_size=30), st.booleans())
+def test_the_compiled_survey_of_a_batch_is_what_the_python_steps_find(drawn, with_other):
+    batch = []
+    for rec, phases in drawn:  # a session with that many bundled phases, or none
+        if phases is not None:
+            rec = rec[:record.BUNDLE] + (("s", tuple(range(phases))),) + rec[record.BUNDLE + 1:]
+        batch.append(rec)
+    if with_other:
+        batch = [*batch, {"not": "a record"}]
+    assert wire._native.survey(batch) == _surveyed(batch)
+
+
+@packed
+def test_a_survey_leaves_a_tuple_that_is_no_record_to_the_python_steps(monkeypatch):
+    assert wire._native.survey([("short",)]) is None
+    monkeypatch.setattr(wire, "_native", None)
+    with pytest.raises(IndexError):
+        wire.survey([("short",)])

@@ -20,6 +20,7 @@
 
 static Py_ssize_t n_fields = -1;
 static Py_ssize_t i_name, i_trace, i_span, i_parent, i_remote, i_flags, i_start, i_end, i_kind, i_thread, i_status;
+static Py_ssize_t i_bundle = -1;
 static Py_ssize_t rest[MAX_FIELDS], n_rest;  /* the fields marshal takes */
 
 static void put_u64(unsigned char *p, unsigned long long v) {
@@ -227,7 +228,8 @@ static PyObject *configure(PyObject *self, PyObject *config) {
         || take_field(config, "PARENT_ID", &i_parent) || take_field(config, "PARENT_REMOTE", &i_remote)
         || take_field(config, "FLAGS", &i_flags) || take_field(config, "START", &i_start)
         || take_field(config, "END", &i_end) || take_field(config, "KIND", &i_kind)
-        || take_field(config, "THREAD", &i_thread) || take_field(config, "STATUS", &i_status))
+        || take_field(config, "THREAD", &i_thread) || take_field(config, "STATUS", &i_status)
+        || take_field(config, "BUNDLE", &i_bundle))
         return NULL;
     Py_ssize_t own[] = {i_name, i_trace, i_span, i_parent, i_remote, i_flags, i_start, i_end, i_kind, i_thread,
                         i_status};
@@ -246,7 +248,56 @@ static PyObject *configure(PyObject *self, PyObject *config) {
     Py_RETURN_NONE;
 }
 
+/* survey(records) -> (every one a tuple, spans, thread idents), or None: what the export thread
+ * asks of a batch before it ships it (record.span_count, the threads whose names go with it),
+ * in one pass rather than three Python ones. None where a tuple is not a record (the caller's
+ * Python steps say what is wrong with it); with a record that is not a tuple, (False, 0, set()). */
+static PyObject *survey(PyObject *self, PyObject *records) {
+    if (!PyList_CheckExact(records)) {
+        PyErr_SetString(PyExc_TypeError, "survey() takes a list of records");
+        return NULL;
+    }
+    if (n_fields < 0) {
+        PyErr_SetString(PyExc_RuntimeError, "configure() was not called");
+        return NULL;
+    }
+    PyObject *threads = PySet_New(NULL), *last = NULL;
+    if (!threads) return NULL;
+    Py_ssize_t spans = 0;
+    for (Py_ssize_t k = 0; k < PyList_GET_SIZE(records); k++) {
+        PyObject *rec = PyList_GET_ITEM(records, k);
+        if (!PyTuple_CheckExact(rec)) {
+            Py_DECREF(threads);
+            return Py_BuildValue("(OnN)", Py_False, (Py_ssize_t)0, PySet_New(NULL));
+        }
+        if (PyTuple_GET_SIZE(rec) != n_fields) {
+            Py_DECREF(threads);
+            Py_RETURN_NONE;
+        }
+        PyObject *bundle = PyTuple_GET_ITEM(rec, i_bundle);
+        spans++;
+        if (bundle != Py_None) {
+            int t = PyObject_IsTrue(bundle);
+            if (t < 0) { Py_DECREF(threads); return NULL; }
+            if (t) {
+                if (!PyTuple_CheckExact(bundle) || PyTuple_GET_SIZE(bundle) < 2) {
+                    Py_DECREF(threads);
+                    Py_RETURN_NONE;
+                }
+                Py_ssize_t n = PyObject_Length(PyTuple_GET_ITEM(bundle, 1));
+                if (n < 0) { Py_DECREF(threads); return NULL; }
+                spans += n;
+            }
+        }
+        PyObject *thread = PyTuple_GET_ITEM(rec, i_thread);
+        if (thread != last && PySet_Add(threads, thread) < 0) { Py_DECREF(threads); return NULL; }
+        last = thread;  /* a batch runs mostly on one thread: the same object again needs no add */
+    }
+    return Py_BuildValue("(OnN)", Py_True, spans, threads);
+}
+
 static PyMethodDef methods[] = {
+    {"survey", survey, METH_O, "(every record a tuple, spans, thread idents) of a batch, or None."},
     {"configure", configure, METH_O, "Sets the record's length and the fields written in binary."},
     {"dumps", (PyCFunction)(void (*)(void))dumps, METH_FASTCALL,
      "A batch of records as bytes, or None where a record does not fit."},

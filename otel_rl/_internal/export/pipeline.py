@@ -30,7 +30,8 @@ from opentelemetry.trace import SpanContext, SpanKind
 from .. import diagnostics, guard, keys
 from ..encode.readable import ReadableBuilder, record_from_readable
 from ..recording import privacy
-from ..recording.record import THREAD, expand, span_count
+from ..recording.record import expand, span_count
+from . import wire
 
 #: After shutdown's bound, how long the export thread gets to stop where it is.
 ABANDON_GRACE_S = 0.05
@@ -357,10 +358,11 @@ class Pipeline:
                     return
                 # Only this thread pops (shutdown's count takes the lock), so ``take`` items are there.
                 records = [popleft() for _ in range(take)]
-            if not all(type(rec) is tuple for rec in records):
+            tuples, n, threads = wire.survey(records)
+            if not tuples:
                 records = [rec if type(rec) is tuple else self._from_readable(rec) for rec in records]
                 records = [rec for rec in records if rec is not None]
-            n = span_count(records)
+                _, n, threads = wire.survey(records)
             self.spans_seen += n
             if drop:
                 self.spans_done += n
@@ -371,7 +373,7 @@ class Pipeline:
                 continue
             if privacy.redactor() is not None:  # one check per batch
                 records = privacy.redact_records(records)
-            names = self._names_of(records)
+            names = self._names_of(threads)
             if shipping:
                 if shipper.send(records, names, n):
                     self.spans_done += n
@@ -386,11 +388,10 @@ class Pipeline:
             guard.report(diagnostics.EXPORT_ERROR, "a span could not be processed: %r", exc)
             return None
 
-    def _names_of(self, records: list[Any]) -> dict[int, str]:
-        """Names of the threads ``records`` ran on (also cached for thread mode)."""
+    def _names_of(self, threads: set[Any]) -> dict[int, str]:
+        """Names of the threads with these idents (``None``: none; also cached for thread mode)."""
         thread_name = self.thread_name
-        return {ident: thread_name(ident) for ident in {rec[THREAD] for rec in records}
-                if ident is not None}
+        return {ident: thread_name(ident) for ident in threads if ident is not None}
 
     def _process_here(self, records: list[tuple], stop_at: float | None = None) -> None:
         """Hands ``records`` to the sink. The export thread stops when shutdown

@@ -481,7 +481,7 @@ def export_batch(on_records: Any, chain: Any, thread_names: dict[int, str], payl
             on_records(records[start:start + step])  # never raises
             chain.after_slice()
         chain.after_batch()
-        return span_count(records)
+        return wire.survey(records)[1]
     finally:
         now = time.monotonic()
         if now >= _next_full_collect:

@@ -12,8 +12,10 @@ a zero byte first). Both ends of the pipe are the same installation.
 from __future__ import annotations
 
 import marshal
+from typing import Any
 
 from ..recording import record
+from ..recording.record import THREAD, span_count
 
 try:
     from . import _wire as _native
@@ -50,4 +52,18 @@ def loads(data: bytes) -> tuple[dict[int, str], list[tuple]]:
         return _native.loads(data)
     thread_names, records = marshal.loads(data)
     return thread_names, records
+
+
+def survey(records: list[Any]) -> tuple[bool, int, set[Any]]:
+    """What the export thread asks of a batch before shipping it: whether every record is a
+    tuple (else ``(False, 0, set())``: the caller converts the others and asks again), how
+    many spans they hold (:func:`..recording.record.span_count`) and the idents of the
+    threads they ran on (``None`` among them where one has none); one compiled pass where built."""
+    if _native is not None:
+        got = _native.survey(records)
+        if got is not None:
+            return got
+    if not all(type(rec) is tuple for rec in records):
+        return False, 0, set()
+    return True, span_count(records), {rec[THREAD] for rec in records}
 
