@@ -222,12 +222,18 @@ static int keep_item(Walk *w, PyObject *item, Py_ssize_t spans) {
     return 0;
 }
 
+/* Whether rec is a record whose attributes attributes() may build: no events, links or other
+ * library's scope (those take the span path). */
+static int record_path(PyObject *rec) {
+    return PyTuple_CheckExact(rec) && PyTuple_GET_SIZE(rec) == n_fields && !truthy(PyTuple_GET_ITEM(rec, i_events))
+           && !truthy(PyTuple_GET_ITEM(rec, i_links)) && PyTuple_GET_ITEM(rec, i_scope) == Py_None
+           && PyLong_CheckExact(PyTuple_GET_ITEM(rec, i_flags));
+}
+
 /* A plain record without a bundle: its attributes (built here when attrs is NULL; a new
  * reference taken over otherwise), derived, kept for the file and handed to OTLP. */
 static int sink_one(Walk *w, PyObject *rec, PyObject *attrs) {
-    if (!attrs && PyTuple_CheckExact(rec) && PyTuple_GET_SIZE(rec) == n_fields && !truthy(PyTuple_GET_ITEM(rec, i_events))
-        && !truthy(PyTuple_GET_ITEM(rec, i_links)) && PyTuple_GET_ITEM(rec, i_scope) == Py_None
-        && PyLong_CheckExact(PyTuple_GET_ITEM(rec, i_flags))) {
+    if (!attrs && record_path(rec)) {
         attrs = attributes(rec, w->thread_names, w->max_str);
         if (!attrs && PyErr_Occurred()) return -1;
     }
@@ -336,8 +342,7 @@ static int sink_bundled(Walk *w, PyObject *rec) {
         int plain_all = 1;
         for (Py_ssize_t j = 0; j <= n && plain_all; j++) {
             PyObject *one = PyList_GET_ITEM(records, j);
-            if (truthy(PyTuple_GET_ITEM(one, i_events)) || truthy(PyTuple_GET_ITEM(one, i_links))
-                || PyTuple_GET_ITEM(one, i_scope) != Py_None || !PyLong_CheckExact(PyTuple_GET_ITEM(one, i_flags))) {
+            if (!record_path(one)) {
                 plain_all = 0;
                 break;
             }

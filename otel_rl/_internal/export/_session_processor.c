@@ -327,24 +327,84 @@ static PyObject *own_attr(PyObject *sp, PyObject *name) {  /* getattr(sp, name),
 }
 
 /* 1 handled, 0 left to Python (nothing changed), -1 error. */
-static int on_phase(PyObject *sp, PyObject *rec, PyObject *attrs) {
+/* A phase span as on_phase reads it: its session, its phase's name, its times, whether it
+ * was interrupted (session_id and phase borrowed). */
+typedef struct {
+    PyObject *session_id, *phase;
+    long long start, end;
+    int interrupted;
+} PhaseIn;
+
+/* 1: a phase span this file takes (p filled); 0: the Python step's (policy versions, a phase
+ * name or times it would convert); -1: error. */
+static int phase_in(PyObject *rec, PyObject *attrs, PhaseIn *p) {
     int has = PyDict_Contains(attrs, k_version);
     if (has) return has < 0 ? -1 : 0;
-    PyObject *session_id = get(attrs, k_session_id), *phase = PyDict_GetItemWithError(attrs, k_phase);
-    if (!session_id || (!phase && PyErr_Occurred())) return -1;
-    if (!phase) phase = PyTuple_GET_ITEM(rec, i_name);
-    if (!plain(phase)) return 0;
-    long long start, end;
-    if (!as_int64(PyTuple_GET_ITEM(rec, i_start), &start) || !as_int64(PyTuple_GET_ITEM(rec, i_end), &end)) return 0;
+    p->session_id = get(attrs, k_session_id);
+    p->phase = PyDict_GetItemWithError(attrs, k_phase);
+    if (!p->session_id || (!p->phase && PyErr_Occurred())) return -1;
+    if (!p->phase) p->phase = PyTuple_GET_ITEM(rec, i_name);
+    if (!plain(p->phase)) return 0;
+    if (!as_int64(PyTuple_GET_ITEM(rec, i_start), &p->start) || !as_int64(PyTuple_GET_ITEM(rec, i_end), &p->end))
+        return 0;
     PyObject *flag = get(attrs, k_interrupted);
     if (!flag) return -1;
-    int interrupted = PyObject_IsTrue(flag);
-    if (interrupted < 0) return -1;
+    p->interrupted = PyObject_IsTrue(flag);
+    return p->interrupted < 0 ? -1 : 1;
+}
+
+/* The phase's instance, (start, end or None when interrupted), added under its name to a
+ * session's phases dict. 0, or -1 on error. */
+static int add_instance(PyObject *phases, PyObject *rec, PhaseIn *p) {
+    if (!PyDict_CheckExact(phases)) {
+        PyErr_SetString(PyExc_TypeError, "a session's phases must be a dict");
+        return -1;
+    }
+    PyObject *instances = PyDict_GetItemWithError(phases, p->phase);
+    if (!instances) {
+        if (PyErr_Occurred() || !(instances = PyList_New(0))) return -1;
+        int r = PyDict_SetItem(phases, p->phase, instances);
+        Py_DECREF(instances);
+        if (r < 0) return -1;
+    }
+    PyObject *end = p->interrupted ? Py_None : PyTuple_GET_ITEM(rec, i_end);
+    PyObject *entry = PyTuple_Pack(2, PyTuple_GET_ITEM(rec, i_start), end);
+    int r = entry && PyList_Check(instances) ? PyList_Append(instances, entry) : -1;
+    Py_XDECREF(entry);
+    if (r < 0 && !PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "a phase's instances must be a list");
+    return r;
+}
+
+/* The phase's duration metric (metrics not None), as _on_phase records it. 0, or -1 on error. */
+static int phase_metric(PyObject *metrics, PyObject *rec, PhaseIn *p) {
+    long long code;
+    int error = as_int64(PyTuple_GET_ITEM(rec, i_status), &code) && code == error_code, r;
+    PyObject *secs = seconds(p->end - p->start);
+    if (!secs) return -1;
+    Values v = {secs, p->phase, p->interrupted ? s_interrupted : (error ? s_error : s_ok),
+                PyTuple_GET_ITEM(rec, i_trace), PyTuple_GET_ITEM(rec, i_span), PyTuple_GET_ITEM(rec, i_flags)};
+    if (Py_TYPE(metrics) == t_aggregated) {
+        r = locked(metrics, phase_point, &v);
+    } else {
+        PyObject *argv[7] = {metrics, v.seconds, v.phase, v.status, v.trace_id, v.span_id, v.flags};
+        PyObject *got = PyObject_VectorcallMethod(s_phase, argv, 7 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+        Py_XDECREF(got);
+        r = got ? 0 : -1;
+    }
+    Py_DECREF(secs);
+    return r;
+}
+
+/* 1 handled, 0 left to Python (nothing changed), -1 error. */
+static int on_phase(PyObject *sp, PyObject *rec, PyObject *attrs) {
+    PhaseIn p;
+    int ready = phase_in(rec, attrs, &p);
+    if (ready <= 0) return ready;
     PyObject *phases = own_attr(sp, a_phases), *inner = NULL, *metrics = NULL;
     int rc = -1;
     if (!phases) return -1;
     if (!PyDict_Check(phases)) { rc = 0; goto done; }
-    inner = Py_XNewRef(PyDict_GetItemWithError(phases, session_id));
+    inner = Py_XNewRef(PyDict_GetItemWithError(phases, p.session_id));
     if (!inner) {
         if (PyErr_Occurred()) goto done;
         PyObject *bound = own_attr(sp, a_max_pending);
@@ -353,42 +413,10 @@ static int on_phase(PyObject *sp, PyObject *rec, PyObject *attrs) {
         Py_DECREF(bound);
         if (max_pending == -1 && PyErr_Occurred()) goto done;
         if (PyDict_GET_SIZE(phases) >= max_pending) { rc = 0; goto done; }  /* an eviction: Python's */
-        if (!(inner = PyDict_New()) || PyObject_SetItem(phases, session_id, inner) < 0) goto done;
+        if (!(inner = PyDict_New()) || PyObject_SetItem(phases, p.session_id, inner) < 0) goto done;
     }
-    if (!PyDict_CheckExact(inner)) { PyErr_SetString(PyExc_TypeError, "a session's phases must be a dict"); goto done; }
-    PyObject *instances = PyDict_GetItemWithError(inner, phase);
-    if (!instances) {
-        if (PyErr_Occurred() || !(instances = PyList_New(0))) goto done;
-        int r = PyDict_SetItem(inner, phase, instances);
-        Py_DECREF(instances);
-        if (r < 0) goto done;
-    }
-    PyObject *entry = PyTuple_Pack(2, PyTuple_GET_ITEM(rec, i_start), interrupted ? Py_None : PyTuple_GET_ITEM(rec, i_end));
-    int r = entry && PyList_Check(instances) ? PyList_Append(instances, entry) : -1;
-    Py_XDECREF(entry);
-    if (r < 0) {
-        if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "a phase's instances must be a list");
-        goto done;
-    }
-    if (!(metrics = own_attr(sp, a_metrics))) goto done;
-    if (metrics != Py_None) {
-        long long code;
-        int error = as_int64(PyTuple_GET_ITEM(rec, i_status), &code) && code == error_code;
-        PyObject *secs = seconds(end - start);
-        if (!secs) goto done;
-        Values v = {secs, phase, interrupted ? s_interrupted : (error ? s_error : s_ok), PyTuple_GET_ITEM(rec, i_trace),
-                    PyTuple_GET_ITEM(rec, i_span), PyTuple_GET_ITEM(rec, i_flags)};
-        if (Py_TYPE(metrics) == t_aggregated) {
-            r = locked(metrics, phase_point, &v);
-        } else {
-            PyObject *argv[7] = {metrics, v.seconds, v.phase, v.status, v.trace_id, v.span_id, v.flags};
-            PyObject *got = PyObject_VectorcallMethod(s_phase, argv, 7 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
-            Py_XDECREF(got);
-            r = got ? 0 : -1;
-        }
-        Py_DECREF(secs);
-        if (r < 0) goto done;
-    }
+    if (add_instance(inner, rec, &p) < 0 || !(metrics = own_attr(sp, a_metrics))) goto done;
+    if (metrics != Py_None && phase_metric(metrics, rec, &p) < 0) goto done;
     rc = 1;
 done:
     Py_XDECREF(phases);
@@ -1010,24 +1038,14 @@ done:
  * phases kept from spans before it (the expanded records take derive()'s way then). The phases
  * are counted into the session's record straight away rather than kept under its id in
  * between: the same metrics, in the same order, and the same record. */
-static int phase_ready(PyObject *rec, PyObject *attrs, PyObject *session_id, PyObject **phase, int *interrupted) {
+/* phase_in for a phase of the session session_id whose name is text (the session's record
+ * takes no other): 1, or 0 where the step-by-step way must take it, -1 on error. */
+static int phase_ready(PyObject *rec, PyObject *attrs, PyObject *session_id, PhaseIn *p) {
     if (!PyTuple_CheckExact(rec) || PyTuple_GET_SIZE(rec) != n_fields || !PyDict_CheckExact(attrs)) return 0;
-    int has = PyDict_Contains(attrs, k_version);
-    if (has) return has < 0 ? -1 : 0;
-    PyObject *own = get(attrs, k_session_id);
-    if (!own) return -1;
-    int same = PyObject_RichCompareBool(own, session_id, Py_EQ);
-    if (same <= 0) return same;
-    *phase = PyDict_GetItemWithError(attrs, k_phase);
-    if (!*phase && PyErr_Occurred()) return -1;
-    if (!*phase) *phase = PyTuple_GET_ITEM(rec, i_name);
-    if (!plain(*phase) || !PyUnicode_CheckExact(*phase)) return PyErr_Occurred() ? -1 : 0;
-    long long x;
-    if (!as_int64(PyTuple_GET_ITEM(rec, i_start), &x) || !as_int64(PyTuple_GET_ITEM(rec, i_end), &x)) return 0;
-    PyObject *flag = get(attrs, k_interrupted);
-    if (!flag) return -1;
-    *interrupted = PyObject_IsTrue(flag);
-    return *interrupted < 0 ? -1 : 1;
+    int r = phase_in(rec, attrs, p);
+    if (r <= 0) return r;
+    if (!PyUnicode_CheckExact(p->phase)) return 0;
+    return PyObject_RichCompareBool(p->session_id, session_id, Py_EQ);
 }
 
 static PyObject *derive_bundle(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
@@ -1049,13 +1067,12 @@ static PyObject *derive_bundle(PyObject *self, PyObject *const *args, Py_ssize_t
     if (ready == 0) Py_RETURN_NONE;
     PyObject *result = NULL, *phases = NULL, *metrics = NULL, *bound = NULL;
     Py_ssize_t n = PyTuple_GET_SIZE(pairs);
-    PyObject *names[64];
-    int interrupted[64];
+    PhaseIn in[64];
     int r = 1;
     for (Py_ssize_t k = 0; k < n && r == 1; k++) {
         PyObject *pair = PyTuple_GET_ITEM(pairs, k);
         r = PyTuple_CheckExact(pair) && PyTuple_GET_SIZE(pair) == 2
-            ? phase_ready(PyTuple_GET_ITEM(pair, 0), PyTuple_GET_ITEM(pair, 1), s.session_id, &names[k], &interrupted[k])
+            ? phase_ready(PyTuple_GET_ITEM(pair, 0), PyTuple_GET_ITEM(pair, 1), s.session_id, &in[k])
             : 0;
     }
     if (r < 0) goto done;
@@ -1077,31 +1094,8 @@ static PyObject *derive_bundle(PyObject *self, PyObject *const *args, Py_ssize_t
     if (!(phases = PyDict_New())) goto done;
     for (Py_ssize_t k = 0; k < n; k++) {
         PyObject *prec = PyTuple_GET_ITEM(PyTuple_GET_ITEM(pairs, k), 0);
-        PyObject *instances = PyDict_GetItemWithError(phases, names[k]);
-        if (!instances) {
-            if (PyErr_Occurred() || !(instances = PyList_New(0))) goto done;
-            int added = PyDict_SetItem(phases, names[k], instances);
-            Py_DECREF(instances);
-            if (added < 0) goto done;
-        }
-        PyObject *entry = PyTuple_Pack(2, PyTuple_GET_ITEM(prec, i_start),
-                                       interrupted[k] ? Py_None : PyTuple_GET_ITEM(prec, i_end));
-        int appended = entry ? PyList_Append(instances, entry) : -1;
-        Py_XDECREF(entry);
-        if (appended < 0) goto done;
-        if (metrics != Py_None) {
-            long long start = 0, end = 0, code;  /* int64 both: phase_ready saw to it */
-            as_int64(PyTuple_GET_ITEM(prec, i_start), &start);
-            as_int64(PyTuple_GET_ITEM(prec, i_end), &end);
-            int error = as_int64(PyTuple_GET_ITEM(prec, i_status), &code) && code == error_code;
-            PyObject *secs = seconds(end - start);
-            if (!secs) goto done;
-            Values v = {secs, names[k], interrupted[k] ? s_interrupted : (error ? s_error : s_ok),
-                        PyTuple_GET_ITEM(prec, i_trace), PyTuple_GET_ITEM(prec, i_span), PyTuple_GET_ITEM(prec, i_flags)};
-            int done_ok = locked(metrics, phase_point, &v);
-            Py_DECREF(secs);
-            if (done_ok < 0) goto done;
-        }
+        if (add_instance(phases, prec, &in[k]) < 0 || (metrics != Py_None && phase_metric(metrics, prec, &in[k]) < 0))
+            goto done;
     }
     result = session_finish(sp, rec, attrs, &s, phases);
 done:
