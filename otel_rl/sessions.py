@@ -269,7 +269,12 @@ def trace_session_event(method: str, session_id: Any = None, task_id: Any = None
                 return
         _session_event(registry, method, session_id, task_id, payload)
     except Exception as exc:  # noqa: BLE001 - inlined guard: this is a hot path
-        guard.report(diagnostics.INTERNAL_ERROR, "internal error in trace_session_event: %r", exc)
+        _report_internal_error(exc)
+
+
+def _report_internal_error(exc: BaseException) -> None:
+    """trace_session_event's guard (its compiled twin reports through it too)."""
+    guard.report(diagnostics.INTERNAL_ERROR, "internal error in trace_session_event: %r", exc)
 
 
 def _session_event(registry: Any, method: str, session_id: Any, task_id: Any,

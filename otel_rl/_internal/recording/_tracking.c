@@ -70,13 +70,18 @@ static const char *const field_names[N_FIELDS] = {
 
 /* tracking.py's classes, keys and record layout, set by configure() when it is imported: the
  * three paths read these, the callables only what they were made with. */
-#define N_CFG_REFS 17
+#define N_CFG_REFS 27
 typedef struct {
     union {
         struct {
             PyObject *session_type, *task_type, *span_type, *empty_state, *k_kind, *kind_session, *k_session,
                 *k_task, *k_version, *k_status, *k_reason, *name, *k_step, *statuses, *failed, *error_code,
-                *keep_latest;
+                *keep_latest,
+                /* a task's end (end_task): its counts' statuses and attribute keys, what a plain task
+                 * span holds, and the module globals the Python steps read their clocks from */
+                *accepted, *pending, *final_statuses, *task_statuses, *task_keys, *baggage_key, *kind_internal,
+                *status_unset,
+                *tracking_globals, *spans_globals;
         };
         PyObject *refs[N_CFG_REFS];
     };
@@ -84,11 +89,13 @@ typedef struct {
     Py_ssize_t task_span, task_bag, task_open, task_idle, task_id, task_counts, task_requested;  /* TaskState's */
     Py_ssize_t finalized_kept, recent_kept;
     Py_ssize_t trace, parent_span, flags, trace_state;  /* LeanSpan's */
+    Py_ssize_t span_name, span_parent, span_remote, span_start, span_end, span_ctx, span_thread, span_kind,
+        span_attrs, span_args, span_category, span_events, span_links, span_status, span_desc, span_pipeline;
     Py_ssize_t fields, at[N_FIELDS];  /* the record's length, and each field's index */
 } Config;
 static Config cfg;
 
-static PyObject *s_session_id, *s_phase_options, *s_sessions, *s_time_ns, *s_getrandbits, *s_get_ident,
+static PyObject *s_span_clock, *s_report, *s_session_id, *s_phase_options, *s_sessions, *s_time_ns, *s_getrandbits, *s_get_ident,
     *s_new_span_id, *s_tasks, *s_session_ids, *s_pipeline, *s_max_pending, *s_lock, *s_acquire, *s_release,
     *bits64, *one, *zero_int;
 
@@ -417,7 +424,50 @@ done:
  * for any other call (a session it does not build, a step in force, an idle task waiting, the
  * registry's lock held), having changed nothing: the Python steps take it. In the session
  * benchmark _finalize_all's Python steps were about half of what the training thread paid. */
-static PyObject *s_enqueue, *s_finalized, *s_recent, *s_idle, *s_end_idle_tasks;
+static PyObject *s_enqueue, *s_finalized, *s_recent, *s_idle, *s_end_idle_tasks, *s_queue, *s_max_queue_size,
+    *s_wake_at, *s_wake, *s_set, *s_append;
+
+/* Where records are queued: Pipeline.enqueue as LeanSpan.__exit__ inlines it. A record is appended
+ * to the pipeline's queue while it holds fewer than max_queue_size (the wake event set when it
+ * reaches wake_at); otherwise (a full queue, counted there; a pipeline shut down, whose bound is 0)
+ * the pipeline's enqueue takes it. */
+typedef struct { PyObject *pipeline, *queue; Py_ssize_t max, wake_at; } Sink;
+
+static int sink_open(Sink *k, PyObject *pipeline) {
+    k->pipeline = pipeline;
+    PyObject *max = NULL, *wake_at = NULL;
+    if (!(k->queue = PyObject_GetAttr(pipeline, s_queue)) || !(max = PyObject_GetAttr(pipeline, s_max_queue_size))
+        || !(wake_at = PyObject_GetAttr(pipeline, s_wake_at)))
+        goto failed;
+    k->max = PyLong_AsSsize_t(max);
+    k->wake_at = PyLong_AsSsize_t(wake_at);
+    if ((k->max == -1 || k->wake_at == -1) && PyErr_Occurred()) goto failed;
+    Py_DECREF(max);
+    Py_DECREF(wake_at);
+    return 0;
+failed:
+    Py_CLEAR(k->queue);
+    Py_XDECREF(max);
+    Py_XDECREF(wake_at);
+    return -1;
+}
+
+static int sink_put(Sink *k, PyObject *rec) {
+    Py_ssize_t n = PyObject_Size(k->queue);
+    if (n < 0) return -1;
+    PyObject *got = n < k->max ? PyObject_CallMethodOneArg(k->queue, s_append, rec)
+                               : PyObject_CallMethodOneArg(k->pipeline, s_enqueue, rec);
+    if (!got) return -1;
+    Py_DECREF(got);
+    if (n < k->max && n + 1 == k->wake_at) {
+        PyObject *wake = PyObject_GetAttr(k->pipeline, s_wake);
+        got = wake ? PyObject_CallMethodNoArgs(wake, s_set) : NULL;
+        Py_XDECREF(wake);
+        if (!got) return -1;
+        Py_DECREF(got);
+    }
+    return 0;
+}
 
 static int keep_latest(PyObject *registry, PyObject *name, PyObject *ids, Py_ssize_t kept) {
     if (PyDict_GET_SIZE(ids) <= 2 * kept) return 0;  /* _keep_latest's own test, without the call */
@@ -472,24 +522,17 @@ done:
     return r;
 }
 
-static PyObject *finalize_task_sessions(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 5) {
-        PyErr_SetString(PyExc_TypeError, "finalize_task_sessions(registry, task, status, time_ns, current_id)");
-        return NULL;
-    }
-    if (!cfg.name) {
-        PyErr_SetString(PyExc_RuntimeError, "configure() was not called");
-        return NULL;
-    }
-    PyObject *registry = args[0], *task = args[1], *status = args[2];
+/* True, False or NULL (an error), as finalize_task_sessions() below. */
+static PyObject *finalize_sessions(PyObject *registry, PyObject *task, PyObject *status, PyObject *time_ns,
+                                   PyObject *current_id) {
     if (!PyUnicode_CheckExact(status) || (PyObject *)Py_TYPE(task) != cfg.task_type) Py_RETURN_FALSE;
     int known = PySequence_Contains(cfg.statuses, status);
     if (known <= 0) return known < 0 ? NULL : Py_NewRef(Py_False);
     PyObject *open = SLOT(task, cfg.task_open);
     if (!open || !PySet_CheckExact(open)) Py_RETURN_FALSE;
     PyObject *out = NULL, *sessions = NULL, *tasks = NULL, *lock = NULL, *finalized = NULL, *recent = NULL,
-             *idle = NULL, *pipeline = NULL, *enqueue = NULL, *step = NULL, *ids = NULL, *states = NULL,
-             *phases = NULL, *end_ns = NULL;
+             *idle = NULL, *pipeline = NULL, *step = NULL, *ids = NULL, *states = NULL, *phases = NULL, *end_ns = NULL;
+    Sink sink = {NULL};
     if (!(sessions = PyObject_GetAttr(registry, s_sessions)) || !(tasks = PyObject_GetAttr(registry, s_tasks))
         || !(lock = PyObject_GetAttr(registry, s_lock)) || !(idle = PyObject_GetAttr(registry, s_idle))
         || !(pipeline = PyObject_GetAttr(registry, s_pipeline)))
@@ -498,7 +541,7 @@ static PyObject *finalize_task_sessions(PyObject *module, PyObject *const *args,
     if (!PyDict_Check(sessions) || !PyDict_CheckExact(tasks) || !PyDict_Check(idle) || PyDict_GET_SIZE(idle))
         goto done;
     /* current_id(keys.STEP): a step in force goes on the records (the Python steps') */
-    if (!(step = PyObject_CallOneArg(args[4], cfg.k_step))) goto failed;
+    if (!(step = PyObject_CallOneArg(current_id, cfg.k_step))) goto failed;
     if (step != Py_None) goto done;
     /* list(task.open_sessions), each still registered and plain; nothing ran Python code since */
     if (!(ids = PySequence_List(open)) || !(states = PyList_New(0))) goto failed;
@@ -526,8 +569,8 @@ static PyObject *finalize_task_sessions(PyObject *module, PyObject *const *args,
         goto done;
     }
     int failed = PyObject_RichCompareBool(status, cfg.failed, Py_EQ);
-    if (failed < 0 || !(end_ns = PyObject_CallNoArgs(args[3])) || !(phases = PyList_New(n))
-        || !(enqueue = PyObject_GetAttr(pipeline, s_enqueue)))
+    if (failed < 0 || !(end_ns = PyObject_CallNoArgs(time_ns)) || !(phases = PyList_New(n))
+        || sink_open(&sink, pipeline) < 0)
         goto failed;
     PyObject *code = failed ? cfg.error_code : zero_int, *description = failed ? cfg.failed : Py_None;
     for (Py_ssize_t k = 0; k < n; k++) {
@@ -535,10 +578,9 @@ static PyObject *finalize_task_sessions(PyObject *module, PyObject *const *args,
         PyObject *rec = build_record(PyList_GET_ITEM(states, k), status, Py_None, code, description, end_ns, &kept);
         if (!rec) goto failed;
         PyList_SET_ITEM(phases, k, kept);
-        PyObject *queued = PyObject_CallOneArg(enqueue, rec);
+        int queued = sink_put(&sink, rec);
         Py_DECREF(rec);
-        if (!queued) goto failed;
-        Py_DECREF(queued);
+        if (queued < 0) goto failed;
     }
     if (!(finalized = PyObject_GetAttr(registry, s_finalized)) || !(recent = PyObject_GetAttr(registry, s_recent)))
         goto failed;
@@ -570,13 +612,158 @@ done:
     Py_XDECREF(recent);
     Py_XDECREF(idle);
     Py_XDECREF(pipeline);
-    Py_XDECREF(enqueue);
+    Py_XDECREF(sink.queue);
     Py_XDECREF(step);
     Py_XDECREF(ids);
     Py_XDECREF(states);
     Py_XDECREF(phases);
     Py_XDECREF(end_ns);
     return out;
+}
+
+static PyObject *finalize_task_sessions(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "finalize_task_sessions(registry, task, status, time_ns, current_id)");
+        return NULL;
+    }
+    if (!cfg.name) {
+        PyErr_SetString(PyExc_RuntimeError, "configure() was not called");
+        return NULL;
+    }
+    return finalize_sessions(args[0], args[1], args[2], args[3], args[4]);
+}
+
+/* --- a task's end -------------------------------------------------------------------------------
+ * Registry._end_task for a task span as register_task makes it (no trace state, event, link or
+ * status; kind internal; not ended): its session counts set as the span's attributes, in the same
+ * order, the span ended on spans._time_ns and its record (record.from_span's) queued on its
+ * pipeline. 1 done; 0 for the Python steps (nothing changed); -1 an error. */
+static PyObject *count_of(PyObject *counts, PyObject *status) {  /* counts.get(status, 0), borrowed */
+    PyObject *v = PyDict_GetItemWithError(counts, status);
+    return v ? v : PyErr_Occurred() ? NULL : zero_int;
+}
+
+static int end_task(PyObject *task) {
+    PyObject *span = SLOT(task, cfg.task_span), *counts = SLOT(task, cfg.task_counts);
+    if (!span || (PyObject *)Py_TYPE(span) != cfg.span_type || !counts || !PyDict_CheckExact(counts)) return 0;
+    PyObject *attrs = SLOT(span, cfg.span_attrs), *ctx = SLOT(span, cfg.span_ctx), *ended = SLOT(span, cfg.span_end);
+    if (!attrs || !PyDict_CheckExact(attrs) || !ctx || !PyDict_Check(ctx) || !ended || ended != zero_int
+        || SLOT(span, cfg.trace_state) != cfg.empty_state || SLOT(span, cfg.span_events) != Py_None
+        || SLOT(span, cfg.span_links) != Py_None || SLOT(span, cfg.span_kind) != cfg.kind_internal
+        || SLOT(span, cfg.span_status) != cfg.status_unset)
+        return 0;
+    PyObject *clock = PyDict_GetItemWithError(cfg.spans_globals, s_span_clock);
+    if (!clock) return PyErr_Occurred() ? -1 : 0;
+    /* the sessions (finished, summed from 0 as sum() does, and pending), then each status's count
+     * (TASK_STATUSES, in TASK_KEYS' order), then the acceptance rate */
+    PyObject *values[6] = {NULL}, *finished = Py_NewRef(zero_int), *end = NULL, *rec = NULL;
+    int r = -1;
+    for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(cfg.final_statuses); k++) {
+        PyObject *c = count_of(counts, PyTuple_GET_ITEM(cfg.final_statuses, k));
+        if (!c) goto done;
+        Py_SETREF(finished, PyNumber_Add(finished, c));
+        if (!finished) goto done;
+    }
+    for (Py_ssize_t k = 0; k < 4; k++) {
+        PyObject *c = count_of(counts, PyTuple_GET_ITEM(cfg.task_statuses, k));
+        if (!c) goto done;
+        values[1 + k] = Py_NewRef(c);
+    }
+    PyObject *pending = count_of(counts, cfg.pending), *accepted = count_of(counts, cfg.accepted);
+    if (!pending || !accepted || !(values[0] = PyNumber_Add(finished, pending))) goto done;
+    int any = PyObject_IsTrue(finished);
+    if (any < 0 || !(values[5] = any ? PyNumber_TrueDivide(accepted, finished) : PyFloat_FromDouble(0.0))) goto done;
+    for (int k = 0; k < 6; k++)
+        if (PyDict_SetItem(attrs, PyTuple_GET_ITEM(cfg.task_keys, k), values[k]) < 0) goto done;
+    if (!(end = PyObject_CallNoArgs(clock))) goto done;
+    Py_XSETREF(SLOT(span, cfg.span_end), Py_NewRef(end));
+    PyObject *ids = PyDict_GetItemWithError(ctx, cfg.baggage_key);
+    if (!ids && PyErr_Occurred()) goto done;
+    PyObject *v[N_FIELDS] = {
+        SLOT(span, cfg.span_name), SLOT(span, cfg.trace), SLOT(span, cfg.parent_span), SLOT(span, cfg.span_parent),
+        SLOT(span, cfg.span_remote), SLOT(span, cfg.flags), Py_None, SLOT(span, cfg.span_start), end, zero_int,
+        ids ? ids : Py_None, SLOT(span, cfg.span_thread), SLOT(span, cfg.span_category), attrs,
+        SLOT(span, cfg.span_args), Py_None, Py_None, zero_int, SLOT(span, cfg.span_desc), Py_None, Py_None};
+    if (!(rec = PyTuple_New(cfg.fields))) goto done;
+    for (int k = 0; k < N_FIELDS; k++) {
+        if (!v[k]) {
+            PyErr_SetString(PyExc_TypeError, "a task span of an unexpected shape");
+            goto done;
+        }
+        PyTuple_SET_ITEM(rec, cfg.at[k], Py_NewRef(v[k]));
+    }
+    PyObject *pipeline = SLOT(span, cfg.span_pipeline);
+    Sink sink = {NULL};
+    if (!pipeline || sink_open(&sink, pipeline) < 0) goto done;
+    r = sink_put(&sink, rec) < 0 ? -1 : 1;
+    Py_DECREF(sink.queue);
+done:
+    for (int k = 0; k < 6; k++) Py_XDECREF(values[k]);
+    Py_XDECREF(finished);
+    Py_XDECREF(end);
+    Py_XDECREF(rec);
+    return r;
+}
+
+/* trace_session_event("mark_finalized", task_id=..., [status=...]): Registry.finalize_task for a
+ * registered task whose sessions finalize_sessions() takes, then its end as end_task() makes it
+ * (or _end_task's Python, for another task span). 1 done; 0 for the Python function (nothing
+ * changed but the task's finalize_requested, which it sets too); -1 an error before anything
+ * changed; -2 an error after (reported, as the Python function's guard reports one). */
+static PyObject *s_mark_finalized, *s_task_id, *s_status, *s_current_id, *s_end_task, *s_pop;
+
+static int finalize_task(Compiled *self, PyObject *const *args, PyObject *kwnames) {
+    PyObject *task_id = NULL, *status = cfg.accepted;
+    for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(kwnames); k++) {
+        PyObject *name = PyTuple_GET_ITEM(kwnames, k);
+        if (name == s_task_id || PyUnicode_Compare(name, s_task_id) == 0) task_id = args[1 + k];
+        else if (name == s_status || PyUnicode_Compare(name, s_status) == 0) status = args[1 + k];
+        else return PyErr_Occurred() ? -1 : 0;
+    }
+    if (!task_id || task_id == Py_None || !PyUnicode_CheckExact(status)) return 0;
+    PyObject *registry = registry_of(self);
+    if (!registry) return PyErr_Occurred() ? -1 : 0;
+    PyObject *task = PyDict_GetItemWithError(self->tasks, task_id);
+    if (!task || (PyObject *)Py_TYPE(task) != cfg.task_type) return PyErr_Occurred() ? -1 : 0;
+    PyObject *clock = PyDict_GetItemWithError(cfg.tracking_globals, s_time_ns);
+    PyObject *current_id = clock ? PyDict_GetItemWithError(cfg.tracking_globals, s_current_id) : NULL;
+    if (!current_id) return PyErr_Occurred() ? -1 : 0;
+    Py_INCREF(task);
+    Py_INCREF(registry);
+    Py_XSETREF(SLOT(task, cfg.task_requested), Py_NewRef(Py_True));
+    PyObject *idle = NULL, *lock = NULL, *got = finalize_sessions(registry, task, status, clock, current_id);
+    int r = got == Py_False ? 0 : -2;  /* an error from here on may come after sessions were finalized */
+    if (got != Py_True) goto done;
+    /* with self._lock: self._idle.pop(task_id, None); ended = self.tasks.pop(task_id, None) */
+    if (!(idle = PyObject_GetAttr(registry, s_idle)) || !(lock = PyObject_GetAttr(registry, s_lock))) goto done;
+    if (lock_acquire(lock, Py_True) < 0) goto done;
+    int in_idle = PyDict_Check(idle) ? PyDict_Contains(idle, task_id) : -1, ended = 0;
+    if (in_idle > 0) {  /* an OrderedDict: its own pop keeps its order */
+        PyObject *popped = PyObject_CallMethodObjArgs(idle, s_pop, task_id, Py_None, NULL);
+        in_idle = popped ? 0 : -1;
+        Py_XDECREF(popped);
+    }
+    if (in_idle == 0 && (ended = PyDict_Contains(self->tasks, task_id)) > 0 && PyDict_DelItem(self->tasks, task_id) < 0)
+        ended = -1;
+    if (lock_release(lock) < 0 || in_idle < 0 || ended < 0) goto done;
+    if (ended) {
+        int e = end_task(task);
+        if (e == 0) {  /* another task span: _end_task's Python */
+            PyObject *argv[2] = {registry, task};
+            PyObject *none = PyObject_VectorcallMethod(s_end_task, argv, 2 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+            e = none ? 1 : -1;
+            Py_XDECREF(none);
+        }
+        if (e < 0) goto done;
+    }
+    r = 1;
+done:
+    Py_XDECREF(got);
+    Py_XDECREF(idle);
+    Py_XDECREF(lock);
+    Py_DECREF(task);
+    Py_DECREF(registry);
+    return r;
 }
 
 static void config_clear(Config *c) {
@@ -602,9 +789,17 @@ static PyObject *configure(PyObject *module, PyObject *config) {
         || take(config, "STEP", &c.k_step) || take(config, "STATUSES", &c.statuses)
         || take(config, "STATUS_FAILED", &c.failed) || take(config, "ERROR_CODE", &c.error_code)
         || take(config, "keep_latest", &c.keep_latest) || take_index(config, "FINALIZED_KEPT", &c.finalized_kept)
-        || take_index(config, "RECENT_SESSIONS", &c.recent_kept))
+        || take_index(config, "RECENT_SESSIONS", &c.recent_kept) || take(config, "STATUS_ACCEPTED", &c.accepted)
+        || take(config, "STATUS_PENDING", &c.pending) || take(config, "FINAL_STATUSES", &c.final_statuses)
+        || take(config, "TASK_STATUSES", &c.task_statuses)
+        || take(config, "TASK_KEYS", &c.task_keys) || take(config, "BAGGAGE_KEY", &c.baggage_key)
+        || take(config, "KIND_INTERNAL", &c.kind_internal) || take(config, "STATUS_UNSET", &c.status_unset)
+        || take(config, "tracking_globals", &c.tracking_globals) || take(config, "spans_globals", &c.spans_globals))
         goto failed;
-    if (!PyTuple_CheckExact(c.statuses)) goto misfit;
+    if (!PyTuple_CheckExact(c.statuses) || !PyTuple_CheckExact(c.final_statuses) || !PyTuple_CheckExact(c.task_statuses)
+        || PyTuple_GET_SIZE(c.task_statuses) != 4 || !PyTuple_CheckExact(c.task_keys)
+        || PyTuple_GET_SIZE(c.task_keys) != 6 || !PyDict_Check(c.tracking_globals) || !PyDict_Check(c.spans_globals))
+        goto misfit;
     if (!PyType_Check(c.session_type) || !PyType_Check(c.task_type) || !PyType_Check(c.span_type)
         || !PyDict_Check(layout) || take_index(layout, "fields", &c.fields) < 0 || c.fields != N_FIELDS)
         goto misfit;
@@ -630,6 +825,14 @@ static PyObject *configure(PyObject *module, PyObject *config) {
         || slot_offset(ts, "finalize_requested", &c.task_requested)
         || slot_offset(ls, "trace_id", &c.trace) || slot_offset(ls, "span_id", &c.parent_span)
         || slot_offset(ls, "flags", &c.flags) || slot_offset(ls, "trace_state", &c.trace_state)
+        || slot_offset(ls, "name", &c.span_name) || slot_offset(ls, "parent_id", &c.span_parent)
+        || slot_offset(ls, "parent_remote", &c.span_remote) || slot_offset(ls, "start_ns", &c.span_start)
+        || slot_offset(ls, "end_ns", &c.span_end) || slot_offset(ls, "ctx", &c.span_ctx)
+        || slot_offset(ls, "thread", &c.span_thread) || slot_offset(ls, "kind", &c.span_kind)
+        || slot_offset(ls, "attributes", &c.span_attrs) || slot_offset(ls, "args", &c.span_args)
+        || slot_offset(ls, "category", &c.span_category) || slot_offset(ls, "events", &c.span_events)
+        || slot_offset(ls, "links", &c.span_links) || slot_offset(ls, "status_code", &c.span_status)
+        || slot_offset(ls, "status_desc", &c.span_desc) || slot_offset(ls, "_pipeline", &c.span_pipeline)
         || !(c.name = PyUnicode_InternFromString("session")))
         goto failed;
     Py_DECREF(layout);
@@ -647,6 +850,22 @@ failed:
 
 /* --- the callable ---------------------------------------------------------------------------- */
 
+/* The error set now, reported as the Python function's guard reports one (its module's
+ * _report_internal_error); None, so that nothing reaches the caller. */
+static PyObject *report_internal(Compiled *self) {
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyErr_NormalizeException(&type, &value, &tb);
+    PyObject *fn = PyDict_GetItemWithError(self->globals, s_report);
+    PyObject *got = fn && value ? PyObject_CallOneArg(fn, value) : NULL;
+    Py_XDECREF(got);
+    PyErr_Clear();  /* a reporter that fails loses the report, never the caller's call */
+    Py_XDECREF(type);
+    Py_XDECREF(value);
+    Py_XDECREF(tb);
+    Py_RETURN_NONE;
+}
+
 static PyObject *call(PyObject *callable, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
     Compiled *self = (Compiled *)callable;
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
@@ -657,6 +876,12 @@ static PyObject *call(PyObject *callable, PyObject *const *args, size_t nargsf, 
             int r = mark(self, args[0], session_id);
             if (r > 0) Py_RETURN_NONE;
             if (r < 0) PyErr_Clear();  /* the Python path does it again, under its guard */
+        } else if (!session_id && nargs == 1 && kwnames && PyUnicode_CheckExact(args[0])
+                   && (args[0] == s_mark_finalized || PyUnicode_Compare(args[0], s_mark_finalized) == 0)) {
+            int r = finalize_task(self, args, kwnames);
+            if (r > 0) Py_RETURN_NONE;
+            if (r == -2) return report_internal(self);
+            if (r < 0) PyErr_Clear();  /* nothing changed: the Python path does it again, under its guard */
         }
     } else if (on == Py_True && self->kind == REGISTER && nargs == 1 && !kwnames && args[0] != Py_None) {
         /* register_session(task_id) */
@@ -803,6 +1028,20 @@ PyMODINIT_FUNC PyInit__tracking(void) {
     INTERN(s_recent, "recent")
     INTERN(s_idle, "_idle")
     INTERN(s_end_idle_tasks, "end_idle_tasks")
+    INTERN(s_queue, "queue")
+    INTERN(s_max_queue_size, "max_queue_size")
+    INTERN(s_wake_at, "wake_at")
+    INTERN(s_wake, "wake")
+    INTERN(s_set, "set")
+    INTERN(s_append, "append")
+    INTERN(s_mark_finalized, "mark_finalized")
+    INTERN(s_task_id, "task_id")
+    INTERN(s_status, "status")
+    INTERN(s_current_id, "current_id")
+    INTERN(s_end_task, "_end_task")
+    INTERN(s_pop, "pop")
+    INTERN(s_span_clock, "_time_ns")
+    INTERN(s_report, "_report_internal_error")
 #undef INTERN
     if (!(bits64 = PyLong_FromLong(64)) || !(one = PyLong_FromLong(1)) || !(zero_int = PyLong_FromLong(0))) return NULL;
     return PyModule_Create(&module);

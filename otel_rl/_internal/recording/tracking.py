@@ -19,6 +19,7 @@ from typing import Any
 from opentelemetry.baggage import _BAGGAGE_KEY
 from opentelemetry.context import Context, get_current
 from opentelemetry.trace.propagation import _SPAN_KEY
+from opentelemetry.trace import SpanKind
 from opentelemetry.trace.status import StatusCode
 
 from .. import diagnostics, guard, keys
@@ -26,6 +27,7 @@ from ..state import STATE
 from ..payload import safe_repr, safe_str, snapshot
 from . import record as records
 from .ids import id_value, new_span_id
+from . import spans as spans_module
 from .spans import LeanSpan, SpanSink
 
 
@@ -583,6 +585,16 @@ def _record_config() -> dict[str, Any]:
         "STATUSES": (*keys.FINAL_STATUSES, keys.STATUS_PENDING), "STATUS_FAILED": keys.STATUS_FAILED,
         "ERROR_CODE": StatusCode.ERROR.value, "keep_latest": _keep_latest, "FINALIZED_KEPT": FINALIZED_KEPT,
         "RECENT_SESSIONS": RECENT_SESSIONS,
+        # A task's end (Registry._end_task), in the order it sets the counts: the
+        # statuses it counts, the keys it sets, what a plain task span holds, and
+        # the globals the clocks are read from (where the tests' fake clock stands).
+        "STATUS_ACCEPTED": keys.STATUS_ACCEPTED, "STATUS_PENDING": keys.STATUS_PENDING,
+        "FINAL_STATUSES": keys.FINAL_STATUSES,
+        "TASK_STATUSES": (keys.STATUS_ACCEPTED, keys.STATUS_REJECTED, keys.STATUS_FAILED, keys.STATUS_DROPPED),
+        "TASK_KEYS": (keys.TASK_SESSIONS, keys.TASK_ACCEPTED, keys.TASK_REJECTED, keys.TASK_FAILED,
+                      keys.TASK_DROPPED, keys.TASK_ACCEPTANCE_RATE),
+        "BAGGAGE_KEY": _BAGGAGE_KEY, "KIND_INTERNAL": SpanKind.INTERNAL, "STATUS_UNSET": StatusCode.UNSET,
+        "tracking_globals": globals(), "spans_globals": vars(spans_module),
     }
 
 
