@@ -269,12 +269,12 @@ def trace_session_event(method: str, session_id: Any = None, task_id: Any = None
                 return
         _session_event(registry, method, session_id, task_id, payload)
     except Exception as exc:  # noqa: BLE001 - inlined guard: this is a hot path
-        _report_internal_error(exc)
+        _report_compiled_error("trace_session_event", exc)
 
 
-def _report_internal_error(exc: BaseException) -> None:
-    """trace_session_event's guard (its compiled twin reports through it too)."""
-    guard.report(diagnostics.INTERNAL_ERROR, "internal error in trace_session_event: %r", exc)
+def _report_compiled_error(name: str, exc: BaseException) -> None:
+    """The guard of a session call ``name`` (its compiled twin reports through it too)."""
+    guard.report(diagnostics.INTERNAL_ERROR, "internal error in %s: %r", name, exc)
 
 
 def _session_event(registry: Any, method: str, session_id: Any, task_id: Any,
@@ -350,6 +350,7 @@ def _compiled(python: Callable[..., Any], build: Callable[[Callable[..., Any]], 
     return functools.update_wrapper(build(python), python)
 
 
+register_task = _compiled(register_task, lambda python: _tracking.register_task(python, STATE, globals()))
 register_session = _compiled(register_session, lambda python: _tracking.register_session(
     python, STATE, vars(tracking)))
 trace_session_event = _compiled(trace_session_event, lambda python: _tracking.session_event(

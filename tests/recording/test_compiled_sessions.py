@@ -1,11 +1,12 @@
-"""The session calls compiled in ``recording/_tracking.c`` (phase marks and
-``register_session``): the compiled path and the Python function record the same
-sessions and phases, and the compiled one hands every call it does not take to the
-Python function unchanged."""
+"""The session calls compiled in ``recording/_tracking.c`` (phase marks, ``register_task``,
+``register_session``, a task's ``mark_finalized``): the compiled path and the Python function
+record the same tasks, sessions and phases, and the compiled one hands every call it does not
+take to the Python function unchanged."""
 
 from __future__ import annotations
 
 import inspect
+import threading
 
 import pytest
 from support.capture import MAIN_THREAD as MAIN
@@ -28,6 +29,8 @@ PATHS = {"public": lambda: otel_rl.trace_session_event,
          "python": lambda: python_function(otel_rl.trace_session_event)}
 #: Both ways a session can be registered.
 REGISTER = {"public": lambda: otel_rl.register_session, "python": lambda: python_function(otel_rl.register_session)}
+#: Both ways a task can be registered.
+REGISTER_TASK = {"public": lambda: otel_rl.register_task, "python": lambda: python_function(otel_rl.register_task)}
 
 IDS = {"rl.task.id": 0, "rl.session.id": 0}
 
@@ -157,7 +160,7 @@ def test_after_reset_the_calls_leave_the_registry_they_last_saw_alone(traced):
 
 
 @compiled
-@pytest.mark.parametrize("name", ["trace_session_event", "register_session"])
+@pytest.mark.parametrize("name", ["trace_session_event", "register_session", "register_task"])
 def test_a_compiled_call_keeps_the_python_functions_name_signature_and_docstring(name):
     public = getattr(otel_rl, name)
     python = public.__wrapped__
@@ -283,3 +286,129 @@ def test_a_task_the_compiled_finalize_cannot_take_changes_nothing_there(capture)
     assert list(registry.sessions) == [session_id] and task.open_sessions == {session_id}
     assert finalize(registry, task, "accepted", tracking.time_ns, tracking.current_id) is True
     assert (list(registry.sessions), task.open_sessions, task.counts) == ([], set(), {"accepted": 1})
+
+
+def task_spans(capture):
+    """The task spans captured, as (span id, start s, end s, attributes)."""
+    return [(s["span_id"], s["start_ns"] // S, s["end_ns"] // S, s["attributes"]) for s in capture.spans()
+            if s["name"] == "task"]
+
+
+def task_attributes(task_id, sessions, **counts):
+    return {**MAIN, "rl.span.kind": "task", "rl.task.id": task_id, "rl.task.sessions": sessions,
+            "rl.task.accepted": counts.get("accepted", 0), "rl.task.rejected": counts.get("rejected", 0),
+            "rl.task.failed": counts.get("failed", 0), "rl.task.dropped": counts.get("dropped", 0),
+            "rl.task.acceptance_rate": counts.get("rate", 0.0)}
+
+
+@pytest.mark.parametrize("path", REGISTER_TASK)
+def test_tasks_registered_on_either_path_record_the_same_spans(capture, path):
+    register = REGISTER_TASK[path]()
+    first, second = register(), register("t-7")  # 1 s, 2 s
+    otel_rl.register_session(second)  # 3 s
+    otel_rl.trace_session_event("mark_finalized", task_id=first)  # 4 s: no session, the task ends
+    otel_rl.trace_session_event("mark_finalized", task_id=second, status="rejected")  # 5 s, 6 s
+    assert (first, second) == (0, "t-7")
+    assert task_spans(capture) == [(1, 1, 4, task_attributes(0, 0)),
+                                   (2, 2, 6, task_attributes("t-7", 1, rejected=1))]
+    assert capture.spans()[1]["trace_id"] == 2 and capture.spans()[1]["parent_id"] is None
+
+
+@pytest.mark.parametrize("path", REGISTER_TASK)
+def test_a_task_registered_in_a_step_and_a_scope_carries_the_step_and_links_the_scope(capture, path):
+    register = REGISTER_TASK[path]()
+    with otel_rl.step_scope(3), otel_rl.trace_scope("rollout"):
+        task_id = register()
+    otel_rl.trace_session_event("mark_finalized", task_id=task_id)
+    task = next(s for s in capture.spans() if s["name"] == "task")
+    scope = next(s for s in capture.spans() if s["name"] == "rollout")
+    assert task["attributes"]["rl.step"] == 3 and task["parent_id"] is None
+    assert [(link["trace_id"], link["span_id"]) for link in task["links"]] == [(scope["trace_id"], scope["span_id"])]
+
+
+@pytest.mark.expect_diagnostics("task_reregistered")
+@pytest.mark.parametrize("path", REGISTER_TASK)
+def test_a_task_registered_twice_on_either_path_is_reported_and_the_first_ended(capture, path):
+    register = REGISTER_TASK[path]()
+    register("t")  # 1 s
+    register("t")  # 2 s: the first ends (3 s)
+    otel_rl.trace_session_event("mark_finalized", task_id="t")  # 4 s
+    assert otel_rl.diagnostics()["task_reregistered"] == 1
+    assert [(span_id, start, end) for span_id, start, end, _ in task_spans(capture)] == [(1, 1, 3), (2, 2, 4)]
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_a_task_finalized_whole_on_either_path_records_the_same_spans_and_records(capture, path):
+    event = PATHS[path]()
+    task_id = otel_rl.register_task()  # 1 s
+    first, second = otel_rl.register_session(task_id), otel_rl.register_session(task_id)  # 2 s, 3 s
+    event("mark_finalized", task_id=task_id)  # 4 s (sessions, accepted), 5 s (task)
+    assert task_spans(capture) == [(1, 1, 5, task_attributes(0, 2, accepted=2, rate=1.0))]
+    assert [(r["session_id"], r["status"], r["finalized_ts"]) for r in capture.sessions()] == [
+        (first, "accepted", 4.0), (second, "accepted", 4.0)]
+    registry = sessions.STATE.registry
+    assert (registry.tasks, registry.sessions, list(registry._finalized)) == ({}, {}, [first, second])
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_a_task_finalized_with_a_reason_or_a_reward_keeps_them_on_either_path(capture, path):
+    event = PATHS[path]()
+    task_id = otel_rl.register_task()
+    otel_rl.register_session(task_id)
+    event("mark_finalized", task_id=task_id, status="failed", reason="timeout", reward=0.5)
+    assert [(r["status"], r["reason"], r["reward"]) for r in capture.sessions()] == [("failed", "timeout", 0.5)]
+    assert task_spans(capture)[0][3]["rl.task.failed"] == 1
+
+
+@pytest.mark.expect_diagnostics("unknown_task")
+@pytest.mark.parametrize("path", PATHS)
+def test_an_unknown_task_finalized_on_either_path_is_reported(capture, path):
+    PATHS[path]()("mark_finalized", task_id="never registered")
+    assert otel_rl.diagnostics()["unknown_task"] == 1
+
+
+@compiled
+@pytest.mark.expect_diagnostics("spans_dropped_queue_full")
+def test_a_task_finalized_into_a_full_queue_has_its_records_counted_as_dropped(capture):
+    task_id = otel_rl.register_task()
+    otel_rl.register_session(task_id)
+    pipeline = sessions.STATE.pipeline
+    pipeline.max_queue_size = len(pipeline.queue)  # full: the session's and the task's record are dropped
+    otel_rl.trace_session_event("mark_finalized", task_id=task_id)
+    assert otel_rl.diagnostics()["spans_dropped_queue_full"] == 2
+
+
+@compiled
+def test_a_task_finalized_wakes_the_export_thread_once_its_records_reach_wake_at(capture):
+    task_id = otel_rl.register_task()
+    otel_rl.register_session(task_id)
+    pipeline = sessions.STATE.pipeline
+    # An event of the test's own: the export thread waits on the pipeline's, and would clear it.
+    thread_wake, pipeline.wake = pipeline.wake, threading.Event()
+    try:
+        pipeline.wake_at = len(pipeline.queue) + 2  # the session's record, then the task's
+        otel_rl.trace_session_event("mark_finalized", task_id=task_id)
+        assert pipeline.wake.is_set() and len(pipeline.queue) == pipeline.wake_at
+    finally:
+        pipeline.wake = thread_wake
+
+
+class RefusingQueue(list):
+    """A queue whose appends fail: an error inside the compiled finalize, after its sessions left."""
+
+    def append(self, item):
+        raise RuntimeError("no room")
+
+
+@compiled
+@pytest.mark.expect_diagnostics("internal_error")
+def test_an_error_inside_the_compiled_task_finalize_is_reported_not_raised(capture):
+    task_id = otel_rl.register_task()
+    otel_rl.register_session(task_id)
+    pipeline = sessions.STATE.pipeline
+    queue, pipeline.queue = pipeline.queue, RefusingQueue()
+    try:
+        assert otel_rl.trace_session_event("mark_finalized", task_id=task_id) is None
+    finally:
+        pipeline.queue = queue
+    assert otel_rl.diagnostics()["internal_error"] == 1

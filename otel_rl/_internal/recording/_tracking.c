@@ -1,7 +1,10 @@
 /* The compiled twins of session calls on the training thread (sessions.py, tracking.py): a
- * phase mark for an open session, a session registered for a known task, a plain session's
- * record at finalize (session_record, below) and a task's plain sessions finalized together
- * (finalize_task_sessions, below).
+ * phase mark for an open session, a session registered for a known task, a task registered
+ * (register_task, below), a plain session's record at finalize (session_record, below), a task's
+ * plain sessions finalized together (finalize_task_sessions, below) and a task finalized whole,
+ * its end included (finalize_task, below). Before the last two, a task's registration and its
+ * finalize cost the training thread 3.0 and 3.8 us in Python, as much as its four sessions'
+ * registrations and marks together; 1.7 and 1.8 us now.
  *
  * In Python a session's four marks cost about 19,000 instructions (a call with **payload, a
  * dozen attribute and dict lookups, two clock reads, two tuples) and its registration about
@@ -13,6 +16,9 @@
  *     STATE.policy_version) appended to the session's open_phases;
  *   trace_session_event("mark_<phase>_end", session_id), the phase opened last: that tuple
  *     popped, and (phase, start, time_ns(), thread, None, None, version) appended to its done;
+ *   trace_session_event("mark_finalized", task_id=..., [status=...]): Registry.finalize_task,
+ *     then the task's end (Registry._end_task), its records queued as LeanSpan.__exit__ queues;
+ *   register_task([task_id]): Registry.register_task for a task whose trace starts empty;
  *   register_session(task_id): Registry.register_session for a registered task that is not
  *     idle, with room for one more pending session, its lock free: the next session id, a
  *     SessionState as its __init__ fills it (ids, clock and thread drawn in the same order),
@@ -31,13 +37,13 @@
 #include <time.h>
 #include <pythread.h>
 
-enum { EVENT, REGISTER };
+enum { EVENT, REGISTER, REGISTER_TASK };
 #define N_SESSION_SLOTS 14
 
 typedef struct {
     PyObject_HEAD
     vectorcallfunc vectorcall;
-    int kind;           /* EVENT or REGISTER */
+    int kind;           /* EVENT, REGISTER or REGISTER_TASK */
     PyObject *slow;     /* the Python function */
     PyObject *state;    /* STATE */
     PyObject *methods;  /* EVENT: method -> (phase, is_start) or (), as the Python path fills it */
@@ -70,7 +76,7 @@ static const char *const field_names[N_FIELDS] = {
 
 /* tracking.py's classes, keys and record layout, set by configure() when it is imported: the
  * three paths read these, the callables only what they were made with. */
-#define N_CFG_REFS 27
+#define N_CFG_REFS 33
 typedef struct {
     union {
         struct {
@@ -81,7 +87,9 @@ typedef struct {
                  * span holds, and the module globals the Python steps read their clocks from */
                 *accepted, *pending, *final_statuses, *task_statuses, *task_keys, *baggage_key, *kind_internal,
                 *status_unset,
-                *tracking_globals, *spans_globals;
+                *tracking_globals, *spans_globals,
+                /* a task's registration (register_task): what its span and context are made of */
+                *context_var, *context_type, *empty_context, *span_key, *kind_task, *task_ids_name;
         };
         PyObject *refs[N_CFG_REFS];
     };
@@ -90,7 +98,9 @@ typedef struct {
     Py_ssize_t finalized_kept, recent_kept;
     Py_ssize_t trace, parent_span, flags, trace_state;  /* LeanSpan's */
     Py_ssize_t span_name, span_parent, span_remote, span_start, span_end, span_ctx, span_thread, span_kind,
-        span_attrs, span_args, span_category, span_events, span_links, span_status, span_desc, span_pipeline;
+        span_attrs, span_args, span_category, span_events, span_links, span_status, span_desc, span_pipeline,
+        span_token, span_sc;
+    Py_ssize_t task_ctx;  /* TaskState's */
     Py_ssize_t fields, at[N_FIELDS];  /* the record's length, and each field's index */
 } Config;
 static Config cfg;
@@ -331,6 +341,123 @@ release:
     Py_XDECREF(session_id);
     Py_XDECREF(state);
     if (!out && !PyErr_Occurred()) PyErr_SetString(PyExc_RuntimeError, "register_session failed");
+    return out;
+}
+
+/* --- register_task ---------------------------------------------------------------------------
+ * Registry.register_task where the context has no current span (nothing to link) and no step in
+ * its baggage (the task's trace starts from the empty context), with the pipeline's default
+ * sampler and the registry's lock free: the task's LeanSpan as its __init__ fills it (thread
+ * ident, span id, clock read in the same order, from spans.py's globals), its TaskState and
+ * context, then the task in `tasks`. A task id already registered goes to the Python function
+ * (which reports it), with the id drawn here given. */
+#define N_SPAN_SLOTS 22
+#define N_TASK_SLOTS 8
+static PyObject *s_get_ident_span, *s_default_sampling, *s_task_name;
+
+static PyObject *call_global(PyObject *globals, PyObject *name, PyObject *arg) {
+    PyObject *fn = PyDict_GetItemWithError(globals, name);
+    if (!fn) return PyErr_Occurred() ? NULL : PyErr_Format(PyExc_NameError, "%U", name);
+    return arg ? PyObject_CallOneArg(fn, arg) : PyObject_CallNoArgs(fn);
+}
+
+/* The task's span and state (a new TaskState), or NULL on error. */
+static PyObject *new_task(Compiled *self, PyObject *task_id) {
+    PyObject *g = cfg.spans_globals, *thread = NULL, *span_id = NULL, *start = NULL, *attrs = NULL, *span = NULL;
+    PyObject *bag = NULL, *entries = NULL, *ctx = NULL, *open = NULL, *counts = NULL, *task = NULL;
+    if (!(thread = call_global(g, s_get_ident_span, NULL)) || !(span_id = call_global(g, s_getrandbits, bits64)))
+        goto done;
+    int zero = PyObject_Not(span_id);  /* getrandbits(64) or new_span_id() */
+    if (zero < 0) goto done;
+    if (zero) {
+        Py_SETREF(span_id, call_global(g, s_new_span_id, NULL));
+        if (!span_id) goto done;
+    }
+    if (!(start = call_global(g, s_span_clock, NULL)) || !(attrs = PyDict_New())
+        || PyDict_SetItem(attrs, cfg.k_kind, cfg.kind_task) < 0 || PyDict_SetItem(attrs, cfg.k_task, task_id) < 0)
+        goto done;
+    PyTypeObject *st = (PyTypeObject *)cfg.span_type, *tt = (PyTypeObject *)cfg.task_type;
+    if (!(span = st->tp_alloc(st, 0))) goto done;
+    struct { Py_ssize_t at; PyObject *v; } span_values[N_SPAN_SLOTS] = {
+        {cfg.span_name, s_task_name}, {cfg.trace, span_id}, {cfg.parent_span, span_id}, {cfg.span_parent, zero_int},
+        {cfg.span_remote, Py_False}, {cfg.flags, one}, {cfg.trace_state, cfg.empty_state}, {cfg.span_start, start},
+        {cfg.span_end, zero_int}, {cfg.span_ctx, cfg.empty_context}, {cfg.span_thread, thread},
+        {cfg.span_kind, cfg.kind_internal}, {cfg.span_attrs, attrs}, {cfg.span_args, Py_None},
+        {cfg.span_category, Py_None}, {cfg.span_events, Py_None}, {cfg.span_links, Py_None},
+        {cfg.span_status, cfg.status_unset}, {cfg.span_desc, Py_None}, {cfg.span_pipeline, self->pipeline},
+        {cfg.span_token, Py_None}, {cfg.span_sc, Py_None}};
+    for (int k = 0; k < N_SPAN_SLOTS; k++) SLOT(span, span_values[k].at) = Py_NewRef(span_values[k].v);
+    /* TaskState(task_id, span, Context({_BAGGAGE_KEY: {TASK_ID: task_id}, _SPAN_KEY: span})) */
+    if (!(bag = PyDict_New()) || PyDict_SetItem(bag, cfg.k_task, task_id) < 0 || !(entries = PyDict_New())
+        || PyDict_SetItem(entries, cfg.baggage_key, bag) < 0 || PyDict_SetItem(entries, cfg.span_key, span) < 0
+        || !(ctx = PyObject_CallOneArg(cfg.context_type, entries)) || !(open = PySet_New(NULL))
+        || !(counts = PyDict_New()) || !(task = tt->tp_alloc(tt, 0)))
+        goto done;
+    struct { Py_ssize_t at; PyObject *v; } task_values[N_TASK_SLOTS] = {
+        {cfg.task_id, task_id}, {cfg.task_span, span}, {cfg.task_ctx, ctx}, {cfg.task_bag, bag},
+        {cfg.task_open, open}, {cfg.task_counts, counts}, {cfg.task_requested, Py_False}, {cfg.task_idle, zero_int}};
+    for (int k = 0; k < N_TASK_SLOTS; k++) SLOT(task, task_values[k].at) = Py_NewRef(task_values[k].v);
+done:
+    Py_XDECREF(thread);
+    Py_XDECREF(span_id);
+    Py_XDECREF(start);
+    Py_XDECREF(attrs);
+    Py_XDECREF(span);
+    Py_XDECREF(bag);
+    Py_XDECREF(entries);
+    Py_XDECREF(ctx);
+    Py_XDECREF(open);
+    Py_XDECREF(counts);
+    return task;
+}
+
+/* The task id; NULL without an error for the Python function (nothing changed), with *given set
+ * where an id was drawn here that it must take; NULL with an error. */
+static PyObject *register_task(Compiled *self, PyObject *task_id, PyObject **given) {
+    *given = NULL;
+    if (cfg.context_var == Py_None || !registry_of(self)) return NULL;
+    PyObject *current = NULL, *lock = NULL, *task = NULL, *out = NULL;
+    if (PyContextVar_Get(cfg.context_var, NULL, &current) < 0) return NULL;
+    if (!current || !PyDict_Check(current)) goto done;
+    PyObject *parent = PyDict_GetItemWithError(current, cfg.span_key);
+    PyObject *carried = parent || PyErr_Occurred() ? NULL : PyDict_GetItemWithError(current, cfg.baggage_key);
+    if (parent || PyErr_Occurred()) goto done;
+    if (carried && carried != Py_None) {  /* a step in the baggage starts the task's trace from it */
+        if (!PyDict_Check(carried)) goto done;
+        PyObject *step = PyDict_GetItemWithError(carried, cfg.k_step);
+        if ((step && step != Py_None) || PyErr_Occurred()) goto done;
+    }
+    PyObject *sampling = PyObject_GetAttr(self->pipeline, s_default_sampling);
+    int plain = sampling == Py_True;
+    Py_XDECREF(sampling);
+    if (!sampling || !plain || !(lock = PyObject_GetAttr(self->registry, s_lock))) goto done;
+    int held = lock_acquire(lock, Py_False);
+    if (held <= 0) goto done;  /* another thread is inside the registry: Python's path waits for it */
+    PyObject *ids = NULL;
+    if (task_id == Py_None) {
+        if (!(ids = PyObject_GetAttr(self->registry, cfg.task_ids_name))) goto release;
+        task_id = PyIter_Next(ids);
+        Py_DECREF(ids);
+        if (!task_id) {
+            if (!PyErr_Occurred()) PyErr_SetString(PyExc_RuntimeError, "task ids ran out");
+            goto release;
+        }
+    } else {
+        Py_INCREF(task_id);
+    }
+    int known = PyDict_Contains(self->tasks, task_id);
+    if (known) {  /* registered twice (Python reports it), or an error */
+        if (known > 0) *given = Py_NewRef(task_id);
+    } else if ((task = new_task(self, task_id)) && PyDict_SetItem(self->tasks, task_id, task) == 0) {
+        out = Py_NewRef(task_id);
+    }
+    Py_DECREF(task_id);
+release:
+    if (lock_release(lock) < 0) Py_CLEAR(out);
+done:
+    Py_XDECREF(current);
+    Py_XDECREF(lock);
+    Py_XDECREF(task);
     return out;
 }
 
@@ -794,7 +921,11 @@ static PyObject *configure(PyObject *module, PyObject *config) {
         || take(config, "TASK_STATUSES", &c.task_statuses)
         || take(config, "TASK_KEYS", &c.task_keys) || take(config, "BAGGAGE_KEY", &c.baggage_key)
         || take(config, "KIND_INTERNAL", &c.kind_internal) || take(config, "STATUS_UNSET", &c.status_unset)
-        || take(config, "tracking_globals", &c.tracking_globals) || take(config, "spans_globals", &c.spans_globals))
+        || take(config, "tracking_globals", &c.tracking_globals) || take(config, "spans_globals", &c.spans_globals)
+        || take(config, "CONTEXT_VAR", &c.context_var) || take(config, "Context", &c.context_type)
+        || take(config, "EMPTY_CONTEXT", &c.empty_context)
+        || take(config, "SPAN_KEY", &c.span_key) || take(config, "KIND_TASK", &c.kind_task)
+        || take(config, "TASK_IDS", &c.task_ids_name))
         goto failed;
     if (!PyTuple_CheckExact(c.statuses) || !PyTuple_CheckExact(c.final_statuses) || !PyTuple_CheckExact(c.task_statuses)
         || PyTuple_GET_SIZE(c.task_statuses) != 4 || !PyTuple_CheckExact(c.task_keys)
@@ -819,6 +950,15 @@ static PyObject *configure(PyObject *module, PyObject *config) {
     }
     for (int k = 0; k < N_SESSION_SLOTS; k++)
         if (slot_offset(ss, session_slots[k], &c.session[k]) < 0) goto failed;
+    /* LeanSpan's and TaskState's slots are the ones new_task() sets */
+    PyObject *span_slots = PyDict_GetItemString(ls->tp_dict, "__slots__");
+    PyObject *task_slots = PyDict_GetItemString(ts->tp_dict, "__slots__");
+    if (!span_slots || !PyTuple_Check(span_slots) || PyTuple_GET_SIZE(span_slots) != N_SPAN_SLOTS || !task_slots
+        || !PyTuple_Check(task_slots) || PyTuple_GET_SIZE(task_slots) != N_TASK_SLOTS || ts->tp_dictoffset
+        || ts->tp_base != &PyBaseObject_Type) {
+        PyErr_Format(PyExc_TypeError, "%s's or %s's slots are not the ones a task is made with", ls->tp_name, ts->tp_name);
+        goto failed;
+    }
     if (slot_offset(ts, "span", &c.task_span) || slot_offset(ts, "bag", &c.task_bag)
         || slot_offset(ts, "open_sessions", &c.task_open) || slot_offset(ts, "idle_since", &c.task_idle)
         || slot_offset(ts, "task_id", &c.task_id) || slot_offset(ts, "counts", &c.task_counts)
@@ -833,6 +973,8 @@ static PyObject *configure(PyObject *module, PyObject *config) {
         || slot_offset(ls, "category", &c.span_category) || slot_offset(ls, "events", &c.span_events)
         || slot_offset(ls, "links", &c.span_links) || slot_offset(ls, "status_code", &c.span_status)
         || slot_offset(ls, "status_desc", &c.span_desc) || slot_offset(ls, "_pipeline", &c.span_pipeline)
+        || slot_offset(ls, "_token", &c.span_token) || slot_offset(ls, "_sc", &c.span_sc)
+        || slot_offset(ts, "ctx", &c.task_ctx)
         || !(c.name = PyUnicode_InternFromString("session")))
         goto failed;
     Py_DECREF(layout);
@@ -851,19 +993,22 @@ failed:
 /* --- the callable ---------------------------------------------------------------------------- */
 
 /* The error set now, reported as the Python function's guard reports one (its module's
- * _report_internal_error); None, so that nothing reaches the caller. */
-static PyObject *report_internal(Compiled *self) {
+ * _report_compiled_error, given the function's name); `result` (what the guard returns), so that
+ * nothing reaches the caller. */
+static PyObject *report_internal(Compiled *self, PyObject *result) {
     PyObject *type, *value, *tb;
     PyErr_Fetch(&type, &value, &tb);
     PyErr_NormalizeException(&type, &value, &tb);
     PyObject *fn = PyDict_GetItemWithError(self->globals, s_report);
-    PyObject *got = fn && value ? PyObject_CallOneArg(fn, value) : NULL;
+    PyObject *name = fn && value ? PyObject_GetAttrString(self->slow, "__name__") : NULL;
+    PyObject *got = name ? PyObject_CallFunctionObjArgs(fn, name, value, NULL) : NULL;
+    Py_XDECREF(name);
     Py_XDECREF(got);
     PyErr_Clear();  /* a reporter that fails loses the report, never the caller's call */
     Py_XDECREF(type);
     Py_XDECREF(value);
     Py_XDECREF(tb);
-    Py_RETURN_NONE;
+    return Py_NewRef(result);
 }
 
 static PyObject *call(PyObject *callable, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
@@ -880,7 +1025,7 @@ static PyObject *call(PyObject *callable, PyObject *const *args, size_t nargsf, 
                    && (args[0] == s_mark_finalized || PyUnicode_Compare(args[0], s_mark_finalized) == 0)) {
             int r = finalize_task(self, args, kwnames);
             if (r > 0) Py_RETURN_NONE;
-            if (r == -2) return report_internal(self);
+            if (r == -2) return report_internal(self, Py_None);
             if (r < 0) PyErr_Clear();  /* nothing changed: the Python path does it again, under its guard */
         }
     } else if (on == Py_True && self->kind == REGISTER && nargs == 1 && !kwnames && args[0] != Py_None) {
@@ -890,6 +1035,16 @@ static PyObject *call(PyObject *callable, PyObject *const *args, size_t nargsf, 
         /* An error here changed nothing the Python path would see twice: a session it made is
          * dropped with the error, before its task or the registry hold it. */
         PyErr_Clear();
+    } else if (on == Py_True && self->kind == REGISTER_TASK && nargs <= 1 && !kwnames) {
+        /* register_task() or register_task(task_id) */
+        PyObject *given, *task_id = register_task(self, nargs ? args[0] : Py_None, &given);
+        if (task_id) return task_id;
+        if (PyErr_Occurred()) return report_internal(self, nargs ? args[0] : Py_None);
+        if (given) {
+            PyObject *got = PyObject_CallOneArg(self->slow, given);
+            Py_DECREF(given);
+            return got;
+        }
     }
     return PyObject_Vectorcall(self->slow, args, nargsf, kwnames);
 }
@@ -934,6 +1089,13 @@ static PyObject *new_event(PyObject *module, PyObject *args) {
     Compiled *self = make(EVENT, slow, state, globals);
     if (self) self->methods = Py_NewRef(methods);
     return (PyObject *)self;
+}
+
+/* register_task(slow, state, globals) */
+static PyObject *new_register_task(PyObject *module, PyObject *args) {
+    PyObject *slow, *state, *globals;
+    if (!PyArg_ParseTuple(args, "OOO!:register_task", &slow, &state, &PyDict_Type, &globals)) return NULL;
+    return (PyObject *)make(REGISTER_TASK, slow, state, globals);
 }
 
 /* register_session(slow, state, globals) */
@@ -999,6 +1161,8 @@ static PyMethodDef methods[] = {
      "Registry.finalize_task's sessions, finalized the plain way; False (nothing changed) for any other."},
     {"session_event", new_event, METH_VARARGS,
      "session_event(slow, state, methods, globals): trace_session_event, its marks compiled."},
+    {"register_task", new_register_task, METH_VARARGS,
+     "register_task(slow, state, globals): register_task, compiled for a task that starts a trace of its own."},
     {"register_session", new_register, METH_VARARGS,
      "register_session(slow, state, globals): register_session, compiled for a known task."},
     {NULL, NULL, 0, NULL},
@@ -1041,7 +1205,10 @@ PyMODINIT_FUNC PyInit__tracking(void) {
     INTERN(s_end_task, "_end_task")
     INTERN(s_pop, "pop")
     INTERN(s_span_clock, "_time_ns")
-    INTERN(s_report, "_report_internal_error")
+    INTERN(s_report, "_report_compiled_error")
+    INTERN(s_get_ident_span, "_get_ident")
+    INTERN(s_default_sampling, "_default_sampling")
+    INTERN(s_task_name, "task")
 #undef INTERN
     if (!(bits64 = PyLong_FromLong(64)) || !(one = PyLong_FromLong(1)) || !(zero_int = PyLong_FromLong(0))) return NULL;
     return PyModule_Create(&module);

@@ -595,6 +595,11 @@ def _record_config() -> dict[str, Any]:
                       keys.TASK_DROPPED, keys.TASK_ACCEPTANCE_RATE),
         "BAGGAGE_KEY": _BAGGAGE_KEY, "KIND_INTERNAL": SpanKind.INTERNAL, "STATUS_UNSET": StatusCode.UNSET,
         "tracking_globals": globals(), "spans_globals": vars(spans_module),
+        # A task's registration (Registry.register_task): the context variable the
+        # current context is read from (None with another runtime context), and
+        # what the task's span and context are made of.
+        "CONTEXT_VAR": getattr(spans_module, "_var", None), "Context": Context, "EMPTY_CONTEXT": _EMPTY_CONTEXT,
+        "SPAN_KEY": _SPAN_KEY, "KIND_TASK": keys.KIND_TASK, "TASK_IDS": "_task_ids",
     }
 
 
