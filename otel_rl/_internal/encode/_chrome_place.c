@@ -495,7 +495,7 @@ static int get_map(PyObject *enc, PyObject *name, PyObject **slot) {
 
 static PyObject *add_span(PyObject *self, PyObject *const *args, Py_ssize_t nargs);  /* below */
 static PyObject *add_span_given(PyObject *enc, PyObject *rec, PyObject *attrs, PyObject *proc, PyObject *out,
-                                PyObject *given);  /* below */
+                                PyObject *given, PyObject *const *pairs, Py_ssize_t n_pairs);  /* below */
 static PyObject *s_encode_error;
 
 /* The step for an item the walk does not take: a record goes to add_span once the encoder
@@ -563,8 +563,9 @@ static int add_bundle(Batch *b, PyObject *item, PyObject *slow) {
     int r;
     if (got < 0) {
         r = -1;
-    } else if (got == n && waiting) {
-        PyObject *done = add_span_given(b->enc, rec, attrs, b->proc, b->out, waiting);
+    } else if (got == n && waiting) {  /* the phases' pairs themselves where wait_as_one made no list */
+        PyObject *done = waiting == Py_None ? add_span_given(b->enc, rec, attrs, b->proc, b->out, NULL, run, n)
+                                            : add_span_given(b->enc, rec, attrs, b->proc, b->out, waiting, NULL, 0);
         r = done ? 0 : report_unplaced(b) < 0 ? -1 : 0;
         Py_XDECREF(done);
     } else {
@@ -1376,67 +1377,137 @@ static int sort_outer_first(PyObject *waiting) {
 /* A bundled phase of the session span `session` that lane `prefer` just took: what place_span
  * does for it where the lane takes it too (its thread's group is the session's). The parent's
  * entry is that lane; there is no child to wait for, no flow between the two (one track), no
- * map entry (see bundled_phase) and no pair to return. 1 placed; 0 not this case, nothing
- * changed (place_span's way); -1 an error. */
-static int place_bundled(PyObject *enc, PyObject *rec, PyObject *attrs, PyObject *proc, PyObject *out,
-                         PyObject *prefer, PyObject *session) {
-    if (!session || !PyTuple_CheckExact(prefer) || PyTuple_GET_SIZE(prefer) != 2 || Py_TYPE(proc) != t_proc
-        || !PyTuple_CheckExact(rec) || PyTuple_GET_SIZE(rec) != n_fields || !PyDict_CheckExact(attrs)
-        || PyTuple_GET_ITEM(rec, i_remote) != Py_False || !bundled_phase(rec))
-        return 0;
-    PyObject *span_id = PyTuple_GET_ITEM(rec, i_span), *parent_id = PyTuple_GET_ITEM(rec, i_parent);
-    PyObject *start_o = PyTuple_GET_ITEM(rec, i_start), *end_o = PyTuple_GET_ITEM(rec, i_end);
+ * map entry (see bundled_phase) and no pair to return. What is the same for every phase of the
+ * session (the lane, its group and process, the session's entry) is found once (bundle_open);
+ * place_in then takes each phase: 1 placed; 0 not this case, nothing changed (place_span's
+ * way); -1 an error. */
+typedef struct {
+    PyObject *enc, *proc, *out, *session, *group, *groups, *lane, *parent_of, *pid, *tid;
+    int usable;  /* 0: every phase takes place_span's way */
+} BundleLane;
+
+static void bundle_close(BundleLane *c) {
+    Py_CLEAR(c->parent_of);
+}
+
+/* 0, or -1 on error; c->usable says whether place_in may take the phases. */
+static int bundle_open(BundleLane *c, PyObject *enc, PyObject *proc, PyObject *out, PyObject *prefer,
+                       PyObject *session) {
+    memset(c, 0, sizeof(*c));
+    c->enc = enc;
+    c->proc = proc;
+    c->out = out;
+    c->session = session;
+    if (!session || !PyTuple_CheckExact(prefer) || PyTuple_GET_SIZE(prefer) != 2 || Py_TYPE(proc) != t_proc) return 0;
     PyObject *group = PyTuple_GET_ITEM(prefer, 0), *groups = SLOT(proc, o_proc_groups);
-    long long start, end, kind;
-    if (!as_int64(start_o, &start) || !as_int64(end_o, &end) || !as_int64(PyTuple_GET_ITEM(rec, i_kind), &kind)
-        || kind == client_kind || kind == producer_kind || !groups || !PyDict_CheckExact(groups)
-        || Py_TYPE(group) != t_group)
-        return 0;
-    if (end < start) { end = start; end_o = start_o; }
-    int is_child = same_value(parent_id, session);
-    if (is_child <= 0) return is_child;
-    PyObject *thread = PyDict_GetItemWithError(attrs, k_thread_id);
-    if (!thread || thread == Py_None || PyDict_GetItemWithError(groups, thread) != group
-        || PyDict_GetItemWithError(attrs, k_context_sent))
-        return PyErr_Occurred() ? -1 : 0;
+    if (!groups || !PyDict_CheckExact(groups) || Py_TYPE(group) != t_group) return 0;
     PyObject *lanes = SLOT(group, o_group_lanes);
     Py_ssize_t index = PyLong_AsSsize_t(PyTuple_GET_ITEM(prefer, 1));
     if (index == -1 && PyErr_Occurred()) return -1;
     if (!lanes || !PyList_CheckExact(lanes) || index < 0 || index >= PyList_GET_SIZE(lanes)) return 0;
-    PyObject *placed = attr(enc, a_placed), *parent_of = attr(enc, a_parent_of), *parent_rec = NULL;
-    int r = placed && parent_of ? 0 : -1;
-    if (r == 0 && (Py_TYPE(placed) != t_map || Py_TYPE(parent_of) != t_map)) r = -2;
-    if (r == 0) {  /* the session's entry: its lane is the one preferred */
-        parent_rec = map_get(placed, session);
-        if (!parent_rec) r = PyErr_Occurred() ? -1 : -2;
-        else if (!PyTuple_CheckExact(parent_rec) || PyTuple_GET_SIZE(parent_rec) < 5
-                 || PyTuple_GET_ITEM(parent_rec, 0) != group
-                 || same_value(PyTuple_GET_ITEM(parent_rec, 1), PyTuple_GET_ITEM(prefer, 1)) != 1)
-            r = PyErr_Occurred() ? -1 : -2;
+    PyObject *placed = attr(enc, a_placed);
+    if (!placed) return -1;
+    int r = 0;
+    if (!(c->parent_of = attr(enc, a_parent_of))) r = -1;
+    else if (Py_TYPE(placed) == t_map && Py_TYPE(c->parent_of) == t_map) {
+        /* the session's entry: its lane is the one preferred */
+        PyObject *parent_rec = map_get(placed, session);
+        if (!parent_rec) r = PyErr_Occurred() ? -1 : 0;
+        else if (PyTuple_CheckExact(parent_rec) && PyTuple_GET_SIZE(parent_rec) >= 5
+                 && PyTuple_GET_ITEM(parent_rec, 0) == group) {
+            int same = same_value(PyTuple_GET_ITEM(parent_rec, 1), PyTuple_GET_ITEM(prefer, 1));
+            if (same < 0) r = -1;
+            c->usable = same > 0;
+        }
     }
-    PyObject *lane = PyList_GET_ITEM(lanes, index);
-    if (r == 0) {
-        int inserted = lane_insert(lane, start_o, start, end_o, end, span_id, parent_of, parent_id);
-        r = inserted < 0 ? -1 : inserted ? 0 : -2;
-    }
-    Py_XDECREF(placed);
-    Py_XDECREF(parent_of);
-    if (r == -2) return PyErr_Occurred() ? -1 : 0;  /* refused, or not the case: nothing changed */
+    Py_DECREF(placed);
     if (r < 0) return -1;
-    /* Placed on the session's lane: the rest of what place_span does after its insert. */
-    PyObject *pid = SLOT(proc, o_proc_pid), *tid = SLOT(lane, o_lane_tid), *ts = NULL, *trace_hex = NULL;
-    if (add_clock(enc, group) < 0 || shorten_when_due(enc, lane) < 0) return -1;
-    if (!pid || !tid) {
-        PyErr_SetString(PyExc_TypeError, "a lane or process without its fields");
-        return -1;
+    if (c->usable) {
+        c->group = group;
+        c->groups = groups;
+        c->lane = PyList_GET_ITEM(lanes, index);
+        c->pid = SLOT(proc, o_proc_pid);
+        c->tid = SLOT(c->lane, o_lane_tid);
+        if (!c->pid || !c->tid) {
+            PyErr_SetString(PyExc_TypeError, "a lane or process without its fields");
+            return -1;
+        }
     }
+    return 0;
+}
+
+static int place_in(BundleLane *c, PyObject *rec, PyObject *attrs) {
+    if (!c->usable || !PyTuple_CheckExact(rec) || PyTuple_GET_SIZE(rec) != n_fields || !PyDict_CheckExact(attrs)
+        || PyTuple_GET_ITEM(rec, i_remote) != Py_False || !bundled_phase(rec))
+        return 0;
+    PyObject *span_id = PyTuple_GET_ITEM(rec, i_span), *parent_id = PyTuple_GET_ITEM(rec, i_parent);
+    PyObject *start_o = PyTuple_GET_ITEM(rec, i_start), *end_o = PyTuple_GET_ITEM(rec, i_end);
+    long long start, end, kind;
+    if (!as_int64(start_o, &start) || !as_int64(end_o, &end) || !as_int64(PyTuple_GET_ITEM(rec, i_kind), &kind)
+        || kind == client_kind || kind == producer_kind)
+        return 0;
+    if (end < start) { end = start; end_o = start_o; }
+    int is_child = same_value(parent_id, c->session);
+    if (is_child <= 0) return is_child;
+    PyObject *thread = PyDict_GetItemWithError(attrs, k_thread_id);
+    if (!thread || thread == Py_None || PyDict_GetItemWithError(c->groups, thread) != c->group
+        || PyDict_GetItemWithError(attrs, k_context_sent))
+        return PyErr_Occurred() ? -1 : 0;
+    int inserted = lane_insert(c->lane, start_o, start, end_o, end, span_id, c->parent_of, parent_id);
+    if (inserted <= 0) return inserted;  /* refused: nothing changed, place_span's way */
+    /* Placed on the session's lane: the rest of what place_span does after its insert. */
+    PyObject *ts = NULL, *trace_hex = NULL;
+    if (add_clock(c->enc, c->group) < 0 || shorten_when_due(c->enc, c->lane) < 0) return -1;
     PyObject *span_kind = PyDict_GetItemWithError(attrs, k_span_kind);
     PyObject *cat = span_kind || !PyErr_Occurred() ? category(attrs, span_kind) : NULL;
-    r = cat && (ts = micros(start)) && (trace_hex = span_trace_hex(enc, PyTuple_GET_ITEM(rec, i_trace), span_id))
-        ? write_slice(enc, rec, attrs, span_kind, cat, trace_hex, pid, tid, ts, end - start, end_o, out) : -1;
+    int r = cat && (ts = micros(start)) && (trace_hex = span_trace_hex(c->enc, PyTuple_GET_ITEM(rec, i_trace), span_id))
+            ? write_slice(c->enc, rec, attrs, span_kind, cat, trace_hex, c->pid, c->tid, ts, end - start, end_o, c->out)
+            : -1;
     Py_XDECREF(ts);
     Py_XDECREF(trace_hex);
     return r < 0 ? -1 : 1;
+}
+
+/* One of a session's spans under the session span just placed on lane `prefer`: on that lane
+ * (place_in) where it can go there as a bundled phase: 0; else place_span's way, which may
+ * change the lanes c holds (bundle_open finds them again): 1; -1 an error. */
+static int place_under(BundleLane *c, PyObject *rec, PyObject *attrs, PyObject *prefer) {
+    int r = place_in(c, rec, attrs);
+    if (r) return r < 0 ? -1 : 0;
+    PyObject *lane = place_one(c->enc, rec, c->proc, attrs, c->out, prefer);
+    Py_XDECREF(lane);
+    return lane ? 1 : -1;
+}
+
+/* A bundled session's phases, (record, attributes) pairs, placed under its session span as
+ * place_waiting places them, where they are already outer first (the order its sort keeps): no
+ * list of them is made. 1 placed; 0 not in that order (nothing changed); -1 an error. */
+static int place_pairs(PyObject *enc, PyObject *const *pairs, Py_ssize_t n, PyObject *proc, PyObject *out,
+                       PyObject *prefer, PyObject *session) {
+    long long prev_start = 0, prev_end = 0;
+    for (Py_ssize_t k = 0; k < n; k++) {
+        PyObject *rec = PyTuple_GET_ITEM(pairs[k], 0);
+        long long start, end;
+        if (!PyTuple_CheckExact(rec) || PyTuple_GET_SIZE(rec) != n_fields || !as_int64(PyTuple_GET_ITEM(rec, i_start), &start)
+            || !as_int64(PyTuple_GET_ITEM(rec, i_end), &end) || end == LLONG_MIN)
+            return 0;
+        /* outer first: by start, then the later end first */
+        if (k && (start < prev_start || (start == prev_start && end > prev_end))) return 0;
+        prev_start = start;
+        prev_end = end;
+    }
+    BundleLane c = {0};
+    int r = 1, stale = 1;
+    for (Py_ssize_t k = 0; k < n && r == 1; k++) {
+        if (stale) {
+            bundle_close(&c);
+            if (bundle_open(&c, enc, proc, out, prefer, session) < 0) { r = -1; break; }
+        }
+        stale = place_under(&c, PyTuple_GET_ITEM(pairs[k], 0), PyTuple_GET_ITEM(pairs[k], 1), prefer);
+        if (stale < 0) r = -1;
+    }
+    bundle_close(&c);
+    return r;
 }
 
 /* The spans that waited for a session, outer first, each placed (under `prefer` when given;
@@ -1453,22 +1524,29 @@ static int place_waiting(PyObject *enc, PyObject *waiting, PyObject *out, PyObje
         if (!r) return -1;
         Py_DECREF(r);
     }
-    for (Py_ssize_t k = 0; k < PyList_GET_SIZE(waiting); k++) {
+    int r = 0, stale = 1;
+    BundleLane c = {0};
+    for (Py_ssize_t k = 0; k < PyList_GET_SIZE(waiting) && r == 0; k++) {
         PyObject *item = PyList_GET_ITEM(waiting, k);
         if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 3) {
             PyErr_SetString(PyExc_TypeError, "a waiting span must be (record, attributes, process)");
-            return -1;
+            r = -1;
+            break;
         }
         Py_INCREF(item);
-        int r = place_bundled(enc, PyTuple_GET_ITEM(item, 0), PyTuple_GET_ITEM(item, 1), PyTuple_GET_ITEM(item, 2),
-                              out, prefer, session);
-        PyObject *lane = r ? NULL : place_one(enc, PyTuple_GET_ITEM(item, 0), PyTuple_GET_ITEM(item, 2),
-                                              PyTuple_GET_ITEM(item, 1), out, prefer);
+        PyObject *proc = PyTuple_GET_ITEM(item, 2);
+        if (stale || proc != c.proc) {  /* found again after place_span's way, or for another process */
+            bundle_close(&c);
+            r = bundle_open(&c, enc, proc, out, prefer, session);
+        }
+        if (r == 0) {
+            stale = place_under(&c, PyTuple_GET_ITEM(item, 0), PyTuple_GET_ITEM(item, 1), prefer);
+            r = stale < 0 ? -1 : 0;
+        }
         Py_DECREF(item);
-        if (r < 0 || (!r && !lane)) return -1;
-        Py_XDECREF(lane);
     }
-    return 0;
+    bundle_close(&c);
+    return r;
 }
 
 /* _release: the spans waiting under `key`, placed where they fit. */
@@ -1552,13 +1630,14 @@ static PyObject *add_span(PyObject *self, PyObject *const *args, Py_ssize_t narg
         PyErr_SetString(PyExc_TypeError, "add_span(encoder, rec, attrs, proc, out)");
         return NULL;
     }
-    return add_span_given(args[0], args[1], args[2], args[3], args[4], NULL);
+    return add_span_given(args[0], args[1], args[2], args[3], args[4], NULL, NULL, 0);
 }
 
-/* add_span, for a session span whose spans to place under it (a list of (record, attributes,
- * process)) are `given` (not NULL) rather than waiting in _buffered, nor counted there. */
+/* add_span, for a session span whose spans to place under it are `given` (not NULL: a list of
+ * (record, attributes, process)), or `pairs` (not NULL: n_pairs (record, attributes) pairs of
+ * this process), rather than waiting in _buffered, nor counted there. */
 static PyObject *add_span_given(PyObject *enc, PyObject *rec, PyObject *attrs, PyObject *proc, PyObject *out,
-                                PyObject *given) {
+                                PyObject *given, PyObject *const *pairs, Py_ssize_t n_pairs) {
     if (!PyTuple_CheckExact(rec) || PyTuple_GET_SIZE(rec) != n_fields || !PyDict_Check(attrs)
         || Py_TYPE(proc) != t_proc) {
         PyErr_SetString(PyExc_TypeError, "add_span: a record, its attributes and a ProcessLanes");
@@ -1614,10 +1693,20 @@ static PyObject *add_span_given(PyObject *enc, PyObject *rec, PyObject *attrs, P
         int r;
         if (is_text(span_kind, kind_session)) {
             if (!(lane = place_one(enc, rec, proc, attrs, out, Py_None)) || map_set(session_lane, key, lane) < 0) goto done;
-            PyObject *waiting = given ? Py_NewRef(given) : dict_pop(buffered, key);
+            PyObject *waiting = given ? Py_NewRef(given) : pairs ? NULL : dict_pop(buffered, key);
             if (!waiting && PyErr_Occurred()) goto done;
-            int t = waiting ? PyObject_IsTrue(waiting) : 0;
-            r = t < 0 ? -1 : t ? place_waiting(enc, waiting, out, lane, span_id, !given) : 0;
+            int t = pairs ? n_pairs > 0 : waiting ? PyObject_IsTrue(waiting) : 0;
+            if (pairs && t && (r = place_pairs(enc, pairs, n_pairs, proc, out, lane, span_id)) == 0) {
+                /* not outer first: as a list, which place_waiting sorts */
+                if (!(waiting = PyList_New(n_pairs))) goto done;
+                for (Py_ssize_t k = 0; k < n_pairs; k++) {
+                    PyObject *entry = PyTuple_Pack(3, PyTuple_GET_ITEM(pairs[k], 0), PyTuple_GET_ITEM(pairs[k], 1), proc);
+                    if (!entry) { Py_DECREF(waiting); goto done; }
+                    PyList_SET_ITEM(waiting, k, entry);
+                }
+            }
+            if (pairs && t && !waiting) r = r < 0 ? -1 : 0;
+            else r = t < 0 ? -1 : t ? place_waiting(enc, waiting, out, lane, span_id, !given && !pairs) : 0;
             if (r == 0 && t > 0) r = pack_last(lane, span_id);
             Py_XDECREF(waiting);
             if (r < 0) goto done;
@@ -1733,6 +1822,17 @@ static Py_ssize_t wait_as_one(Batch *b, PyObject *const *items, Py_ssize_t n_ite
         }
     }
     if (first_end < newest - w) goto done;  /* the stale check would release something */
+    int all_bundled = 1;
+    for (Py_ssize_t m = 0; m < n && all_bundled; m++) all_bundled = bundled_phase(PyTuple_GET_ITEM(items[k + m], 0));
+    if (handoff && all_bundled) {  /* no map entry to make: the session span's placement takes the pairs */
+        if (newest > b->newest) {
+            b->newest = newest;
+            b->dirty = 1;
+        }
+        *handoff = Py_NewRef(Py_None);
+        result = n;
+        goto done;
+    }
     result = -1;
     if (!(waiting = PyList_New(n))) goto done;
     for (Py_ssize_t m = 0; m < n; m++) {
