@@ -47,7 +47,7 @@ def register_task(task_id: Any = None) -> Any:
     try:
         return STATE.registry.register_task(task_id)
     except Exception as exc:  # noqa: BLE001 - guard.guarded, inlined on this hot path
-        guard.report(diagnostics.INTERNAL_ERROR, "internal error in register_task: %r", exc)
+        _report_compiled_error("register_task", exc)
         return task_id
 
 
@@ -77,7 +77,7 @@ def register_session(task_id: Any = None) -> Any:
     try:
         return STATE.registry.register_session(task_id)
     except Exception as exc:  # noqa: BLE001 - guard.guarded, inlined on this hot path
-        guard.report(diagnostics.INTERNAL_ERROR, "internal error in register_session: %r", exc)
+        _report_compiled_error("register_session", exc)
         return None
 
 

@@ -367,12 +367,17 @@ def test_an_unknown_task_finalized_on_either_path_is_reported(capture, path):
     assert otel_rl.diagnostics()["unknown_task"] == 1
 
 
+def a_task_of_one_session():
+    """A registered task with one open session: (task id, the pipeline its records go to)."""
+    task_id = otel_rl.register_task()
+    otel_rl.register_session(task_id)
+    return task_id, sessions.STATE.pipeline
+
+
 @compiled
 @pytest.mark.expect_diagnostics("spans_dropped_queue_full")
 def test_a_task_finalized_into_a_full_queue_has_its_records_counted_as_dropped(capture):
-    task_id = otel_rl.register_task()
-    otel_rl.register_session(task_id)
-    pipeline = sessions.STATE.pipeline
+    task_id, pipeline = a_task_of_one_session()
     pipeline.max_queue_size = len(pipeline.queue)  # full: the session's and the task's record are dropped
     otel_rl.trace_session_event("mark_finalized", task_id=task_id)
     assert otel_rl.diagnostics()["spans_dropped_queue_full"] == 2
@@ -380,9 +385,7 @@ def test_a_task_finalized_into_a_full_queue_has_its_records_counted_as_dropped(c
 
 @compiled
 def test_a_task_finalized_wakes_the_export_thread_once_its_records_reach_wake_at(capture):
-    task_id = otel_rl.register_task()
-    otel_rl.register_session(task_id)
-    pipeline = sessions.STATE.pipeline
+    task_id, pipeline = a_task_of_one_session()
     # An event of the test's own: the export thread waits on the pipeline's, and would clear it.
     thread_wake, pipeline.wake = pipeline.wake, threading.Event()
     try:
@@ -403,9 +406,7 @@ class RefusingQueue(list):
 @compiled
 @pytest.mark.expect_diagnostics("internal_error")
 def test_an_error_inside_the_compiled_task_finalize_is_reported_not_raised(capture):
-    task_id = otel_rl.register_task()
-    otel_rl.register_session(task_id)
-    pipeline = sessions.STATE.pipeline
+    task_id, pipeline = a_task_of_one_session()
     queue, pipeline.queue = pipeline.queue, RefusingQueue()
     try:
         assert otel_rl.trace_session_event("mark_finalized", task_id=task_id) is None

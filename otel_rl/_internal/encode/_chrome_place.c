@@ -1488,8 +1488,9 @@ static int place_pairs(PyObject *enc, PyObject *const *pairs, Py_ssize_t n, PyOb
     for (Py_ssize_t k = 0; k < n; k++) {
         PyObject *rec = PyTuple_GET_ITEM(pairs[k], 0);
         long long start, end;
-        if (!PyTuple_CheckExact(rec) || PyTuple_GET_SIZE(rec) != n_fields || !as_int64(PyTuple_GET_ITEM(rec, i_start), &start)
-            || !as_int64(PyTuple_GET_ITEM(rec, i_end), &end) || end == LLONG_MIN)
+        if (!PyTuple_CheckExact(rec) || PyTuple_GET_SIZE(rec) != n_fields
+            || !as_int64(PyTuple_GET_ITEM(rec, i_start), &start) || !as_int64(PyTuple_GET_ITEM(rec, i_end), &end)
+            || end == LLONG_MIN)
             return 0;
         /* outer first: by start, then the later end first */
         if (k && (start < prev_start || (start == prev_start && end > prev_end))) return 0;
@@ -1700,7 +1701,8 @@ static PyObject *add_span_given(PyObject *enc, PyObject *rec, PyObject *attrs, P
                 /* not outer first: as a list, which place_waiting sorts */
                 if (!(waiting = PyList_New(n_pairs))) goto done;
                 for (Py_ssize_t k = 0; k < n_pairs; k++) {
-                    PyObject *entry = PyTuple_Pack(3, PyTuple_GET_ITEM(pairs[k], 0), PyTuple_GET_ITEM(pairs[k], 1), proc);
+                    PyObject *entry = PyTuple_Pack(3, PyTuple_GET_ITEM(pairs[k], 0), PyTuple_GET_ITEM(pairs[k], 1),
+                                                   proc);
                     if (!entry) { Py_DECREF(waiting); goto done; }
                     PyList_SET_ITEM(waiting, k, entry);
                 }

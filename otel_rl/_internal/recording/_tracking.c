@@ -105,9 +105,9 @@ typedef struct {
 } Config;
 static Config cfg;
 
-static PyObject *s_span_clock, *s_report, *s_session_id, *s_phase_options, *s_sessions, *s_time_ns, *s_getrandbits, *s_get_ident,
+static PyObject *s_session_id, *s_phase_options, *s_sessions, *s_time_ns, *s_getrandbits, *s_get_ident,
     *s_new_span_id, *s_tasks, *s_session_ids, *s_pipeline, *s_max_pending, *s_lock, *s_acquire, *s_release,
-    *bits64, *one, *zero_int;
+    *s_span_clock, *s_report, *bits64, *one, *zero_int;
 
 #define SLOT(obj, off) (*(PyObject **)((char *)(obj) + (off)))
 
@@ -956,7 +956,8 @@ static PyObject *configure(PyObject *module, PyObject *config) {
     if (!span_slots || !PyTuple_Check(span_slots) || PyTuple_GET_SIZE(span_slots) != N_SPAN_SLOTS || !task_slots
         || !PyTuple_Check(task_slots) || PyTuple_GET_SIZE(task_slots) != N_TASK_SLOTS || ts->tp_dictoffset
         || ts->tp_base != &PyBaseObject_Type) {
-        PyErr_Format(PyExc_TypeError, "%s's or %s's slots are not the ones a task is made with", ls->tp_name, ts->tp_name);
+        PyErr_Format(PyExc_TypeError, "%s's or %s's slots are not the ones a task is made with", ls->tp_name,
+                     ts->tp_name);
         goto failed;
     }
     if (slot_offset(ts, "span", &c.task_span) || slot_offset(ts, "bag", &c.task_bag)
