@@ -183,6 +183,10 @@ def test_sigterm_to_the_process_group_flushes_within_the_bound(tmp_path):
 
 def test_sigint_flushes_what_was_recorded(tmp_path):
     proc = _start(tmp_path, """
+        import signal
+        # Python's own handler, as a terminal starts it: a runner that ignores SIGINT (a
+        # background job of a script, nohup) passes that on, and Python then keeps it ignored.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         otel_rl.configure(export_interval_ms=60_000)
         scopes(100)
         print("READY", flush=True)
