@@ -295,6 +295,7 @@ def task_spans(capture):
 
 
 def task_attributes(task_id, sessions, **counts):
+    """A task span's attributes at its end: its sessions, its counts by status and its ``rate``."""
     return {**MAIN, "rl.span.kind": "task", "rl.task.id": task_id, "rl.task.sessions": sessions,
             "rl.task.accepted": counts.get("accepted", 0), "rl.task.rejected": counts.get("rejected", 0),
             "rl.task.failed": counts.get("failed", 0), "rl.task.dropped": counts.get("dropped", 0),
