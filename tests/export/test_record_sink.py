@@ -76,7 +76,24 @@ def _workload(rounds: int) -> None:
         worker.join()
 
 
-def _capture(tmp_path) -> tuple[object, dict, list, dict]:
+def _nested_phases(rounds: int) -> None:
+    """Sessions whose marked phase holds another: it ends after it, so its session's bundle
+    holds it after the phase it holds (not outer first)."""
+    event = otel_rl.trace_session_event
+    for _ in range(rounds):
+        task = otel_rl.register_task()
+        for _ in range(3):
+            sid = otel_rl.register_session(task)
+            event("mark_plan_start", session_id=sid)
+            event("mark_generate_start", session_id=sid)
+            event("mark_generate_end", session_id=sid)
+            event("mark_plan_end", session_id=sid)
+            event("mark_reward_start", session_id=sid)
+            event("mark_reward_end", session_id=sid)
+        event("mark_finalized", task_id=task)
+
+
+def _capture(tmp_path, workload=_workload) -> tuple[object, dict, list, dict]:
     otel_rl.configure(fileroot=str(tmp_path / "capture"), tracer_provider=TracerProvider(shutdown_on_exit=False),
                       rank=0, role="actor")
     pipeline = STATE.pipeline
@@ -88,7 +105,7 @@ def _capture(tmp_path) -> tuple[object, dict, list, dict]:
             super().append(record)
 
     pipeline.queue = CapturingQueue()
-    _workload(12)
+    workload(12)
     names = pipeline._names_of({rec[record.THREAD] for rec in captured})  # noqa: SLF001 - the names shipped
     settings = otel_rl.settings()
     resource = dict(pipeline.resource.attributes)
@@ -166,6 +183,16 @@ def test_a_python_trace_encoder_writes_the_bytes_of_the_bundled_sessions_it_is_g
     monkeypatch.setattr(chrome_place, "native", None)
     direct = _replay(settings, resource, records, names, tmp_path / "records", path, monkeypatch=monkeypatch)
     assert direct == spans
+
+
+@compiled_sink
+@pytest.mark.parametrize("path", ["batch", "pipe"])
+def test_phases_not_outer_first_are_placed_as_the_python_trace_encoder_places_them(tmp_path, monkeypatch, path):
+    settings, resource, records, names = _capture(tmp_path, _nested_phases)
+    compiled = _replay(settings, resource, records, names, tmp_path / "compiled", path, monkeypatch=monkeypatch)
+    monkeypatch.setattr(chrome_place, "native", None)
+    python = _replay(settings, resource, records, names, tmp_path / "python", path, monkeypatch=monkeypatch)
+    assert compiled == python and b'"name":"plan"' in compiled["traces-actor-r0.jsonl"]
 
 
 @compiled_sink

@@ -1479,38 +1479,6 @@ static int place_under(BundleLane *c, PyObject *rec, PyObject *attrs, PyObject *
     return lane ? 1 : -1;
 }
 
-/* A bundled session's phases, (record, attributes) pairs, placed under its session span as
- * place_waiting places them, where they are already outer first (the order its sort keeps): no
- * list of them is made. 1 placed; 0 not in that order (nothing changed); -1 an error. */
-static int place_pairs(PyObject *enc, PyObject *const *pairs, Py_ssize_t n, PyObject *proc, PyObject *out,
-                       PyObject *prefer, PyObject *session) {
-    long long prev_start = 0, prev_end = 0;
-    for (Py_ssize_t k = 0; k < n; k++) {
-        PyObject *rec = PyTuple_GET_ITEM(pairs[k], 0);
-        long long start, end;
-        if (!PyTuple_CheckExact(rec) || PyTuple_GET_SIZE(rec) != n_fields
-            || !as_int64(PyTuple_GET_ITEM(rec, i_start), &start) || !as_int64(PyTuple_GET_ITEM(rec, i_end), &end)
-            || end == LLONG_MIN)
-            return 0;
-        /* outer first: by start, then the later end first */
-        if (k && (start < prev_start || (start == prev_start && end > prev_end))) return 0;
-        prev_start = start;
-        prev_end = end;
-    }
-    BundleLane c = {0};
-    int r = 1, stale = 1;
-    for (Py_ssize_t k = 0; k < n && r == 1; k++) {
-        if (stale) {
-            bundle_close(&c);
-            if (bundle_open(&c, enc, proc, out, prefer, session) < 0) { r = -1; break; }
-        }
-        stale = place_under(&c, PyTuple_GET_ITEM(pairs[k], 0), PyTuple_GET_ITEM(pairs[k], 1), prefer);
-        if (stale < 0) r = -1;
-    }
-    bundle_close(&c);
-    return r;
-}
-
 /* The spans that waited for a session, outer first, each placed (under `prefer` when given;
  * `session`: the session span's id where it was just placed there, else NULL). */
 static int place_waiting(PyObject *enc, PyObject *waiting, PyObject *out, PyObject *prefer, PyObject *session,
@@ -1545,6 +1513,53 @@ static int place_waiting(PyObject *enc, PyObject *waiting, PyObject *out, PyObje
             r = stale < 0 ? -1 : 0;
         }
         Py_DECREF(item);
+    }
+    bundle_close(&c);
+    return r;
+}
+
+/* A bundled session's phases, n (record, attributes) pairs of process proc, placed under its
+ * session span as place_waiting places them: from the pairs themselves where they are already
+ * outer first (the order its sort keeps), else as the list it sorts. 0, or -1 on error. */
+static int place_pairs(PyObject *enc, PyObject *const *pairs, Py_ssize_t n, PyObject *proc, PyObject *out,
+                       PyObject *prefer, PyObject *session) {
+    long long prev_start = 0, prev_end = 0;
+    int sorted = 1;
+    for (Py_ssize_t k = 0; k < n && sorted; k++) {
+        PyObject *rec = PyTuple_GET_ITEM(pairs[k], 0);
+        long long start = 0, end = 0;
+        sorted = PyTuple_CheckExact(rec) && PyTuple_GET_SIZE(rec) == n_fields
+                 && as_int64(PyTuple_GET_ITEM(rec, i_start), &start) && as_int64(PyTuple_GET_ITEM(rec, i_end), &end)
+                 && end != LLONG_MIN
+                 /* outer first: by start, then the later end first */
+                 && !(k && (start < prev_start || (start == prev_start && end > prev_end)));
+        prev_start = start;
+        prev_end = end;
+    }
+    if (!sorted) {
+        PyObject *waiting = PyList_New(n);
+        if (!waiting) return -1;
+        for (Py_ssize_t k = 0; k < n; k++) {
+            PyObject *entry = PyTuple_Pack(3, PyTuple_GET_ITEM(pairs[k], 0), PyTuple_GET_ITEM(pairs[k], 1), proc);
+            if (!entry) {
+                Py_DECREF(waiting);
+                return -1;
+            }
+            PyList_SET_ITEM(waiting, k, entry);
+        }
+        int r = place_waiting(enc, waiting, out, prefer, session, 0);
+        Py_DECREF(waiting);
+        return r;
+    }
+    BundleLane c = {0};
+    int r = 0, stale = 1;
+    for (Py_ssize_t k = 0; k < n && r == 0; k++) {
+        if (stale) {
+            bundle_close(&c);
+            if (bundle_open(&c, enc, proc, out, prefer, session) < 0) { r = -1; break; }
+        }
+        stale = place_under(&c, PyTuple_GET_ITEM(pairs[k], 0), PyTuple_GET_ITEM(pairs[k], 1), prefer);
+        if (stale < 0) r = -1;
     }
     bundle_close(&c);
     return r;
@@ -1697,18 +1712,8 @@ static PyObject *add_span_given(PyObject *enc, PyObject *rec, PyObject *attrs, P
             PyObject *waiting = given ? Py_NewRef(given) : pairs ? NULL : dict_pop(buffered, key);
             if (!waiting && PyErr_Occurred()) goto done;
             int t = pairs ? n_pairs > 0 : waiting ? PyObject_IsTrue(waiting) : 0;
-            if (pairs && t && (r = place_pairs(enc, pairs, n_pairs, proc, out, lane, span_id)) == 0) {
-                /* not outer first: as a list, which place_waiting sorts */
-                if (!(waiting = PyList_New(n_pairs))) goto done;
-                for (Py_ssize_t k = 0; k < n_pairs; k++) {
-                    PyObject *entry = PyTuple_Pack(3, PyTuple_GET_ITEM(pairs[k], 0), PyTuple_GET_ITEM(pairs[k], 1),
-                                                   proc);
-                    if (!entry) { Py_DECREF(waiting); goto done; }
-                    PyList_SET_ITEM(waiting, k, entry);
-                }
-            }
-            if (pairs && t && !waiting) r = r < 0 ? -1 : 0;
-            else r = t < 0 ? -1 : t ? place_waiting(enc, waiting, out, lane, span_id, !given && !pairs) : 0;
+            if (pairs) r = t ? place_pairs(enc, pairs, n_pairs, proc, out, lane, span_id) : 0;
+            else r = t < 0 ? -1 : t ? place_waiting(enc, waiting, out, lane, span_id, !given) : 0;
             if (r == 0 && t > 0) r = pack_last(lane, span_id);
             Py_XDECREF(waiting);
             if (r < 0) goto done;

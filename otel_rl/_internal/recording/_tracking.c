@@ -76,7 +76,7 @@ static const char *const field_names[N_FIELDS] = {
 
 /* tracking.py's classes, keys and record layout, set by configure() when it is imported: the
  * three paths read these, the callables only what they were made with. */
-#define N_CFG_REFS 33
+#define N_CFG_REFS 32
 typedef struct {
     union {
         struct {
@@ -89,7 +89,7 @@ typedef struct {
                 *status_unset,
                 *tracking_globals, *spans_globals,
                 /* a task's registration (register_task): what its span and context are made of */
-                *context_var, *context_type, *empty_context, *span_key, *kind_task, *task_ids_name;
+                *context_var, *context_type, *empty_context, *span_key, *kind_task;
         };
         PyObject *refs[N_CFG_REFS];
     };
@@ -353,7 +353,7 @@ release:
  * (which reports it), with the id drawn here given. */
 #define N_SPAN_SLOTS 22
 #define N_TASK_SLOTS 8
-static PyObject *s_get_ident_span, *s_default_sampling, *s_task_name;
+static PyObject *s_get_ident_span, *s_default_sampling, *s_task_name, *s_task_ids;
 
 static PyObject *call_global(PyObject *globals, PyObject *name, PyObject *arg) {
     PyObject *fn = PyDict_GetItemWithError(globals, name);
@@ -435,7 +435,7 @@ static PyObject *register_task(Compiled *self, PyObject *task_id, PyObject **giv
     if (held <= 0) goto done;  /* another thread is inside the registry: Python's path waits for it */
     PyObject *ids = NULL;
     if (task_id == Py_None) {
-        if (!(ids = PyObject_GetAttr(self->registry, cfg.task_ids_name))) goto release;
+        if (!(ids = PyObject_GetAttr(self->registry, s_task_ids))) goto release;
         task_id = PyIter_Next(ids);
         Py_DECREF(ids);
         if (!task_id) {
@@ -924,8 +924,7 @@ static PyObject *configure(PyObject *module, PyObject *config) {
         || take(config, "tracking_globals", &c.tracking_globals) || take(config, "spans_globals", &c.spans_globals)
         || take(config, "CONTEXT_VAR", &c.context_var) || take(config, "Context", &c.context_type)
         || take(config, "EMPTY_CONTEXT", &c.empty_context)
-        || take(config, "SPAN_KEY", &c.span_key) || take(config, "KIND_TASK", &c.kind_task)
-        || take(config, "TASK_IDS", &c.task_ids_name))
+        || take(config, "SPAN_KEY", &c.span_key) || take(config, "KIND_TASK", &c.kind_task))
         goto failed;
     if (!PyTuple_CheckExact(c.statuses) || !PyTuple_CheckExact(c.final_statuses) || !PyTuple_CheckExact(c.task_statuses)
         || PyTuple_GET_SIZE(c.task_statuses) != 4 || !PyTuple_CheckExact(c.task_keys)
@@ -1210,6 +1209,7 @@ PyMODINIT_FUNC PyInit__tracking(void) {
     INTERN(s_get_ident_span, "_get_ident")
     INTERN(s_default_sampling, "_default_sampling")
     INTERN(s_task_name, "task")
+    INTERN(s_task_ids, "_task_ids")
 #undef INTERN
     if (!(bits64 = PyLong_FromLong(64)) || !(one = PyLong_FromLong(1)) || !(zero_int = PyLong_FromLong(0))) return NULL;
     return PyModule_Create(&module);

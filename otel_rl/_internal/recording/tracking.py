@@ -599,7 +599,7 @@ def _record_config() -> dict[str, Any]:
         # current context is read from (None with another runtime context), and
         # what the task's span and context are made of.
         "CONTEXT_VAR": getattr(spans_module, "_var", None), "Context": Context, "EMPTY_CONTEXT": _EMPTY_CONTEXT,
-        "SPAN_KEY": _SPAN_KEY, "KIND_TASK": keys.KIND_TASK, "TASK_IDS": "_task_ids",
+        "SPAN_KEY": _SPAN_KEY, "KIND_TASK": keys.KIND_TASK,
     }
 
 
