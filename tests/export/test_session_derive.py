@@ -13,9 +13,11 @@ from __future__ import annotations
 import dataclasses
 import os
 import random
+import re
 
 import pytest
-from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.metrics import Counter, Histogram
+from opentelemetry.sdk.metrics.export import AggregationTemporality, InMemoryMetricReader
 from opentelemetry.sdk.resources import Resource
 
 from otel_rl._internal import diagnostics, guard, keys
@@ -142,6 +144,70 @@ def test_each_metrics_object_keeps_its_own_exemplar_filter_in_the_compiled_step(
         assert compiled_run["points"] == python_run["points"]
         exemplars = sum(point.count("exemplars', []") for _, point in compiled_run["points"])
         assert (exemplars == len(compiled_run["points"])) == (mode == "always_off")
+
+
+def _plain_workload(sessions: int) -> list[tuple]:
+    """Sessions the compiled step takes whole: two phases each, then the session, accepted."""
+    rng = random.Random(sessions)
+    out = []
+    for n in range(sessions):
+        start = _T0 + n * 1_000_000
+        base = {keys.SESSION_ID: n, keys.TASK_ID: n // 4}
+        for k, phase in enumerate(("generate", "reward")):
+            lo = start + k * 400_000 + rng.randrange(0, 100_000)
+            out.append((_rec(phase, 3 * n + k + 1, lo, lo + rng.randrange(1, 300_000_000)),
+                        {**base, keys.SPAN_KIND: keys.KIND_PHASE, keys.PHASE: phase}))
+        out.append((_rec("session", 3 * n + 3, start, start + rng.randrange(900_000, 9_000_000_000)),
+                    {**base, keys.SPAN_KIND: keys.KIND_SESSION, keys.SESSION_STATUS: "accepted"}))
+    return out
+
+
+@compiled
+def test_more_values_than_the_compiled_step_holds_reach_the_points_in_order(tmp_path, monkeypatch):
+    # The compiled step keeps a thousand values before it adds them to the points, in order:
+    # each key's sum is the same float as the Python step's.
+    items = _plain_workload(1_500)
+    native = session_processor._native
+    compiled_run = _run(tmp_path, "compiled", items, native, 100_000, monkeypatch)
+    python_run = _run(tmp_path, "python", items, None, 100_000, monkeypatch)
+    assert compiled_run["points"] == python_run["points"]
+    counts = [int(n) for _, point in compiled_run["points"] for n in re.findall(r"\('count', (\d+)\)", point)]
+    assert sum(counts) == 3 * 1_500
+
+
+def _collections(items, native, monkeypatch, temporality) -> list:
+    """The points of two collections, one after each half of ``items``, without timestamps."""
+    monkeypatch.setattr(session_processor, "_native", native)
+    reader = InMemoryMetricReader(preferred_temporality={Histogram: temporality, Counter: temporality})
+    metrics = AggregatedSessionMetrics(Resource({"service.name": "t"}), {})
+    metrics.attach(reader)
+    processor = SessionSpanProcessor(None, rank=0, role="actor", records=None, metrics=metrics,
+                                     max_pending_sessions=100_000)
+    collections = []
+    for half in (items[:len(items) // 2], items[len(items) // 2:]):
+        for rec, attrs in half:
+            processor.on_record(rec, attrs)
+        points = []
+        for rm in reader.get_metrics_data().resource_metrics:
+            for metric in rm.scope_metrics[0].metrics:
+                for point in metric.data.data_points:
+                    plain = dataclasses.asdict(point)
+                    plain.pop("start_time_unix_nano"), plain.pop("time_unix_nano")
+                    plain["exemplars"] = sorted((e.value, e.span_id) for e in point.exemplars)
+                    points.append((metric.name, repr(sorted(plain.items()))))
+        collections.append(sorted(points))
+    processor.shutdown()
+    return collections
+
+
+@compiled
+@pytest.mark.parametrize("temporality", [AggregationTemporality.CUMULATIVE, AggregationTemporality.DELTA])
+def test_a_collection_sees_every_value_the_compiled_step_recorded_before_it(monkeypatch, temporality):
+    items = _workload(8, 200)
+    compiled_runs = _collections(items, session_processor._native, monkeypatch, temporality)
+    python_runs = _collections(items, None, monkeypatch, temporality)
+    assert compiled_runs == python_runs
+    assert all(compiled_runs)
 
 
 @compiled

@@ -48,8 +48,13 @@ static PyObject *get(PyObject *attrs, PyObject *key) {  /* attrs.get(key), borro
 static PyObject *seconds(long long ns) { return PyFloat_FromDouble((double)ns / 1e9); }
 
 /* --- the aggregated metrics (session_metrics.AggregatedSessionMetrics), when they are those ---
- * Its phase() and session() under its lock, with _histogram and _add as the Python writes them:
- * the points are the same lists, so its collection reads them unchanged. */
+ * The values of its phase() and session() this file records are kept in C (their key's parts,
+ * the value, the clock, the exemplar's ids) and added to its points BUFFERED at a time, under
+ * its lock, or before anything else reads or changes the points (its collect, phase and session
+ * call drain_metrics under the lock). Each key's values are added once a drain, in the order they
+ * came, with _histogram's and _add's arithmetic: the points are the lists the Python writes,
+ * the sums the same floats to the last bit. Per value, the lock taken and each field updated as
+ * a Python object cost about 2,000 instructions; buffered, about 150. */
 static PyTypeObject *t_aggregated;
 static PyObject *a_m_phase, *a_m_session, *a_m_sessions, *a_m_lock, *a_m_exemplars, *a_bounds, *a_points;
 static PyObject *s_acquire, *s_release, *s_stale, *s_lower, *s_metrics_failed, *f_status_attr, *stale_mark, *one,
@@ -61,10 +66,10 @@ static PyObject *list_of(Py_ssize_t n, PyObject **items) {  /* a new list holdin
     return list;
 }
 
-static PyObject *now_ns(void) {
+static long long wall_ns(void) {  /* time.time_ns() */
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
-    return PyLong_FromLongLong((long long)ts.tv_sec * 1000000000LL + ts.tv_nsec);
+    return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
 static int bump(PyObject *list, Py_ssize_t k, PyObject *by) {  /* list[k] += by */
@@ -72,10 +77,17 @@ static int bump(PyObject *list, Py_ssize_t k, PyObject *by) {  /* list[k] += by 
     return sum ? PyList_SetItem(list, k, sum) : -1;
 }
 
+static int bump_by(PyObject *list, Py_ssize_t k, long long n) {  /* list[k] += n */
+    PyObject *by = PyLong_FromLongLong(n);
+    int r = by ? bump(list, k, by) : -1;
+    Py_XDECREF(by);
+    return r;
+}
+
 /* The parts of an AggregatedSessionMetrics read here, fetched once per metrics object: its
  * __init__ sets them and nothing rebinds them (collection clears the points dicts in place),
- * so each value's update reads no attribute. The entry holds the metrics object, so its
- * address is not reused while cached. */
+ * so each value reads no attribute. The entry holds the metrics object, so its address is not
+ * reused while cached. */
 enum { I_PHASE, I_SESSION, I_SESSIONS, N_INSTRUMENTS };
 #define MAX_BOUNDS 64
 typedef struct {
@@ -86,6 +98,20 @@ typedef struct {
     long exemplars;
 } Parts;
 static Parts parts;
+
+/* A value waiting for the points of parts.metrics: a phase's (I_PHASE: phase, status) or a
+ * session's (I_SESSION: status; it counts in I_SESSIONS too). The ids are held only where the
+ * value is its bucket's exemplar candidate. */
+typedef struct {
+    int k;
+    PyObject *phase, *status, *trace_id, *span_id;  /* strong; phase NULL for a session */
+    double x;
+    long long now;
+    Py_ssize_t bucket;
+} Pending;
+#define BUFFERED 1024
+static Pending pending[BUFFERED];
+static Py_ssize_t n_pending;
 
 static void parts_clear(Parts *p) {  /* drops the references (after the fields are replaced) */
     Py_CLEAR(p->metrics);
@@ -117,8 +143,208 @@ done:
     return rc;
 }
 
+/* One key's values in a drain: its point (strong) and what they add to it. */
+#define MAX_GROUPS 16
+typedef struct {
+    int k;
+    PyObject *phase, *status, *point, *counter;  /* phase, status borrowed from the entries */
+    long long n, counts[MAX_BOUNDS + 1];
+    double sum, min, max;
+    Py_ssize_t latest[MAX_BOUNDS + 1];  /* per bucket, the entry of its exemplar, or -1 */
+} Group;
+
+static PyObject *attributes_of(int k, PyObject *phase, PyObject *status) {
+    return k == I_PHASE ? PyTuple_Pack(4, k_phase, phase, f_status_attr, status) : PyTuple_Pack(2, k_status, status);
+}
+
+static PyObject *key_of(Pending *e) {  /* the points' key: (phase, status), or the status */
+    return e->k == I_PHASE ? PyTuple_Pack(2, e->phase, e->status) : Py_NewRef(e->status);
+}
+
+/* The point of entry e's key, made as _histogram makes it where there is none: a new reference. */
+static PyObject *point_of(Parts *p, Pending *e) {
+    PyObject *key = key_of(e), *points = p->points[e->k], *point = NULL;
+    if (!key) return NULL;
+    point = Py_XNewRef(PyDict_GetItemWithError(points, key));
+    if (!point && !PyErr_Occurred()) {
+        Py_ssize_t n = p->n_bounds[e->k] + 1;
+        PyObject *attributes = attributes_of(e->k, e->phase, e->status), *now = PyLong_FromLongLong(e->now);
+        PyObject *counts = PyList_New(n), *by_bucket = PyDict_New(), *zero = PyFloat_FromDouble(0.0);
+        PyObject *value = PyFloat_FromDouble(e->x);
+        if (counts) for (Py_ssize_t j = 0; j < n; j++) PyList_SET_ITEM(counts, j, Py_NewRef(zero_int));
+        PyObject *fields[9] = {attributes, now, zero_int, zero, value, value, counts, by_bucket, zero};
+        point = attributes && now && counts && by_bucket && zero && value ? list_of(9, fields) : NULL;
+        if (point && PyDict_SetItem(points, key, point) < 0) Py_CLEAR(point);
+        PyObject *made[6] = {attributes, now, counts, by_bucket, zero, value};
+        for (int j = 0; j < 6; j++) Py_XDECREF(made[j]);
+    }
+    Py_DECREF(key);
+    if (point && (!PyList_CheckExact(point) || PyList_GET_SIZE(point) != 9 || !PyFloat_CheckExact(PyList_GET_ITEM(point, 3))
+                  || !PyList_CheckExact(PyList_GET_ITEM(point, 6))
+                  || PyList_GET_SIZE(PyList_GET_ITEM(point, 6)) != p->n_bounds[e->k] + 1)) {
+        Py_CLEAR(point);
+        PyErr_SetString(PyExc_TypeError, "a histogram point of an unexpected shape");
+    }
+    return point;
+}
+
+/* _add(points, status, attributes, n) for a group of session values; 0 or -1. */
+static int add_sessions(Parts *p, Group *g, Pending *first) {
+    PyObject *points = p->points[I_SESSIONS], *point = PyDict_GetItemWithError(points, g->status);
+    if (point) {
+        if (!PyList_CheckExact(point) || PyList_GET_SIZE(point) != 3) {
+            PyErr_SetString(PyExc_TypeError, "a counter point of an unexpected shape");
+            return -1;
+        }
+        return bump_by(point, 2, g->n);
+    }
+    if (PyErr_Occurred()) return -1;
+    PyObject *attributes = attributes_of(I_SESSIONS, NULL, g->status), *now = PyLong_FromLongLong(first->now);
+    PyObject *count = PyLong_FromLongLong(g->n), *fields[3] = {attributes, now, count};
+    PyObject *made = attributes && now && count ? list_of(3, fields) : NULL;
+    int r = made ? PyDict_SetItem(points, g->status, made) : -1;
+    Py_XDECREF(attributes);
+    Py_XDECREF(now);
+    Py_XDECREF(count);
+    Py_XDECREF(made);
+    return r;
+}
+
+/* What a group's values add to its point, as _histogram adds them one by one. */
+static int group_write(Parts *p, Group *g, Pending *entries) {
+    PyObject *point = g->point, *counts = PyList_GET_ITEM(point, 6), *x = NULL;
+    int r = bump_by(point, 2, g->n);
+    if (r == 0) {
+        x = PyFloat_FromDouble(g->sum);
+        r = x ? PyList_SetItem(point, 3, x) : -1;  /* steals it */
+    }
+    double ends[2] = {g->min, g->max};
+    int ops[2] = {Py_LT, Py_GT};
+    for (int j = 0; j < 2 && r == 0; j++) {
+        PyObject *v = PyFloat_FromDouble(ends[j]);
+        int beyond = v ? PyObject_RichCompareBool(v, PyList_GET_ITEM(point, 4 + j), ops[j]) : -1;
+        r = beyond < 0 ? -1 : beyond ? PyList_SetItem(point, 4 + j, Py_NewRef(v)) : 0;
+        Py_XDECREF(v);
+    }
+    for (Py_ssize_t b = 0; b <= p->n_bounds[g->k] && r == 0; b++) {
+        if (g->counts[b]) r = bump_by(counts, b, g->counts[b]);
+        if (r == 0 && g->latest[b] >= 0) {
+            Pending *e = &entries[g->latest[b]];
+            PyObject *value = PyFloat_FromDouble(e->x), *at = PyLong_FromLongLong(e->now);
+            PyObject *bucket = PyLong_FromSsize_t(b), *by_bucket = PyList_GET_ITEM(point, 7);
+            PyObject *exemplar = value && at ? PyTuple_Pack(4, value, at, e->span_id, e->trace_id) : NULL;
+            r = !bucket || !exemplar ? -1
+                : PyDict_CheckExact(by_bucket) ? PyDict_SetItem(by_bucket, bucket, exemplar)
+                : PyObject_SetItem(by_bucket, bucket, exemplar);
+            Py_XDECREF(value);
+            Py_XDECREF(at);
+            Py_XDECREF(bucket);
+            Py_XDECREF(exemplar);
+        }
+    }
+    return r;
+}
+
+static int groups_write(Parts *p, Group *groups, int n, Pending *entries, Pending **firsts) {
+    int r = 0;
+    for (int j = 0; j < n; j++) {
+        if (r == 0) r = group_write(p, &groups[j], entries);
+        if (r == 0 && groups[j].k == I_SESSION) r = add_sessions(p, &groups[j], firsts[j]);
+        Py_CLEAR(groups[j].point);
+    }
+    return r;
+}
+
+static int same_key(Group *g, Pending *e) {
+    if (g->k != e->k) return 0;
+    int same = g->status == e->status || PyUnicode_Compare(g->status, e->status) == 0;
+    if (same && e->k == I_PHASE && g->phase != e->phase)
+        same = PyUnicode_Check(g->phase) && PyUnicode_Check(e->phase) ? PyUnicode_Compare(g->phase, e->phase) == 0
+               : PyObject_RichCompareBool(g->phase, e->phase, Py_EQ);
+    return same;
+}
+
+/* Adds the values waiting to the points of p (the caller holds its lock). 0, or -1 on error
+ * (the values are dropped either way). */
+static int drain(Parts *p) {
+    Py_ssize_t n = n_pending;
+    if (!n) return 0;
+    /* Taken out first: nothing run below can add to them unseen. */
+    Pending *entries = PyMem_Malloc(n * sizeof(Pending));
+    if (!entries) { PyErr_NoMemory(); return -1; }
+    memcpy(entries, pending, n * sizeof(Pending));
+    n_pending = 0;
+    Group groups[MAX_GROUPS];
+    Pending *firsts[MAX_GROUPS];
+    int n_groups = 0, r = 0;
+    for (Py_ssize_t i = 0; i < n && r == 0; i++) {
+        Pending *e = &entries[i];
+        int j = 0;
+        while (j < n_groups && !same_key(&groups[j], e)) j++;
+        if (PyErr_Occurred()) { r = -1; break; }
+        if (j == n_groups) {
+            if (n_groups == MAX_GROUPS) {  /* each key's values so far written, in order */
+                if ((r = groups_write(p, groups, n_groups, entries, firsts)) < 0) break;
+                n_groups = j = 0;
+            }
+            Group *g = &groups[j];
+            memset(g, 0, sizeof(*g));
+            g->k = e->k;
+            g->phase = e->phase;
+            g->status = e->status;
+            for (Py_ssize_t b = 0; b <= MAX_BOUNDS; b++) g->latest[b] = -1;
+            if (!(g->point = point_of(p, e))) { r = -1; break; }
+            g->sum = PyFloat_AS_DOUBLE(PyList_GET_ITEM(g->point, 3));
+            g->min = g->max = e->x;
+            firsts[j] = e;
+            n_groups++;
+        }
+        Group *g = &groups[j];
+        g->n++;
+        g->sum += e->x;
+        if (e->x < g->min) g->min = e->x;
+        if (e->x > g->max) g->max = e->x;
+        g->counts[e->bucket]++;
+        if (e->span_id) g->latest[e->bucket] = i;
+    }
+    if (r == 0) r = groups_write(p, groups, n_groups, entries, firsts);
+    else for (int j = 0; j < n_groups; j++) Py_CLEAR(groups[j].point);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_XDECREF(entries[i].phase);
+        Py_DECREF(entries[i].status);
+        Py_XDECREF(entries[i].trace_id);
+        Py_XDECREF(entries[i].span_id);
+    }
+    PyMem_Free(entries);
+    return r;
+}
+
+/* Runs drain(p) under the metrics' lock. */
+static int drain_locked(Parts *p) {
+    PyObject *release = Py_NewRef(p->release);
+    PyObject *got = PyObject_CallNoArgs(p->acquire);
+    if (!got) { Py_DECREF(release); return -1; }
+    Py_DECREF(got);
+    int r = drain(p);
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);  /* released whatever happened */
+    got = PyObject_CallNoArgs(release);
+    Py_DECREF(release);
+    if (!got) {
+        Py_XDECREF(type);
+        Py_XDECREF(value);
+        Py_XDECREF(tb);
+        return -1;
+    }
+    Py_DECREF(got);
+    PyErr_Restore(type, value, tb);
+    return r;
+}
+
 static Parts *parts_of(PyObject *metrics) {
     if (parts.metrics == metrics) return &parts;
+    /* The values of the metrics cached before go to its points first. */
+    if (parts.metrics && drain_locked(&parts) < 0) return NULL;
     Parts fresh;
     memset(&fresh, 0, sizeof(fresh));
     PyObject *lock = PyObject_GetAttr(metrics, a_m_lock), *mode = PyObject_GetAttr(metrics, a_m_exemplars);
@@ -144,134 +370,43 @@ static Parts *parts_of(PyObject *metrics) {
     return &parts;
 }
 
-/* The attributes of a new point, built only when one is made. */
-typedef struct { Py_ssize_t n; PyObject *items[4]; } Labels;
-
-static PyObject *tuple_of(Labels *labels) {
-    PyObject *out = PyTuple_New(labels->n);
-    if (out) for (Py_ssize_t k = 0; k < labels->n; k++) PyTuple_SET_ITEM(out, k, Py_NewRef(labels->items[k]));
-    return out;
+/* drain_metrics(metrics): the values this file holds for `metrics` added to its points; the
+ * caller holds its lock. */
+static PyObject *drain_metrics(PyObject *self, PyObject *metrics) {
+    if (parts.metrics != metrics || drain(&parts) == 0) Py_RETURN_NONE;
+    return NULL;
 }
 
-static int histogram(Parts *p, int k, PyObject *key, Labels *labels, PyObject *value,
-                     PyObject *trace_id, PyObject *span_id, PyObject *flags) {
-    PyObject *points = p->points[k], *now = now_ns(), *point = NULL, *attributes = NULL;
-    int rc = -1;
-    if (!now) goto done;
-    if (!PyFloat_Check(value)) {
-        PyErr_SetString(PyExc_TypeError, "histogram points of an unexpected shape");
-        goto done;
-    }
-    double x = PyFloat_AS_DOUBLE(value);
+/* One value for instrument k (I_PHASE or I_SESSION) of `metrics`, kept for its points; 0 or -1. */
+static int record_value(PyObject *metrics, int k, PyObject *phase, PyObject *status, double x, PyObject *trace_id,
+                        PyObject *span_id, PyObject *flags) {
+    Parts *p = parts_of(metrics);
+    if (!p) return -1;
+    if (n_pending == BUFFERED && drain_locked(p) < 0) return -1;
+    if (parts.metrics != metrics) return record_value(metrics, k, phase, status, x, trace_id, span_id, flags);
     Py_ssize_t lo = 0, hi = p->n_bounds[k];
     while (lo < hi) {  /* bisect_left(bounds, value) */
         Py_ssize_t mid = (lo + hi) / 2;
         if (p->bounds[k][mid] < x) lo = mid + 1;
         else hi = mid;
     }
-    point = Py_XNewRef(PyDict_GetItemWithError(points, key));
-    if (!point) {
-        if (PyErr_Occurred() || !(attributes = tuple_of(labels))) goto done;
-        Py_ssize_t n = p->n_bounds[k] + 1;
-        PyObject *counts = PyList_New(n), *by_bucket = PyDict_New(), *zero = PyFloat_FromDouble(0.0);
-        if (counts) for (Py_ssize_t j = 0; j < n; j++) PyList_SET_ITEM(counts, j, Py_NewRef(zero_int));
-        PyObject *fields[9] = {attributes, now, zero_int, zero, value, value, counts, by_bucket, zero};
-        point = attributes && counts && by_bucket && zero ? list_of(9, fields) : NULL;
-        Py_XDECREF(counts);
-        Py_XDECREF(by_bucket);
-        Py_XDECREF(zero);
-        if (!point || PyDict_SetItem(points, key, point) < 0) goto done;
-    }
-    if (!PyList_CheckExact(point) || PyList_GET_SIZE(point) != 9 || !PyList_CheckExact(PyList_GET_ITEM(point, 6))) {
-        PyErr_SetString(PyExc_TypeError, "a histogram point of an unexpected shape");
-        goto done;
-    }
-    if (bump(point, 2, one) < 0 || bump(point, 3, value) < 0) goto done;
-    int lt = PyObject_RichCompareBool(value, PyList_GET_ITEM(point, 4), Py_LT);
-    if (lt < 0 || (lt && PyList_SetItem(point, 4, Py_NewRef(value)) < 0)) goto done;
-    int gt = PyObject_RichCompareBool(value, PyList_GET_ITEM(point, 5), Py_GT);
-    if (gt < 0 || (gt && PyList_SetItem(point, 5, Py_NewRef(value)) < 0)) goto done;
-    if (bump(PyList_GET_ITEM(point, 6), lo, one) < 0) goto done;
     int has_span = PyObject_IsTrue(span_id);
     long sampled = PyLong_AsLong(flags) & 1;
-    if (has_span < 0 || (sampled == -1 && PyErr_Occurred())) goto done;
-    if (has_span && (p->exemplars == 2 || (p->exemplars && sampled))) {
-        PyObject *bucket = PyLong_FromSsize_t(lo), *exemplar = PyTuple_Pack(4, value, now, span_id, trace_id);
-        PyObject *by_bucket = PyList_GET_ITEM(point, 7);
-        int r = !bucket || !exemplar ? -1
-                : PyDict_CheckExact(by_bucket) ? PyDict_SetItem(by_bucket, bucket, exemplar)
-                : PyObject_SetItem(by_bucket, bucket, exemplar);
-        Py_XDECREF(bucket);
-        Py_XDECREF(exemplar);
-        if (r < 0) goto done;
-    }
-    rc = 0;
-done:
-    Py_XDECREF(now);
-    Py_XDECREF(point);
-    Py_XDECREF(attributes);
-    return rc;
-}
-
-static int add_one(Parts *p, int k, PyObject *key, Labels *labels) {  /* _add(points, key, attrs, 1) */
-    PyObject *points = p->points[k], *point = Py_XNewRef(PyDict_GetItemWithError(points, key)), *now = NULL;
-    PyObject *attributes = NULL;
-    int rc = -1;
-    if (!point) {
-        if (PyErr_Occurred() || !(now = now_ns()) || !(attributes = tuple_of(labels))) goto done;
-        PyObject *fields[3] = {attributes, now, one};
-        point = attributes ? list_of(3, fields) : NULL;
-        rc = point ? PyDict_SetItem(points, key, point) : -1;
-        goto done;
-    }
-    rc = PyList_CheckExact(point) && PyList_GET_SIZE(point) == 3 ? bump(point, 2, one) : -1;
-    if (rc < 0 && !PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "a counter point of an unexpected shape");
-done:
-    Py_XDECREF(point);
-    Py_XDECREF(now);
-    Py_XDECREF(attributes);
-    return rc;
+    if (has_span < 0 || (sampled == -1 && PyErr_Occurred())) return -1;
+    int exemplar = has_span && (p->exemplars == 2 || (p->exemplars && sampled));
+    Pending *e = &pending[n_pending++];
+    e->k = k;
+    e->phase = Py_XNewRef(phase);
+    e->status = Py_NewRef(status);
+    e->trace_id = exemplar ? Py_NewRef(trace_id) : NULL;
+    e->span_id = exemplar ? Py_NewRef(span_id) : NULL;
+    e->x = x;
+    e->now = wall_ns();
+    e->bucket = lo;
+    return 0;
 }
 
 typedef struct { PyObject *seconds, *phase, *status, *trace_id, *span_id, *flags; } Values;
-
-/* Runs what(parts, values) under the metrics' lock. */
-static int locked(PyObject *metrics, int (*what)(Parts *, Values *), Values *v) {
-    Parts *p = parts_of(metrics);
-    if (!p) return -1;
-    PyObject *release = Py_NewRef(p->release);  /* p may be refreshed by another thread meanwhile */
-    PyObject *got = PyObject_CallNoArgs(p->acquire);
-    if (!got) { Py_DECREF(release); return -1; }
-    Py_DECREF(got);
-    int r = what(p, v);
-    PyObject *type, *value, *tb;
-    PyErr_Fetch(&type, &value, &tb);  /* released whatever happened */
-    got = PyObject_CallNoArgs(release);
-    Py_DECREF(release);
-    if (!got) {
-        Py_XDECREF(type);
-        Py_XDECREF(value);
-        Py_XDECREF(tb);
-        return -1;
-    }
-    Py_DECREF(got);
-    PyErr_Restore(type, value, tb);
-    return r;
-}
-
-static int phase_point(Parts *p, Values *v) {
-    PyObject *key = PyTuple_Pack(2, v->phase, v->status);
-    Labels labels = {4, {k_phase, v->phase, f_status_attr, v->status}};
-    int r = key ? histogram(p, I_PHASE, key, &labels, v->seconds, v->trace_id, v->span_id, v->flags) : -1;
-    Py_XDECREF(key);
-    return r;
-}
-
-static int session_points(Parts *p, Values *v) {
-    Labels labels = {2, {k_status, v->status}};
-    int r = histogram(p, I_SESSION, v->status, &labels, v->seconds, v->trace_id, v->span_id, v->flags);
-    return r == 0 ? add_one(p, I_SESSIONS, v->status, &labels) : r;
-}
 
 /* A finalized session's metrics: _session_metrics, with the aggregated points written here. */
 static int session_metrics(PyObject *sp, PyObject *metrics, Values *v, PyObject *reason) {
@@ -281,7 +416,8 @@ static int session_metrics(PyObject *sp, PyObject *metrics, Values *v, PyObject 
         Py_XDECREF(got);
         return got ? 0 : -1;
     }
-    int r = locked(metrics, session_points, v);
+    int r = record_value(metrics, I_SESSION, NULL, v->status, PyFloat_AS_DOUBLE(v->seconds), v->trace_id,
+                         v->span_id, v->flags);
     if (r == 0 && PyUnicode_CheckExact(reason)) {
         PyObject *lower = PyObject_CallMethodNoArgs(reason, s_lower);
         int stale = lower ? PySequence_Contains(lower, stale_mark) : -1;
@@ -378,21 +514,20 @@ static int add_instance(PyObject *phases, PyObject *rec, PhaseIn *p) {
 /* The phase's duration metric (metrics not None), as _on_phase records it. 0, or -1 on error. */
 static int phase_metric(PyObject *metrics, PyObject *rec, PhaseIn *p) {
     long long code;
-    int error = as_int64(PyTuple_GET_ITEM(rec, i_status), &code) && code == error_code, r;
+    int error = as_int64(PyTuple_GET_ITEM(rec, i_status), &code) && code == error_code;
+    PyObject *status = p->interrupted ? s_interrupted : (error ? s_error : s_ok);
+    PyObject *trace_id = PyTuple_GET_ITEM(rec, i_trace), *span_id = PyTuple_GET_ITEM(rec, i_span);
+    PyObject *flags = PyTuple_GET_ITEM(rec, i_flags);
+    if (Py_TYPE(metrics) == t_aggregated)
+        return record_value(metrics, I_PHASE, p->phase, status, (double)(p->end - p->start) / 1e9, trace_id, span_id,
+                            flags);
     PyObject *secs = seconds(p->end - p->start);
     if (!secs) return -1;
-    Values v = {secs, p->phase, p->interrupted ? s_interrupted : (error ? s_error : s_ok),
-                PyTuple_GET_ITEM(rec, i_trace), PyTuple_GET_ITEM(rec, i_span), PyTuple_GET_ITEM(rec, i_flags)};
-    if (Py_TYPE(metrics) == t_aggregated) {
-        r = locked(metrics, phase_point, &v);
-    } else {
-        PyObject *argv[7] = {metrics, v.seconds, v.phase, v.status, v.trace_id, v.span_id, v.flags};
-        PyObject *got = PyObject_VectorcallMethod(s_phase, argv, 7 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
-        Py_XDECREF(got);
-        r = got ? 0 : -1;
-    }
+    PyObject *argv[7] = {metrics, secs, p->phase, status, trace_id, span_id, flags};
+    PyObject *got = PyObject_VectorcallMethod(s_phase, argv, 7 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+    Py_XDECREF(got);
     Py_DECREF(secs);
-    return r;
+    return got ? 0 : -1;
 }
 
 /* 1 handled, 0 left to Python (nothing changed), -1 error. */
@@ -1194,6 +1329,8 @@ static PyMethodDef methods[] = {
      "SessionSpanProcessor.on_record for a phase or session span, or None where Python must run it."},
     {"derive_bundle", (PyCFunction)(void (*)(void))derive_bundle, METH_FASTCALL,
      "derive() for a session's expanded phases and then its span, or None where they must take it one by one."},
+    {"drain_metrics", drain_metrics, METH_O,
+     "Adds the values kept here for an AggregatedSessionMetrics to its points (the caller holds its lock)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -14,7 +14,9 @@ Two ways to the same three instruments (``rl.session.duration``,
   are those the SDK would make: explicit-bucket histograms with min and max,
   one exemplar per bucket (the latest value that fell in it, from a sampled
   span under the default ``trace_based`` filter), start times as the SDK sets
-  them for either temporality.
+  them for either temporality. The compiled session step (``_session_processor.c``) keeps
+  the values it records in C and adds them to the same points a thousand at a time, under
+  the lock, and before anything here reads or adds to them (:meth:`_drain`).
 """
 
 from __future__ import annotations
@@ -45,7 +47,12 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 
-from .. import keys
+from .. import diagnostics, guard, keys
+
+try:
+    from ._session_processor import drain_metrics as _drain_compiled
+except ImportError:  # built without a C compiler: every value takes the methods below
+    _drain_compiled = None
 
 #: Bucket boundaries in seconds, from sub-second rewards to multi-minute rollouts.
 DURATION_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
@@ -177,15 +184,26 @@ class AggregatedSessionMetrics:
         reader._set_collect_callback(self.collect)  # noqa: SLF001
         return reader
 
+    def _drain(self) -> None:
+        """Adds the values the compiled step holds for these metrics to their points, so that
+        each key's values keep their order (the caller holds the lock)."""
+        if _drain_compiled is not None:
+            try:
+                _drain_compiled(self)
+            except Exception as exc:  # noqa: BLE001 - a collection must go on without them
+                guard.report(diagnostics.METRICS_ERROR, "session metrics could not be recorded: %r", exc)
+
     def phase(self, seconds: float, phase: Any, status: str, trace_id: int, span_id: int, flags: int) -> None:
         """One phase instance of ``seconds`` (exemplar: the phase span)."""
         with self._lock:
+            self._drain()
             self._histogram(self._phase, (phase, status), (keys.PHASE, phase, "status", status), seconds,
                             trace_id, span_id, flags)
 
     def session(self, seconds: float, status: Any, trace_id: int, span_id: int, flags: int) -> None:
         """One finalized session of ``seconds`` (exemplar: the session span)."""
         with self._lock:
+            self._drain()
             self._histogram(self._session, status, (keys.SESSION_STATUS, status), seconds,
                             trace_id, span_id, flags)
             self._add(self._sessions, status, (keys.SESSION_STATUS, status), 1)
@@ -250,6 +268,7 @@ class AggregatedSessionMetrics:
         now = time.time_ns()
         prefs = getattr(reader, "_preferred_temporality", None) or {}
         with self._lock:
+            self._drain()
             previous = self._collected_at.get(id(reader))
             self._collected_at[id(reader)] = now
             metrics = []
