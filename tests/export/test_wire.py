@@ -20,6 +20,19 @@ _payload = st.one_of(st.none(), st.dictionaries(st.text(max_size=5), st.one_of(s
 
 
 @st.composite
+def bundles(draw, fits: bool = True):
+    """A session's bundle: phases as the caller's thread ends them, some with a payload, an
+    interruption or a policy version (those travel marshalled), or none."""
+    times = st.integers(-(1 << 63), (1 << 63) - 1) if fits else st.integers()
+    plain = st.tuples(st.text(max_size=6), times, times, st.one_of(st.none(), st.integers(0, (1 << 64) - 1)),
+                      st.none(), st.none(), st.none())
+    odd = st.tuples(st.text(max_size=6), times, times, st.integers(0, 9), _payload,
+                    st.one_of(st.none(), st.just("cancelled")), st.one_of(st.none(), st.integers(0, 3)))
+    phases = draw(st.lists(st.one_of(plain, plain, odd), max_size=4))
+    return draw(st.one_of(st.none(), st.just((draw(st.one_of(st.integers(), st.text(max_size=4))), tuple(phases)))))
+
+
+@st.composite
 def records(draw, fits: bool = True) -> tuple:
     """A record; with ``fits``, its ids, times and codes in the ranges a span gives them."""
     ids = st.integers(0, (1 << 64) - 1)
@@ -42,12 +55,16 @@ def records(draw, fits: bool = True) -> tuple:
     fields[record.EVENTS] = draw(st.one_of(st.none(), st.just([("e", None, 5)])))
     fields[record.STATUS] = draw(st.integers(0, 2))
     fields[record.STATUS_DESC] = draw(st.one_of(st.none(), st.text(max_size=4)))
+    fields[record.BUNDLE] = draw(bundles(fits))
     return tuple(fields)
 
 
-def _typed(records: list[tuple]) -> list[tuple]:
-    """Records with each value's type beside it (``True == 1`` must not hide a change)."""
-    return [tuple((type(v), v) for v in rec) for rec in records]
+def _typed(value):
+    """``value`` with each value's type beside it, in tuples and lists too (``True == 1``
+    must not hide a change)."""
+    if isinstance(value, (tuple, list)):
+        return type(value), [_typed(v) for v in value]
+    return type(value), value
 
 
 @settings(max_examples=200, deadline=None)
@@ -87,6 +104,29 @@ def _scopes(count: int, **changed) -> list[tuple]:
             fields[record.FIELD_NAMES.index(name)] = value
         batch.append(tuple(fields))
     return batch
+
+
+def _sessions(count: int, thread: int = 140_663_752_559_488) -> list[tuple]:
+    """Records of sessions of one task, each with two phases marked on its thread."""
+    batch = []
+    for n, rec in enumerate(_scopes(count, name="session", trace_id=99)):
+        start = rec[record.START]
+        phases = (("generate", start + 10, start + 900, thread, None, None, None),
+                  ("reward", start + 1_000, start + 1_500, thread, None, None, None))
+        batch.append(rec[:record.BUNDLE] + ((n, phases),))
+    return batch
+
+
+@packed
+def test_bundled_phases_travel_packed_and_share_their_records_thread_and_trace_id():
+    batch = _sessions(50)
+    data = wire.dumps({140_663_752_559_488: "MainThread"}, batch)
+    assert int.from_bytes(data[7:11], "little") == 50 * (4 + 2 * 25)  # the phase stream: counts, times, threads
+    got = wire.loads(data)[1]
+    assert _typed(got) == _typed(batch)
+    threads = {id(rec[record.THREAD]) for rec in got} | {id(ph[3]) for rec in got for ph in rec[record.BUNDLE][1]}
+    assert len(threads) == 1
+    assert len({id(rec[record.TRACE_ID]) for rec in got}) == 1
 
 
 @packed

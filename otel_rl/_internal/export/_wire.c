@@ -7,14 +7,25 @@
  * records that have any). dumps() returns None when a record does not fit that shape (a
  * field of another type or range): the caller then marshals the batch as it is.
  *
- * Layout: MAGIC (3 bytes), record count (u32), the fixed blocks, then the marshal part.
+ * A session's bundle, (session id, (phase, ...)), goes the same way where each phase is plain
+ * (name, start, end, thread, None, None, None): its phase count (u32) and each phase's times and
+ * thread (PHASE_BYTES) in the phase stream, the session id in the record's marshal part, the
+ * names in one list for the batch (no object made per bundle on the sending side). A phase on its record's thread gets the record's thread
+ * object back, and records in a row with the same trace id or thread the same int object: fewer
+ * objects to make and free, and the id dicts downstream compare them by identity.
+ *
+ * Layout: MAGIC (3 bytes), record count (u32), phase stream length (u32), the fixed blocks, the
+ * phase stream, then the marshal part: (thread names, record names, rest fields, phase names).
  */
 #include "../_cext.h"
 #include <marshal.h>
 
-#define MAGIC "\0W1"
+#define MAGIC "\0W2"
 #define MAGIC_LEN 3
+#define HEAD_LEN (MAGIC_LEN + 8)
 #define RECORD_BYTES 64
+#define PHASE_BYTES 25
+#define BUNDLE_PACKED 4  /* in a fixed block's flags byte: the bundle's phases are in the phase stream */
 #define MARSHAL_VERSION 4
 #define MAX_FIELDS 64
 
@@ -67,6 +78,58 @@ static int pack_fixed(PyObject *rec, unsigned char *p) {
     return 1;
 }
 
+/* Whether every phase of bundle is plain (see the top), and how many there are (-1: not). */
+static Py_ssize_t plain_phases(PyObject *bundle) {
+    if (!PyTuple_CheckExact(bundle) || PyTuple_GET_SIZE(bundle) != 2) return -1;
+    PyObject *phases = PyTuple_GET_ITEM(bundle, 1);
+    if (!PyTuple_CheckExact(phases)) return -1;
+    for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(phases); k++) {
+        PyObject *ph = PyTuple_GET_ITEM(phases, k), *thread;
+        long long t;
+        unsigned long long u;
+        if (!PyTuple_CheckExact(ph) || PyTuple_GET_SIZE(ph) != 7 || !PyUnicode_CheckExact(PyTuple_GET_ITEM(ph, 0))
+            || !as_int64(PyTuple_GET_ITEM(ph, 1), &t) || !as_int64(PyTuple_GET_ITEM(ph, 2), &t)
+            || PyTuple_GET_ITEM(ph, 4) != Py_None || PyTuple_GET_ITEM(ph, 5) != Py_None
+            || PyTuple_GET_ITEM(ph, 6) != Py_None)
+            return -1;
+        thread = PyTuple_GET_ITEM(ph, 3);
+        if (thread != Py_None && !as_uint64(thread, &u)) return -1;
+    }
+    return PyTuple_GET_SIZE(phases);
+}
+
+/* A plain bundle's phases: their count and blocks appended to the phase stream, their names to
+ * `names`; 0, or -1 on error. */
+static int pack_bundle(PyObject *bundle, unsigned char **stream, Py_ssize_t *len, Py_ssize_t *cap, PyObject *names) {
+    PyObject *phases = PyTuple_GET_ITEM(bundle, 1);
+    Py_ssize_t n = PyTuple_GET_SIZE(phases), need = 4 + n * PHASE_BYTES;
+    if (*len + need > *cap) {
+        Py_ssize_t grown = (*cap + need) * 2;
+        unsigned char *more = PyMem_Realloc(*stream, grown);
+        if (!more) { PyErr_NoMemory(); return -1; }
+        *stream = more;
+        *cap = grown;
+    }
+    unsigned char *p = *stream + *len;
+    for (int k = 0; k < 4; k++) p[k] = (unsigned char)((unsigned long long)n >> (8 * k));
+    p += 4;
+    for (Py_ssize_t k = 0; k < n; k++, p += PHASE_BYTES) {
+        PyObject *ph = PyTuple_GET_ITEM(phases, k), *thread = PyTuple_GET_ITEM(ph, 3);
+        long long start = 0, end = 0;
+        unsigned long long u = 0;
+        as_int64(PyTuple_GET_ITEM(ph, 1), &start);
+        as_int64(PyTuple_GET_ITEM(ph, 2), &end);
+        if (thread != Py_None) as_uint64(thread, &u);
+        put_u64(p, (unsigned long long)start);
+        put_u64(p + 8, (unsigned long long)end);
+        put_u64(p + 16, u);
+        p[24] = thread != Py_None;
+        if (PyList_Append(names, PyTuple_GET_ITEM(ph, 0)) < 0) return -1;
+    }
+    *len += need;
+    return 0;
+}
+
 /* dumps(thread_names, records) -> bytes, or None when a record does not fit */
 static PyObject *dumps(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 2 || !PyList_CheckExact(args[1])) {
@@ -78,15 +141,13 @@ static PyObject *dumps(PyObject *self, PyObject *const *args, Py_ssize_t nargs) 
         return NULL;
     }
     PyObject *records = args[1];
-    Py_ssize_t n = PyList_GET_SIZE(records);
+    Py_ssize_t n = PyList_GET_SIZE(records), n_stream = 0, cap = 0;
     if (n > 0xFFFFFFFFLL) Py_RETURN_NONE;
-    PyObject *fixed = PyBytes_FromStringAndSize(NULL, MAGIC_LEN + 4 + n * RECORD_BYTES);
-    PyObject *names = PyList_New(n), *rests = PyList_New(0), *tail = NULL, *out = NULL;
-    if (!fixed || !names || !rests) goto done;
-    unsigned char *p = (unsigned char *)PyBytes_AS_STRING(fixed);
-    memcpy(p, MAGIC, MAGIC_LEN);
-    for (int k = 0; k < 4; k++) p[MAGIC_LEN + k] = (unsigned char)((unsigned long long)n >> (8 * k));
-    p += MAGIC_LEN + 4;
+    unsigned char *fixed = PyMem_Malloc(n * RECORD_BYTES + 1), *stream = NULL;
+    PyObject *names = PyList_New(n), *rests = PyList_New(0), *phase_names = PyList_New(0), *tail = NULL, *out = NULL;
+    if (!fixed) PyErr_NoMemory();
+    if (!fixed || !names || !rests || !phase_names) goto done;
+    unsigned char *p = fixed;
     for (Py_ssize_t k = 0; k < n; k++, p += RECORD_BYTES) {
         PyObject *rec = PyList_GET_ITEM(records, k);
         if (!PyTuple_CheckExact(rec) || PyTuple_GET_SIZE(rec) != n_fields || !pack_fixed(rec, p)) {
@@ -99,8 +160,15 @@ static PyObject *dumps(PyObject *self, PyObject *const *args, Py_ssize_t nargs) 
             if (PyTuple_GET_ITEM(rec, rest[j]) == Py_None) continue;
             PyObject *fields = PyTuple_New(n_rest);
             if (!fields) goto done;
-            for (Py_ssize_t f = 0; f < n_rest; f++)
-                PyTuple_SET_ITEM(fields, f, Py_NewRef(PyTuple_GET_ITEM(rec, rest[f])));
+            for (Py_ssize_t f = 0; f < n_rest; f++) {
+                PyObject *v = PyTuple_GET_ITEM(rec, rest[f]);
+                if (rest[f] == i_bundle && v != Py_None && plain_phases(v) > 0) {
+                    if (pack_bundle(v, &stream, &n_stream, &cap, phase_names) < 0) { Py_DECREF(fields); goto done; }
+                    v = PyTuple_GET_ITEM(v, 0);  /* the session id */
+                    p[56] |= BUNDLE_PACKED;
+                }
+                PyTuple_SET_ITEM(fields, f, Py_NewRef(v));
+            }
             int r = PyList_Append(rests, fields);
             Py_DECREF(fields);
             if (r < 0) goto done;
@@ -112,25 +180,102 @@ static PyObject *dumps(PyObject *self, PyObject *const *args, Py_ssize_t nargs) 
         p[62] = (unsigned char)(index >> 16);
         p[63] = (unsigned char)(index >> 24);
     }
-    PyObject *parts = PyTuple_Pack(3, args[0], names, rests);
+    if (n_stream > 0xFFFFFFFFLL) { out = Py_NewRef(Py_None); goto done; }
+    PyObject *parts = PyTuple_Pack(4, args[0], names, rests, phase_names);
     if (!parts) goto done;
     tail = PyMarshal_WriteObjectToString(parts, MARSHAL_VERSION);
     Py_DECREF(parts);
     if (!tail) goto done;
-    Py_ssize_t head = PyBytes_GET_SIZE(fixed);
-    if (_PyBytes_Resize(&fixed, head + PyBytes_GET_SIZE(tail)) < 0) goto done;
-    memcpy(PyBytes_AS_STRING(fixed) + head, PyBytes_AS_STRING(tail), PyBytes_GET_SIZE(tail));
-    out = fixed;
-    fixed = NULL;
+    Py_ssize_t head = HEAD_LEN + n * RECORD_BYTES + n_stream;
+    out = PyBytes_FromStringAndSize(NULL, head + PyBytes_GET_SIZE(tail));
+    if (!out) goto done;
+    unsigned char *q = (unsigned char *)PyBytes_AS_STRING(out);
+    memcpy(q, MAGIC, MAGIC_LEN);
+    for (int k = 0; k < 4; k++) {
+        q[MAGIC_LEN + k] = (unsigned char)((unsigned long long)n >> (8 * k));
+        q[MAGIC_LEN + 4 + k] = (unsigned char)((unsigned long long)n_stream >> (8 * k));
+    }
+    memcpy(q + HEAD_LEN, fixed, n * RECORD_BYTES);
+    if (n_stream) memcpy(q + HEAD_LEN + n * RECORD_BYTES, stream, n_stream);
+    memcpy(q + head, PyBytes_AS_STRING(tail), PyBytes_GET_SIZE(tail));
 done:
-    Py_XDECREF(fixed);
+    PyMem_Free(fixed);
+    PyMem_Free(stream);
     Py_XDECREF(names);
     Py_XDECREF(rests);
+    Py_XDECREF(phase_names);
     Py_XDECREF(tail);
     return out;
 }
 
-static PyObject *unpack_one(const unsigned char *p, PyObject *name, PyObject *rests) {
+/* The objects the records of one batch share: the last trace id and thread made (a run of
+ * records from one task and one thread gets the same int objects). */
+typedef struct {
+    unsigned char trace[16];
+    unsigned long long thread;
+    PyObject *trace_obj, *thread_obj;  /* strong, or NULL */
+    const unsigned char *phase, *phase_end;  /* where the phase stream goes on, and its end */
+    PyObject *phase_names;  /* borrowed: the batch's list of them */
+    Py_ssize_t next_name;
+} Shared;
+
+static void shared_clear(Shared *sh) {
+    Py_CLEAR(sh->trace_obj);
+    Py_CLEAR(sh->thread_obj);
+}
+
+static PyObject *shared_trace(Shared *sh, const unsigned char *p) {
+    if (!sh->trace_obj || memcmp(sh->trace, p, 16) != 0) {
+        PyObject *made = _PyLong_FromByteArray(p, 16, 1, 0);
+        if (!made) return NULL;
+        Py_XSETREF(sh->trace_obj, made);
+        memcpy(sh->trace, p, 16);
+    }
+    return Py_NewRef(sh->trace_obj);
+}
+
+static PyObject *shared_thread(Shared *sh, unsigned long long thread) {
+    if (!sh->thread_obj || sh->thread != thread) {
+        PyObject *made = PyLong_FromUnsignedLongLong(thread);
+        if (!made) return NULL;
+        Py_XSETREF(sh->thread_obj, made);
+        sh->thread = thread;
+    }
+    return Py_NewRef(sh->thread_obj);
+}
+
+/* The bundle of the session `session_id`, its phases read from the phase stream and names. */
+static PyObject *unpack_bundle(PyObject *session_id, Shared *sh) {
+    if (sh->phase_end - sh->phase < 4) return NULL;
+    const unsigned char *p = sh->phase;
+    Py_ssize_t n = p[0] | p[1] << 8 | p[2] << 16 | (Py_ssize_t)p[3] << 24;
+    if ((sh->phase_end - p - 4) / PHASE_BYTES < n || PyList_GET_SIZE(sh->phase_names) - sh->next_name < n) return NULL;
+    sh->phase += 4;
+    PyObject *phases = PyTuple_New(n);
+    if (!phases) return NULL;
+    for (Py_ssize_t k = 0; k < n; k++, sh->phase += PHASE_BYTES) {
+        p = sh->phase;
+        PyObject *ph = PyTuple_New(7), *v;
+        if (!ph) goto failed;
+        PyTuple_SET_ITEM(phases, k, ph);
+        PyTuple_SET_ITEM(ph, 0, Py_NewRef(PyList_GET_ITEM(sh->phase_names, sh->next_name++)));
+        for (int j = 4; j < 7; j++) PyTuple_SET_ITEM(ph, j, Py_NewRef(Py_None));
+        if (!(v = PyLong_FromLongLong((long long)get_u64(p)))) goto failed;
+        PyTuple_SET_ITEM(ph, 1, v);
+        if (!(v = PyLong_FromLongLong((long long)get_u64(p + 8)))) goto failed;
+        PyTuple_SET_ITEM(ph, 2, v);
+        if (!(v = p[24] ? shared_thread(sh, get_u64(p + 16)) : Py_NewRef(Py_None))) goto failed;
+        PyTuple_SET_ITEM(ph, 3, v);
+    }
+    PyObject *out = PyTuple_Pack(2, session_id, phases);
+    Py_DECREF(phases);
+    return out;
+failed:
+    Py_DECREF(phases);  /* the slots not set yet are NULL, which tuple deallocation skips */
+    return NULL;
+}
+
+static PyObject *unpack_one(const unsigned char *p, PyObject *name, PyObject *rests, Shared *sh) {
     PyObject *rec = PyTuple_New(n_fields);
     if (!rec) return NULL;
     unsigned int index = p[60] | p[61] << 8 | p[62] << 16 | (unsigned int)p[63] << 24;
@@ -140,17 +285,27 @@ static PyObject *unpack_one(const unsigned char *p, PyObject *name, PyObject *re
         fields = PyList_GET_ITEM(rests, index - 1);
         if (!PyTuple_CheckExact(fields) || PyTuple_GET_SIZE(fields) != n_rest) goto corrupt;
     }
-    for (Py_ssize_t j = 0; j < n_rest; j++)
-        PyTuple_SET_ITEM(rec, rest[j], Py_NewRef(fields ? PyTuple_GET_ITEM(fields, j) : Py_None));
+    for (Py_ssize_t j = 0; j < n_rest; j++) {
+        PyObject *v = fields ? PyTuple_GET_ITEM(fields, j) : Py_None;
+        if (rest[j] == i_bundle && p[56] & BUNDLE_PACKED) {
+            if (!fields || !(v = unpack_bundle(v, sh))) {
+                if (PyErr_Occurred()) goto failed;
+                goto corrupt;
+            }
+        } else {
+            Py_INCREF(v);
+        }
+        PyTuple_SET_ITEM(rec, rest[j], v);
+    }
     PyTuple_SET_ITEM(rec, i_name, Py_NewRef(name));
     PyObject *v;
 #define SET(i, expr) do { if (!(v = (expr))) goto failed; PyTuple_SET_ITEM(rec, (i), v); } while (0)
-    SET(i_trace, _PyLong_FromByteArray(p, 16, 1, 0));
+    SET(i_trace, shared_trace(sh, p));
     SET(i_span, PyLong_FromUnsignedLongLong(get_u64(p + 16)));
     SET(i_parent, PyLong_FromUnsignedLongLong(get_u64(p + 24)));
     SET(i_start, PyLong_FromLongLong((long long)get_u64(p + 32)));
     SET(i_end, PyLong_FromLongLong((long long)get_u64(p + 40)));
-    SET(i_thread, p[56] & 2 ? PyLong_FromUnsignedLongLong(get_u64(p + 48)) : Py_NewRef(Py_None));
+    SET(i_thread, p[56] & 2 ? shared_thread(sh, get_u64(p + 48)) : Py_NewRef(Py_None));
     SET(i_remote, PyBool_FromLong(p[56] & 1));
     SET(i_flags, PyLong_FromLong(p[57]));
     SET(i_kind, PyLong_FromLong(p[58]));
@@ -170,39 +325,46 @@ static PyObject *loads(PyObject *self, PyObject *arg) {
     Py_buffer view;
     if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0) return NULL;
     PyObject *parts = NULL, *records = NULL, *out = NULL;
+    Shared sh = {{0}, 0, NULL, NULL, NULL, NULL, NULL, 0};
     const unsigned char *p = view.buf;
     Py_ssize_t size = view.len;
     if (n_fields < 0) {
         PyErr_SetString(PyExc_RuntimeError, "configure() was not called");
         goto done;
     }
-    if (size < MAGIC_LEN + 4 || memcmp(p, MAGIC, MAGIC_LEN) != 0) {
+    if (size < HEAD_LEN || memcmp(p, MAGIC, MAGIC_LEN) != 0) {
         PyErr_SetString(PyExc_ValueError, "not a packed batch");
         goto done;
     }
     Py_ssize_t n = p[3] | p[4] << 8 | p[5] << 16 | (Py_ssize_t)p[6] << 24;
-    Py_ssize_t head = MAGIC_LEN + 4 + n * RECORD_BYTES;
+    Py_ssize_t m = p[7] | p[8] << 8 | p[9] << 16 | (Py_ssize_t)p[10] << 24;
+    Py_ssize_t head = HEAD_LEN + n * RECORD_BYTES + m;
     if (head > size) {
         PyErr_SetString(PyExc_ValueError, "a packed batch cut short");
         goto done;
     }
+    sh.phase = p + HEAD_LEN + n * RECORD_BYTES;
+    sh.phase_end = p + head;
     parts = PyMarshal_ReadObjectFromString((const char *)p + head, size - head);
     if (!parts) goto done;
-    if (!PyTuple_CheckExact(parts) || PyTuple_GET_SIZE(parts) != 3 || !PyList_CheckExact(PyTuple_GET_ITEM(parts, 1))
-        || PyList_GET_SIZE(PyTuple_GET_ITEM(parts, 1)) != n || !PyList_CheckExact(PyTuple_GET_ITEM(parts, 2))) {
+    if (!PyTuple_CheckExact(parts) || PyTuple_GET_SIZE(parts) != 4 || !PyList_CheckExact(PyTuple_GET_ITEM(parts, 1))
+        || PyList_GET_SIZE(PyTuple_GET_ITEM(parts, 1)) != n || !PyList_CheckExact(PyTuple_GET_ITEM(parts, 2))
+        || !PyList_CheckExact(PyTuple_GET_ITEM(parts, 3))) {
         PyErr_SetString(PyExc_ValueError, "a packed batch that does not hold together");
         goto done;
     }
     PyObject *names = PyTuple_GET_ITEM(parts, 1), *rests = PyTuple_GET_ITEM(parts, 2);
+    sh.phase_names = PyTuple_GET_ITEM(parts, 3);
     records = PyList_New(n);
     if (!records) goto done;
     for (Py_ssize_t k = 0; k < n; k++) {
-        PyObject *rec = unpack_one(p + MAGIC_LEN + 4 + k * RECORD_BYTES, PyList_GET_ITEM(names, k), rests);
+        PyObject *rec = unpack_one(p + HEAD_LEN + k * RECORD_BYTES, PyList_GET_ITEM(names, k), rests, &sh);
         if (!rec) goto done;
         PyList_SET_ITEM(records, k, rec);
     }
     out = PyTuple_Pack(2, PyTuple_GET_ITEM(parts, 0), records);
 done:
+    shared_clear(&sh);
     Py_XDECREF(parts);
     Py_XDECREF(records);
     PyBuffer_Release(&view);
