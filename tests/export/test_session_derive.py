@@ -11,6 +11,7 @@ past int64, eviction at the pending-sessions bound).
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import random
 import re
@@ -267,6 +268,37 @@ def test_the_compiled_step_appends_session_records_itself_as_the_appender_would(
     assert files["compiled"] == files["python"]
     assert files["compiled"].count(b"\n") == _sessions(items)
     assert compiled_handed_on < 0.2 * _sessions(items)  # only what the compiled step leaves to Python
+
+
+def _plain_session(n: int) -> tuple[tuple, dict]:
+    return (_rec("session", n + 1, _T0 + n, _T0 + n + 10),
+            {keys.SESSION_ID: n, keys.SPAN_KIND: keys.KIND_SESSION, keys.SESSION_STATUS: "accepted"})
+
+
+@compiled
+def test_the_compiled_steps_records_are_written_at_the_appenders_flush_threshold(tmp_path):
+    path = tmp_path / "records.jsonl"
+    processor = SessionSpanProcessor(None, rank=0, role="actor", records=JsonlAppender(str(path), 5), metrics=None,
+                                     max_pending_sessions=1000)
+    for n in range(12):
+        processor.on_record(*_plain_session(n))
+    assert path.read_bytes().count(b"\n") == 10
+    processor.shutdown()
+    ids = [json.loads(line)["session_id"] for line in path.read_bytes().splitlines()]
+    assert ids == list(range(12))
+
+
+@compiled
+def test_two_processors_taking_turns_each_write_their_own_records_in_order(tmp_path):
+    paths = [tmp_path / "a.jsonl", tmp_path / "b.jsonl"]
+    processors = [SessionSpanProcessor(None, rank=0, role="actor", records=JsonlAppender(str(path), 4),
+                                       metrics=None, max_pending_sessions=1000) for path in paths]
+    for n in range(20):
+        processors[n % 3 % 2].on_record(*_plain_session(n))
+    for processor in processors:
+        processor.shutdown()
+    ids = [[json.loads(line)["session_id"] for line in path.read_bytes().splitlines()] for path in paths]
+    assert ids == [[n for n in range(20) if n % 3 % 2 == k] for k in (0, 1)]
 
 
 @compiled

@@ -14,6 +14,7 @@
  * through the offsets of the classes' member descriptors, found once in configure().
  */
 #include "../_cext.h"
+#include <math.h>
 
 static PyObject *complete_fn;  /* _chrome_lines.complete */
 static PyObject *flows_fn;  /* _chrome_lines.flows */
@@ -815,8 +816,9 @@ static int lane_insert(PyObject *lane, PyObject *start_o, long long start, PyObj
     if (Py_TYPE(lane) != t_lane) { PyErr_SetString(PyExc_TypeError, "not a Lane"); return -1; }
     PyObject *pruned = SLOT(lane, o_lane_pruned);
     if (!pruned) { PyErr_SetString(PyExc_TypeError, "a lane without pruned_before"); return -1; }
-    if (PyFloat_CheckExact(pruned)) {  /* -inf until the lane first prunes */
-        int lt = PyObject_RichCompareBool(start_o, pruned, Py_LT);
+    if (PyFloat_CheckExact(pruned)) {  /* -inf until the lane first prunes: any start comes in */
+        int lt = isinf(PyFloat_AS_DOUBLE(pruned)) && PyFloat_AS_DOUBLE(pruned) < 0
+                 ? 0 : PyObject_RichCompareBool(start_o, pruned, Py_LT);
         if (lt) return lt < 0 ? -1 : 0;
     } else {
         long long before;

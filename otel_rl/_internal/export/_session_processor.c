@@ -704,83 +704,101 @@ static PyTypeObject *t_appender;
 static PyObject *dumps_fn, *line_option, *option_kwnames, *a_lock, *a_buffer, *a_count, *a_threshold,
     *s_flush, *s_record_failed;
 
-static int add_line(PyObject *records, const char *line, Py_ssize_t more) {  /* under the appender's lock */
-    PyObject *buffer = PyObject_GetAttr(records, a_buffer), *count = NULL, *threshold = NULL, *next = NULL;
-    int full = -1;
+/* The record lines of one appender (lines_of) are kept here, in order, and added to its buffer
+ * when anything else reads or adds to it (its add and _take call drain_records under its lock),
+ * or written once they and what its buffer held reach its flush threshold (its flush(), which
+ * takes them first). Per line, its lock and the count's attributes cost about 2,000 instructions. */
+static PyObject *lines_of;  /* strong */
+static char *lines;
+static Py_ssize_t lines_len, lines_cap, lines_count, lines_threshold;
+/* The lines its buffer held when the first of these came: nothing is added there without these
+ * being added first, so it cannot change while any are here. */
+static Py_ssize_t lines_before;
+
+static Py_ssize_t int_attr(PyObject *obj, PyObject *name) {  /* -1 with an error set on failure */
+    PyObject *v = PyObject_GetAttr(obj, name);
+    Py_ssize_t x = v ? PyLong_AsSsize_t(v) : -1;
+    Py_XDECREF(v);
+    return x;
+}
+
+/* The lines kept here added to lines_of's buffer and count (its lock held, or no other thread
+ * able to take it). 0, or -1 on error (they are dropped either way). */
+static int lines_drain(void) {
+    if (!lines_count) return 0;
+    Py_ssize_t n_lines = lines_count, more = lines_len;
+    lines_count = lines_len = 0;
+    PyObject *buffer = PyObject_GetAttr(lines_of, a_buffer), *count = NULL;
+    int r = -1;
     if (!buffer) return -1;
     if (!PyByteArray_CheckExact(buffer)) {
         PyErr_SetString(PyExc_TypeError, "an appender's buffer must be a bytearray");
         goto done;
     }
-    Py_ssize_t n = PyByteArray_GET_SIZE(buffer), need = n + more;
-    /* Room for twice what it holds: a bytearray grows by an eighth, so filling one to the
-     * flush threshold line by line would copy it dozens of times. Resizing down to at least
-     * half of the room keeps the room (CPython frees only below half). */
-    if (need + 1 > ((PyByteArrayObject *)buffer)->ob_alloc
-        && PyByteArray_Resize(buffer, need < 2048 ? 4096 : 2 * need) < 0)
-        goto done;
-    if (PyByteArray_Resize(buffer, need) < 0) goto done;
-    memcpy(PyByteArray_AS_STRING(buffer) + n, line, more);
-    if (!(count = PyObject_GetAttr(records, a_count)) || !(next = PyNumber_Add(count, one))
-        || PyObject_SetAttr(records, a_count, next) < 0 || !(threshold = PyObject_GetAttr(records, a_threshold)))
-        goto done;
-    full = PyObject_RichCompareBool(next, threshold, Py_GE);
+    Py_ssize_t n = PyByteArray_GET_SIZE(buffer), had = int_attr(lines_of, a_count);
+    if (had < 0 || PyByteArray_Resize(buffer, n + more) < 0) goto done;
+    memcpy(PyByteArray_AS_STRING(buffer) + n, lines, more);
+    if (!(count = PyLong_FromSsize_t(had + n_lines)) || PyObject_SetAttr(lines_of, a_count, count) < 0) goto done;
+    r = 0;
 done:
     Py_DECREF(buffer);
     Py_XDECREF(count);
-    Py_XDECREF(next);
-    Py_XDECREF(threshold);
-    return full;
+    return r;
 }
 
-/* The bound acquire and release of an appender's lock, fetched once per appender (its __init__
- * sets the lock and nothing rebinds it). The entry holds the appender, so its address is not
- * reused while cached. */
-static PyObject *lock_of, *lock_acquire, *lock_release;
-
-static int appender_lock(PyObject *records) {
-    if (records == lock_of) return 0;
-    PyObject *lock = PyObject_GetAttr(records, a_lock);
-    PyObject *acquire = lock ? PyObject_GetAttr(lock, s_acquire) : NULL;
-    PyObject *release = acquire ? PyObject_GetAttr(lock, s_release) : NULL;
-    Py_XDECREF(lock);
-    if (!release) {
-        Py_XDECREF(acquire);
-        return -1;
-    }
-    PyObject *old[3] = {lock_of, lock_acquire, lock_release};
-    lock_of = Py_NewRef(records);
-    lock_acquire = acquire;
-    lock_release = release;
-    for (int k = 0; k < 3; k++) Py_XDECREF(old[k]);
-    return 0;
-}
-
-/* Appends line (bytes) to the processor's records appender (records, of t_appender) as add()
- * does. 1: written, or its failure reported as _write_record reports it; -1: error. */
-static int append_line(PyObject *sp, PyObject *records, const char *line, Py_ssize_t n) {
-    int full = -1;
-    PyObject *release = NULL, *got = NULL;
-    if (appender_lock(records) == 0) {
-        release = Py_NewRef(lock_release);  /* the cache may move to another appender meanwhile */
-        got = PyObject_CallNoArgs(lock_acquire);
-    }
+/* lines_drain() under lines_of's lock. */
+static int lines_locked_drain(void) {
+    PyObject *lock = PyObject_GetAttr(lines_of, a_lock), *got = lock ? PyObject_CallMethodNoArgs(lock, s_acquire) : NULL;
+    int r = -1;
     if (got) {
         Py_DECREF(got);
-        full = add_line(records, line, n);
+        r = lines_drain();
         PyObject *type, *value, *tb;
         PyErr_Fetch(&type, &value, &tb);  /* released whatever happened */
-        got = PyObject_CallNoArgs(release);
+        got = PyObject_CallMethodNoArgs(lock, s_release);
         if (got) { Py_DECREF(got); PyErr_Restore(type, value, tb); }
-        else { Py_XDECREF(type); Py_XDECREF(value); Py_XDECREF(tb); full = -1; }
+        else { Py_XDECREF(type); Py_XDECREF(value); Py_XDECREF(tb); r = -1; }
     }
-    Py_XDECREF(release);
-    if (full > 0) {
+    Py_XDECREF(lock);
+    return r;
+}
+
+/* drain_records(appender): the record lines kept here for `appender` added to its buffer; the
+ * caller holds its lock. */
+static PyObject *drain_records(PyObject *self, PyObject *appender) {
+    if (appender != lines_of || lines_drain() == 0) Py_RETURN_NONE;
+    return NULL;
+}
+
+/* Appends line to the processor's records appender (records, of t_appender) as add() does.
+ * 1: kept, or its failure reported as _write_record reports it; -1: error. */
+static int append_line(PyObject *sp, PyObject *records, const char *line, Py_ssize_t n) {
+    PyObject *got;
+    if (records != lines_of) {
+        if (lines_count && lines_locked_drain() < 0) goto failed;  /* the appender before gets its lines */
+        Py_ssize_t threshold = int_attr(records, a_threshold);
+        if (threshold < 0) goto failed;
+        Py_XSETREF(lines_of, Py_NewRef(records));
+        lines_threshold = threshold;
+    }
+    if (!lines_count && (lines_before = int_attr(records, a_count)) < 0) goto failed;
+    if (lines_len + n > lines_cap) {
+        Py_ssize_t cap = 2 * (lines_len + n) + 4096;
+        char *more = PyMem_Realloc(lines, cap);
+        if (!more) { PyErr_NoMemory(); goto failed; }
+        lines = more;
+        lines_cap = cap;
+    }
+    memcpy(lines + lines_len, line, n);
+    lines_len += n;
+    lines_count++;
+    if (lines_before + lines_count >= lines_threshold) {
         got = PyObject_CallMethodNoArgs(records, s_flush);
         Py_XDECREF(got);
-        if (!got) full = -1;
+        if (!got) goto failed;
     }
-    if (full >= 0) return 1;
+    return 1;
+failed:  /* reported as add()'s failure would be */
     got = report_raised(sp, s_record_failed, NULL);
     Py_XDECREF(got);
     return got ? 1 : -1;
@@ -1329,6 +1347,8 @@ static PyMethodDef methods[] = {
      "SessionSpanProcessor.on_record for a phase or session span, or None where Python must run it."},
     {"derive_bundle", (PyCFunction)(void (*)(void))derive_bundle, METH_FASTCALL,
      "derive() for a session's expanded phases and then its span, or None where they must take it one by one."},
+    {"drain_records", drain_records, METH_O,
+     "Adds the record lines kept here for a JsonlAppender to its buffer (the caller holds its lock)."},
     {"drain_metrics", drain_metrics, METH_O,
      "Adds the values kept here for an AggregatedSessionMetrics to its points (the caller holds its lock)."},
     {NULL, NULL, 0, NULL},

@@ -12,6 +12,11 @@ import orjson
 from .. import diagnostics, files, guard
 from ..payload import json_safe
 
+try:
+    from ._session_processor import drain_records as _drain_compiled
+except ImportError:  # built without a C compiler: the session step adds its lines itself
+    _drain_compiled = None
+
 #: Bytes appended to each file by this process (path -> bytes), for the run summary.
 BYTES_WRITTEN: dict[str, int] = {}
 _bytes_lock = threading.Lock()
@@ -184,12 +189,22 @@ class JsonlAppender:
         self._file = AppendOnlyFile(path)
         self.written = 0
 
+    def _drained(self) -> None:
+        """Adds the lines the compiled session step keeps for this appender to the buffer,
+        so that lines keep their order (the caller holds the lock)."""
+        if _drain_compiled is not None:
+            try:
+                _drain_compiled(self)
+            except Exception as exc:  # noqa: BLE001 - the lines are lost, the appender goes on
+                guard.report(f"{self._kind}_write_error", "cannot buffer %s: %r", self.path, exc)
+
     def add(self, obj: Any) -> None:
         try:  # dumps_line, inlined: a session record is added per session
             line = orjson.dumps(obj, option=LINE_OPTION)
         except TypeError:
             line = dumps_line(obj)
         with self._lock:
+            self._drained()
             self._buffer += line
             self._count += 1
             if self._count < self._threshold:
@@ -198,6 +213,7 @@ class JsonlAppender:
         self._write(data, count)
 
     def _take(self) -> tuple[bytearray, int]:
+        self._drained()
         data, count = self._buffer, self._count
         self._buffer, self._count = bytearray(), 0
         return data, count
