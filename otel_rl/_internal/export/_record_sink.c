@@ -41,16 +41,37 @@ static int plain_value(PyObject *v, Py_ssize_t max_str) {
     return as_int64(v, &x);
 }
 
+/* The answers of content() for the key objects met last, by address: a batch's attribute
+ * keys are a handful of objects met again and again (about 100 instructions a dict lookup, 8
+ * a session's records). Each slot holds its key, so no other object takes its address. */
+#define CONTENT_SLOTS 64
+static struct { PyObject *key; int content; } content_seen[CONTENT_SLOTS];
+
+static void content_seen_clear(void) {
+    for (int k = 0; k < CONTENT_SLOTS; k++) Py_CLEAR(content_seen[k].key);
+}
+
 /* 1 when the key holds content (capture and redaction are the Python step's), -1 on error. */
 static int content(PyObject *key) {
+    size_t slot = ((size_t)key >> 4) % CONTENT_SLOTS;
+    if (content_seen[slot].key == key) return content_seen[slot].content;
     PyObject *found = PyDict_GetItemWithError(content_cache, key);
-    if (found) return found == Py_True;
-    if (PyErr_Occurred()) return -1;
-    found = PyObject_CallOneArg(is_content_key, key);
-    if (!found) return -1;
-    int r = PyObject_IsTrue(found);
-    if (r >= 0 && PyDict_GET_SIZE(content_cache) < MAX_CACHED && PyDict_SetItem(content_cache, key, r ? Py_True : Py_False) < 0) r = -1;
-    Py_DECREF(found);
+    int r;
+    if (found) {
+        r = found == Py_True;
+    } else {
+        if (PyErr_Occurred()) return -1;
+        found = PyObject_CallOneArg(is_content_key, key);
+        if (!found) return -1;
+        r = PyObject_IsTrue(found);
+        Py_DECREF(found);
+        if (r >= 0 && PyDict_GET_SIZE(content_cache) < MAX_CACHED
+            && PyDict_SetItem(content_cache, key, r ? Py_True : Py_False) < 0)
+            r = -1;
+        if (r < 0) return -1;
+    }
+    Py_XSETREF(content_seen[slot].key, Py_NewRef(key));
+    content_seen[slot].content = r;
     return r;
 }
 
@@ -656,6 +677,7 @@ static PyObject *configure(PyObject *self, PyObject *config) {
     }
     Py_XSETREF(baggage_keys, keys);
     PyDict_Clear(content_cache);
+    content_seen_clear();
     PyDict_Clear(arg_names);
     PyDict_Clear(phase_attrs);
     Py_RETURN_NONE;

@@ -631,8 +631,43 @@ static int closed_total(PyObject *instances, long long *total) {
     return 1;
 }
 
+/* The attributes a session span gains (its total, each phase's time and count), in the order
+ * they are set: put into its attributes at the end, as a dict of them would be merged. */
+#define MAX_DERIVED (1 + 2 * 64)
+typedef struct {
+    int n;
+    PyObject *items[2 * MAX_DERIVED];  /* key, value: strong */
+} Derived;
+
+static void derived_clear(Derived *d) {
+    for (int k = 0; k < 2 * d->n; k++) Py_DECREF(d->items[k]);
+    d->n = 0;
+}
+
+static int derived_set(Derived *d, PyObject *key, PyObject *value) {  /* value: borrowed */
+    if (d->n == MAX_DERIVED) {
+        PyErr_SetString(PyExc_RuntimeError, "more derived attributes than phases");
+        return -1;
+    }
+    d->items[2 * d->n] = Py_NewRef(key);
+    d->items[2 * d->n + 1] = Py_NewRef(value);
+    d->n++;
+    return 0;
+}
+
+/* attrs with d's items set, as dict(attrs, **d) (a new reference): attrs itself where the
+ * caller's reference is the only one (the compiled record sink's dict: no one else could see it
+ * change); NULL on error. */
+static PyObject *with_derived(PyObject *attrs, Derived *d) {
+    if (!d->n) return Py_NewRef(attrs);
+    PyObject *result = Py_REFCNT(attrs) == 1 ? Py_NewRef(attrs) : PyDict_Copy(attrs);
+    for (int k = 0; result && k < d->n; k++)
+        if (PyDict_SetItem(result, d->items[2 * k], d->items[2 * k + 1]) < 0) Py_CLEAR(result);
+    return result;
+}
+
 /* The record's phase fields and the derived attributes, for the session's phases. */
-static int phase_fields(PyObject *phases, PyObject *record, PyObject *derived) {
+static int phase_fields(PyObject *phases, PyObject *record, Derived *derived) {
     PyObject *names = PyList_New(0), *counts = PyDict_New(), *spans = PyDict_New();
     int rc = -1;
     if (!names || !counts || !spans) goto done;
@@ -659,8 +694,8 @@ static int phase_fields(PyObject *phases, PyObject *record, PyObject *derived) {
         PyObject *secs = seconds(total), *count = PyLong_FromSsize_t(n);
         int r = !secs || !count || PyDict_SetItem(record, PyTuple_GET_ITEM(names3, 0), secs) < 0
                 || PyDict_SetItem(counts, name, count) < 0
-                || (n && (PyDict_SetItem(derived, PyTuple_GET_ITEM(names3, 1), secs) < 0
-                          || PyDict_SetItem(derived, PyTuple_GET_ITEM(names3, 2), count) < 0));
+                || (n && (derived_set(derived, PyTuple_GET_ITEM(names3, 1), secs) < 0
+                          || derived_set(derived, PyTuple_GET_ITEM(names3, 2), count) < 0));
         Py_XDECREF(secs);
         Py_XDECREF(count);
         Py_DECREF(names3);
@@ -872,7 +907,7 @@ static int put_seconds(Buf *b, long long ns) {  /* what put_double writes for se
 
 /* "name_s" fields, "phase_counts" and "phases", as phase_fields() puts them in the dict; derived
  * gains what phase_fields() gives it. */
-static int put_phase_fields(Buf *b, PyObject *phases, PyObject *derived) {
+static int put_phase_fields(Buf *b, PyObject *phases, Derived *derived) {
     PyObject *names[64];
     Py_ssize_t n_names = 0, counts[64];
     for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(builtin_phases) && n_names < 64; k++)
@@ -901,8 +936,8 @@ static int put_phase_fields(Buf *b, PyObject *phases, PyObject *derived) {
             r = put_seconds(b, total);
         if (r == 0 && n) {
             PyObject *secs = seconds(total), *count = PyLong_FromSsize_t(n);
-            r = !secs || !count || PyDict_SetItem(derived, PyTuple_GET_ITEM(names3, 1), secs) < 0
-                || PyDict_SetItem(derived, PyTuple_GET_ITEM(names3, 2), count) < 0 ? -1 : 0;
+            r = !secs || !count || derived_set(derived, PyTuple_GET_ITEM(names3, 1), secs) < 0
+                || derived_set(derived, PyTuple_GET_ITEM(names3, 2), count) < 0 ? -1 : 0;
             Py_XDECREF(secs);
             Py_XDECREF(count);
         }
@@ -937,7 +972,7 @@ static int put_phase_fields(Buf *b, PyObject *phases, PyObject *derived) {
     return PUTS(b, "}");
 }
 
-static int record_line(Buf *b, RecordIn *in, PyObject *phases, PyObject *derived) {
+static int record_line(Buf *b, RecordIn *in, PyObject *phases, Derived *derived) {
     int r;
 #define FIELD(lit, value) \
     if (PUTS(b, lit) < 0) return -1; \
@@ -994,7 +1029,7 @@ static int record_line(Buf *b, RecordIn *in, PyObject *phases, PyObject *derived
 /* The record as a dict, as the Python step builds it (phase_fields gives derived its fields),
  * written by orjson into the appender or handed to _write_record. 0: written, or its failure
  * reported as _write_record reports it; -1: error. */
-static int write_record_dict(PyObject *sp, RecordIn *in, PyObject *phases, PyObject *derived, PyObject *total) {
+static int write_record_dict(PyObject *sp, RecordIn *in, PyObject *phases, Derived *derived, PyObject *total) {
     PyObject *record = PyDict_New(), *counters = PyDict_New();
     int rc = -1;
     if (!record || !counters) goto done;
@@ -1040,7 +1075,7 @@ done:
 
 /* The session's record written: its line here where record_line can (into the appender), the
  * dict's way otherwise. derived holds total_s and gains the phase fields. 0 or -1 (error). */
-static int write_record(PyObject *sp, RecordIn *in, PyObject *phases, PyObject *derived, PyObject *total) {
+static int write_record(PyObject *sp, RecordIn *in, PyObject *phases, Derived *derived, PyObject *total) {
     PyObject *records = appender_of(sp);
     if (!records) return -1;
     int r = SKIP;
@@ -1054,8 +1089,8 @@ static int write_record(PyObject *sp, RecordIn *in, PyObject *phases, PyObject *
     Py_DECREF(records);
     if (r != SKIP) return r;
     /* the dict's way, with derived as it was before record_line */
-    PyDict_Clear(derived);
-    if (!in->pending && PyDict_SetItem(derived, k_total_s, total) < 0) return -1;
+    derived_clear(derived);
+    if (!in->pending && derived_set(derived, k_total_s, total) < 0) return -1;
     return write_record_dict(sp, in, phases, derived, total);
 }
 
@@ -1129,7 +1164,9 @@ failed:
 /* What on_session does once the session is this file's, with its phases (a dict this takes
  * over): the status count, the record, the metrics; the attributes the span goes on with. */
 static PyObject *session_finish(PyObject *sp, PyObject *rec, PyObject *attrs, SessionIn *s, PyObject *phases) {
-    PyObject *derived = NULL, *result = NULL;
+    PyObject *result = NULL;
+    Derived derived;
+    derived.n = 0;
     PyObject *seen = PyDict_GetItemWithError(s->statuses, s->status);
     if (!seen && PyErr_Occurred()) goto done;
     {
@@ -1142,8 +1179,8 @@ static PyObject *session_finish(PyObject *sp, PyObject *rec, PyObject *attrs, Se
     if (!total) goto done;
     RecordIn in = {s->task, s->session_id, s->rank, s->role, s->step, s->status, s->reason, s->submit_step, attrs,
                    PyTuple_GET_ITEM(rec, i_trace), PyTuple_GET_ITEM(rec, i_span), s->start, s->end, pending};
-    int ok = (derived = PyDict_New()) && (pending || PyDict_SetItem(derived, k_total_s, total) == 0)
-             && write_record(sp, &in, phases, derived, total) == 0;
+    int ok = (pending || derived_set(&derived, k_total_s, total) == 0)
+             && write_record(sp, &in, phases, &derived, total) == 0;
     if (ok && !pending) {
         PyObject *metrics = own_attr(sp, a_metrics);
         Values v = {total, NULL, s->status, in.trace_id, in.span_id, PyTuple_GET_ITEM(rec, i_flags)};  /* no phase */
@@ -1151,17 +1188,10 @@ static PyObject *session_finish(PyObject *sp, PyObject *rec, PyObject *attrs, Se
         Py_XDECREF(metrics);
     }
     Py_DECREF(total);
-    if (!ok) goto done;
-    if (PyDict_GET_SIZE(derived)) {
-        /* A new dict, as the Python step returns; where the caller's reference is the only one
-         * (the compiled record sink's dict), no one else could see it change, so it gains them. */
-        result = Py_REFCNT(attrs) == 1 ? Py_NewRef(attrs) : PyDict_Copy(attrs);
-        if (result && PyDict_Update(result, derived) < 0) Py_CLEAR(result);
-    } else {
-        result = Py_NewRef(attrs);
-    }
+    /* A new dict, as the Python step returns, or the caller's own (see with_derived). */
+    if (ok) result = with_derived(attrs, &derived);
 done:
-    Py_XDECREF(derived);
+    derived_clear(&derived);
     return result;
 }
 
