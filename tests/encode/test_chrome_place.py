@@ -21,6 +21,7 @@ from opentelemetry.sdk.resources import Resource
 from otel_rl._internal import keys
 from otel_rl._internal.encode import chrome_place, chrome_trace
 from otel_rl._internal.encode.chrome_trace import ChromeTraceEncoder
+from otel_rl._internal.encode.lanes import unpack_leaves
 from otel_rl._internal.export import file_exporter
 from otel_rl._internal.recording import record
 
@@ -387,6 +388,55 @@ def test_a_sessions_phases_are_packed_once_placed_and_unpacked_for_a_span_nestin
     kids = lane.root.kids[-1]
     assert (kids.starts, kids.ends, kids.ids) == ([_T0 + 10, _T0 + 22, _T0 + 30], [_T0 + 20, _T0 + 28, _T0 + 40],
                                                   [3, 5, 4])
+
+
+def _as_bundles(items: list[tuple]) -> list[tuple]:
+    """``items`` with each session span and the bundled phases right before it as one bundled
+    session, (record, attributes, its phases' pairs), as the record sink keeps them."""
+    out, phases = [], []
+    for rec, attrs in items:
+        if attrs.get(keys.SPAN_KIND) == keys.KIND_PHASE and rec[record.ATTRIBUTES] is record.phase_attributes(
+                rec[record.NAME]):
+            phases.append((rec, attrs))
+        elif attrs.get(keys.SPAN_KIND) == keys.KIND_SESSION:
+            out.append((rec, attrs, tuple(phases)))
+            phases = []
+        else:
+            out.extend(phases)
+            out.append((rec, attrs))
+            phases = []
+    return out + phases
+
+
+def _lane_state(encoder: ChromeTraceEncoder) -> list:
+    """The encoder's clock, each thread's last use of it, and every lane's intervals, level by
+    level, packed leaves read back."""
+    def level(node):
+        if node is None:
+            return None
+        if type(node) is bytes:
+            node = unpack_leaves(node)
+        return [node.starts, node.ends, node.ids, [level(kid) for kid in node.kids]]
+
+    groups = [group for proc in encoder._processes.values() for group in proc.groups.values()]
+    return [encoder._clock, *(group.used for group in groups),
+            *((lane.count, lane.next_prune, lane.max_end, level(lane.root)) for group in groups for lane in group.lanes)]
+
+
+@compiled
+@pytest.mark.parametrize("seed", range(4))
+def test_bundled_sessions_leave_the_lanes_the_python_steps_leave(monkeypatch, seed):
+    # A session's phases go straight into its interval's packed leaves where they follow one
+    # another inside it; spans arriving later nest among them. The lanes, intervals and all,
+    # and the bytes must be the Python steps'.
+    items = _as_bundles(_bundled_sessions(seed, 400, bundled=True))
+    assert sum(len(item) == 3 and len(item[2]) > 0 for item in items) > 100
+    states = {}
+    for compiled_walk in (True, False):
+        encoder, _ = _encoder(monkeypatch, compiled_walk=compiled_walk, max_buffered_spans=7)
+        data = _write(encoder, items, 61)
+        states[compiled_walk] = (data, _lane_state(encoder))
+    assert states[True] == states[False]
 
 
 def _open_at_once(waves: int, open_sessions: int) -> list[tuple]:
