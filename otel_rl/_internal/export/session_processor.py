@@ -85,7 +85,9 @@ class SessionSpanProcessor(SpanProcessor):
         self._metrics = metrics
         self._max_pending = max_pending_sessions
         #: Session spans seen, by status (the run summary's sessions).
-        self.statuses: collections.Counter[str] = collections.Counter()
+        # A plain dict: a Counter's __delitem__ makes every item set a Python-level call
+        # (about 2,000 instructions a session in the compiled step).
+        self.statuses: dict[str, int] = {}
         # session id -> phase name -> [(start_ns, end_ns | None)]
         self._phases: collections.OrderedDict[Any, dict[str, list[tuple[int, int | None]]]] = (
             collections.OrderedDict()
@@ -215,7 +217,8 @@ class SessionSpanProcessor(SpanProcessor):
         status = attrs.get(keys.SESSION_STATUS, keys.STATUS_PENDING)
         reason = attrs.get(keys.SESSION_REASON)
         pending = status == keys.STATUS_PENDING
-        self.statuses[str(status)] += 1
+        key = str(status)
+        self.statuses[key] = self.statuses.get(key, 0) + 1
         submit_ts = start / _NS_PER_S
         finalized_ts = None if pending else end / _NS_PER_S
         total_s = None if pending else (end - start) / _NS_PER_S
