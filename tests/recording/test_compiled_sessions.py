@@ -288,6 +288,20 @@ def test_a_task_the_compiled_finalize_cannot_take_changes_nothing_there(capture)
     assert (list(registry.sessions), task.open_sessions, task.counts) == ([], set(), {"accepted": 1})
 
 
+def test_the_compiled_steps_leave_the_registrys_lock_free(capture):
+    # They take and free the lock without its methods (its struct's flag and PyThread lock):
+    # what locked() reads, and what another acquire needs, must be as the methods leave them.
+    registry = sessions.STATE.registry
+    task_id = otel_rl.register_task()
+    assert registry._lock.locked() is False
+    otel_rl.register_session(task_id)
+    assert registry._lock.locked() is False
+    otel_rl.trace_session_event("mark_finalized", task_id=task_id)
+    assert registry._lock.locked() is False
+    assert registry._lock.acquire(False) is True
+    registry._lock.release()
+
+
 def task_spans(capture):
     """The task spans captured, as (span id, start s, end s, attributes)."""
     return [(s["span_id"], s["start_ns"] // S, s["end_ns"] // S, s["attributes"]) for s in capture.spans()

@@ -106,7 +106,7 @@ typedef struct {
 static Config cfg;
 
 static PyObject *s_session_id, *s_phase_options, *s_sessions, *s_time_ns, *s_getrandbits, *s_get_ident,
-    *s_new_span_id, *s_tasks, *s_session_ids, *s_pipeline, *s_max_pending, *s_lock, *s_acquire, *s_release,
+    *s_new_span_id, *s_tasks, *s_session_ids, *s_pipeline, *s_max_pending, *s_lock, *s_acquire, *s_release, *s_get,
     *s_span_clock, *s_report, *bits64, *one, *zero_int;
 
 #define SLOT(obj, off) (*(PyObject **)((char *)(obj) + (off)))
@@ -277,8 +277,32 @@ static PyObject *new_session(Compiled *self, PyObject *session_id, PyObject *tas
     return obj;
 }
 
+/* The registry's lock, a threading.Lock, as CPython up to 3.12 lays it out (lockobject in
+ * Modules/_threadmodule.c): a try without blocking on its PyThread lock, then its flag set, is
+ * what acquire(False) does, and the reverse what release() does, without the method calls and
+ * their argument parsing (about 550 instructions each, three a session's steps). 3.13 made it a
+ * PyMutex: the methods are called there, as for any other lock type. */
+#if PY_VERSION_HEX < 0x030D0000
+typedef struct {
+    PyObject_HEAD
+    PyThread_type_lock lock_lock;
+    PyObject *in_weakreflist;
+    char locked;
+} RawLock;
+#define RAW_LOCKS 1
+#endif
+static PyTypeObject *lock_type;  /* _thread.LockType */
+
 /* lock.acquire(blocking): 1 held, 0 not, -1 an error. */
 static int lock_acquire(PyObject *lock, PyObject *blocking) {
+#ifdef RAW_LOCKS
+    if (blocking == Py_False && lock_type && Py_TYPE(lock) == lock_type) {
+        RawLock *raw = (RawLock *)lock;
+        if (PyThread_acquire_lock_timed(raw->lock_lock, 0, 0) != PY_LOCK_ACQUIRED) return 0;
+        raw->locked = 1;
+        return 1;
+    }
+#endif
     PyObject *argv[2] = {lock, blocking};
     PyObject *got = PyObject_VectorcallMethod(s_acquire, argv, 2 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
     int held = got == Py_True;
@@ -289,6 +313,13 @@ static int lock_acquire(PyObject *lock, PyObject *blocking) {
 /* lock.release(), keeping an error already set: 0, or -1 with release's error (the earlier one
  * dropped). */
 static int lock_release(PyObject *lock) {
+#ifdef RAW_LOCKS
+    if (lock_type && Py_TYPE(lock) == lock_type && ((RawLock *)lock)->locked) {
+        ((RawLock *)lock)->locked = 0;
+        PyThread_release_lock(((RawLock *)lock)->lock_lock);
+        return 0;
+    }
+#endif
     PyObject *type, *value, *tb;
     PyErr_Fetch(&type, &value, &tb);
     PyObject *argv[1] = {lock};
@@ -649,6 +680,41 @@ done:
     return r;
 }
 
+/* Whether current_id(keys.STEP) is not None: a step in the current context's baggage, read
+ * here from the context variable where it is known (a call of the Python function costs about
+ * 1,200 instructions a task). 1, 0, or -1 on error. */
+static int step_in_force(PyObject *current_id) {
+    if (cfg.context_var == Py_None) {
+        PyObject *step = PyObject_CallOneArg(current_id, cfg.k_step);
+        int r = step ? step != Py_None : -1;
+        Py_XDECREF(step);
+        return r;
+    }
+    PyObject *current = NULL;
+    if (PyContextVar_Get(cfg.context_var, NULL, &current) < 0) return -1;
+    if (!current) return 0;
+    int r = 0;
+    if (PyDict_Check(current)) {
+        PyObject *bag = PyDict_GetItemWithError(current, cfg.baggage_key), *step = NULL;
+        if (bag && bag != Py_None) {
+            /* a mapping: current_id asks bag.get(key), and a value that is not None stands */
+            step = PyDict_Check(bag) ? Py_XNewRef(PyDict_GetItemWithError(bag, cfg.k_step))
+                                     : PyObject_CallMethodOneArg(bag, s_get, cfg.k_step);
+            if (step) r = step != Py_None;
+            else if (PyErr_Occurred()) r = -1;
+            Py_XDECREF(step);
+        } else if (PyErr_Occurred()) {
+            r = -1;
+        }
+    } else {
+        PyObject *step = PyObject_CallOneArg(current_id, cfg.k_step);
+        r = step ? step != Py_None : -1;
+        Py_XDECREF(step);
+    }
+    Py_DECREF(current);
+    return r;
+}
+
 /* True, False or NULL (an error), as finalize_task_sessions() below. */
 static PyObject *finalize_sessions(PyObject *registry, PyObject *task, PyObject *status, PyObject *time_ns,
                                    PyObject *current_id) {
@@ -658,7 +724,7 @@ static PyObject *finalize_sessions(PyObject *registry, PyObject *task, PyObject 
     PyObject *open = SLOT(task, cfg.task_open);
     if (!open || !PySet_CheckExact(open)) Py_RETURN_FALSE;
     PyObject *out = NULL, *sessions = NULL, *tasks = NULL, *lock = NULL, *finalized = NULL, *recent = NULL,
-             *idle = NULL, *pipeline = NULL, *step = NULL, *ids = NULL, *states = NULL, *phases = NULL, *end_ns = NULL;
+             *idle = NULL, *pipeline = NULL, *ids = NULL, *states = NULL, *phases = NULL, *end_ns = NULL;
     Sink sink = {NULL};
     if (!(sessions = PyObject_GetAttr(registry, s_sessions)) || !(tasks = PyObject_GetAttr(registry, s_tasks))
         || !(lock = PyObject_GetAttr(registry, s_lock)) || !(idle = PyObject_GetAttr(registry, s_idle))
@@ -668,8 +734,9 @@ static PyObject *finalize_sessions(PyObject *registry, PyObject *task, PyObject 
     if (!PyDict_Check(sessions) || !PyDict_CheckExact(tasks) || !PyDict_Check(idle) || PyDict_GET_SIZE(idle))
         goto done;
     /* current_id(keys.STEP): a step in force goes on the records (the Python steps') */
-    if (!(step = PyObject_CallOneArg(current_id, cfg.k_step))) goto failed;
-    if (step != Py_None) goto done;
+    int stepped = step_in_force(current_id);
+    if (stepped < 0) goto failed;
+    if (stepped) goto done;
     /* list(task.open_sessions), each still registered and plain; nothing ran Python code since */
     if (!(ids = PySequence_List(open)) || !(states = PyList_New(0))) goto failed;
     for (Py_ssize_t k = 0; k < PyList_GET_SIZE(ids); k++) {
@@ -740,7 +807,6 @@ done:
     Py_XDECREF(idle);
     Py_XDECREF(pipeline);
     Py_XDECREF(sink.queue);
-    Py_XDECREF(step);
     Py_XDECREF(ids);
     Py_XDECREF(states);
     Py_XDECREF(phases);
@@ -1172,6 +1238,10 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_tracking", NULL, -1
 
 PyMODINIT_FUNC PyInit__tracking(void) {
     if (PyType_Ready(&CompiledType) < 0) return NULL;
+    PyObject *thread_module = PyImport_ImportModule("_thread");
+    lock_type = thread_module ? (PyTypeObject *)PyObject_GetAttrString(thread_module, "LockType") : NULL;
+    Py_XDECREF(thread_module);
+    if (!lock_type || !PyType_Check(lock_type)) return NULL;
 #define INTERN(var, text) if (!(var = PyUnicode_InternFromString(text))) return NULL;
     INTERN(s_session_id, "session_id")
     INTERN(s_phase_options, "phase_options")
@@ -1186,6 +1256,7 @@ PyMODINIT_FUNC PyInit__tracking(void) {
     INTERN(s_max_pending, "_max_pending")
     INTERN(s_lock, "_lock")
     INTERN(s_acquire, "acquire")
+    INTERN(s_get, "get")
     INTERN(s_release, "release")
     INTERN(s_enqueue, "enqueue")
     INTERN(s_finalized, "_finalized")
