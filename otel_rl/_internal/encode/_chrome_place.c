@@ -897,20 +897,30 @@ inserted:;
     return 1;
 }
 
-/* Whether Lane.insert surely refuses [start, end] (end >= start) at the lane's root level: its
- * last root interval [a, b] starts before the span and ends inside it (a < start < b < end).
- * The root intervals before it end by a, so that is the only one the span touches; it neither
- * holds the span (b < end) nor lies within it (a < start). 1: refused; 0: Lane.insert decides.
- * A thread with many sessions open at once has a lane each, and a session tries them in turn. */
-static int surely_refused(PyObject *lane, long long start, long long end) {
-    PyObject *level = Py_TYPE(lane) == t_lane ? SLOT(lane, o_lane_root) : NULL, *starts, *ends;
+/* Whether Lane.insert surely refuses [start, end] (end >= start) at the lane's root level, where
+ * its last root interval [a, b] (a < start < b) is the only one the span touches (the root
+ * intervals before it end by a):
+ * - it ends inside the span (b < end): it neither holds the span nor lies within it;
+ * - it holds the span (end <= b) but is not its ancestor: Lane.insert would step into it only
+ *   for a descendant, and cannot make the span hold it (a < start).
+ * 1: refused; 0: Lane.insert decides; -1 an error. A thread with many sessions open at once has
+ * a lane each, and a session tries them in turn: the sessions of a task end together, so each
+ * lies within the one before it on the lane before its own. */
+static int surely_refused(PyObject *lane, long long start, long long end, PyObject *span_id, PyObject *parent_of,
+                          PyObject *own_parent) {
+    PyObject *level = Py_TYPE(lane) == t_lane ? SLOT(lane, o_lane_root) : NULL, *starts, *ends, *ids;
     if (!level || Py_TYPE(level) != t_level || !(starts = SLOT(level, o_level_starts))
-        || !(ends = SLOT(level, o_level_ends)) || !PyList_CheckExact(starts) || !PyList_CheckExact(ends))
+        || !(ends = SLOT(level, o_level_ends)) || !(ids = SLOT(level, o_level_ids)) || !PyList_CheckExact(starts)
+        || !PyList_CheckExact(ends) || !PyList_CheckExact(ids))
         return 0;
     Py_ssize_t n = PyList_GET_SIZE(ends);
     long long a, b;
-    return n && PyList_GET_SIZE(starts) == n && as_int64(PyList_GET_ITEM(starts, n - 1), &a)
-           && as_int64(PyList_GET_ITEM(ends, n - 1), &b) && a < start && start < b && b < end;
+    if (!n || PyList_GET_SIZE(starts) != n || PyList_GET_SIZE(ids) != n || !as_int64(PyList_GET_ITEM(starts, n - 1), &a)
+        || !as_int64(PyList_GET_ITEM(ends, n - 1), &b) || !(a < start && start < b))
+        return 0;
+    if (b < end) return 1;
+    int ancestor = is_ancestor(parent_of, PyList_GET_ITEM(ids, n - 1), span_id, own_parent ? span_id : NULL, own_parent);
+    return ancestor < 0 ? -1 : !ancestor;
 }
 
 static int add_clock(PyObject *enc, PyObject *group) {
@@ -1156,7 +1166,9 @@ static PyObject *place_span(PyObject *self, PyObject *const *args, Py_ssize_t na
     if (!parent_rec && prefer == Py_None && !has_children) {
         for (Py_ssize_t k = 0; k < n_lanes && !chosen; k++) {
             PyObject *lane = PyList_GET_ITEM(lanes, k);
-            if (surely_refused(lane, start, end)) continue;
+            int refused = surely_refused(lane, start, end, span_id, parent_of, own_parent);
+            if (refused < 0) { Py_XDECREF(parent_rec); goto done; }
+            if (refused) continue;
             r = lane_insert(lane, start_o, start, end_o, end, span_id, parent_of, own_parent);
             if (r < 0) { Py_XDECREF(parent_rec); goto done; }
             if (r) chosen = Py_NewRef(lane);
@@ -1197,7 +1209,10 @@ static PyObject *place_span(PyObject *self, PyObject *const *args, Py_ssize_t na
         }
         for (Py_ssize_t k = 0; k < n_lanes && !chosen; k++) {
             PyObject *lane = PyList_GET_ITEM(lanes, k);
-            if (in_tried(tried, n_tried, lane_index(lane)) || surely_refused(lane, start, end)) continue;
+            if (in_tried(tried, n_tried, lane_index(lane))) continue;
+            int refused = surely_refused(lane, start, end, span_id, parent_of, own_parent);
+            if (refused < 0) { Py_XDECREF(parent_rec); goto done; }
+            if (refused) continue;
             r = lane_insert(lane, start_o, start, end_o, end, span_id, parent_of, own_parent);
             if (r < 0) { Py_XDECREF(parent_rec); goto done; }
             if (r) chosen = Py_NewRef(lane);
