@@ -144,7 +144,7 @@ static PyObject *registry_of(Compiled *self) {
     PyObject *got[6] = {NULL};
     for (int k = 0; names[k]; k++)
         if (!(got[k] = PyObject_GetAttr(registry, names[k]))) goto bad;
-    /* OrderedDict is a dict underneath; `tasks` a plain dict */
+    /* `sessions` a dict (a subclass taken too), `tasks` a plain dict */
     if (!PyDict_Check(got[0]) || !PyDict_Check(got[1]) || !PyDict_CheckExact(got[2]) || !PyLong_CheckExact(got[5]))
         goto bad;
     Py_XSETREF(self->registry, Py_NewRef(registry));
