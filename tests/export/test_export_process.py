@@ -9,6 +9,7 @@ import signal
 import time
 import weakref
 
+import pytest
 from opentelemetry.sdk.trace import TracerProvider
 from support import export_to, read_trace, run_python, slice_names, slices
 from waiting import wait_until
@@ -93,6 +94,27 @@ def test_spans_survive_the_exporter_process_dying(tmp_path):
     names = slice_names(os.path.join(run_dir, "traces-r0.jsonl"))
     assert sorted(names) == ["after"] * 10 + ["before"] * 10
     assert otel_rl.diagnostics()["exporter_process_lost"] == 1
+
+
+def _exporter_environ() -> dict[str, str]:
+    """The environment the running exporter process was started with (Linux /proc)."""
+    with open(f"/proc/{STATE.pipeline.shipper._proc.pid}/environ", "rb") as fh:
+        return dict(item.decode().split("=", 1) for item in fh.read().split(b"\0") if b"=" in item)
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/environ"), reason="reads /proc")
+def test_the_exporter_process_keeps_its_heap_where_the_environment_leaves_malloc_alone(tmp_path, monkeypatch):
+    monkeypatch.delenv("MALLOC_TRIM_THRESHOLD_", raising=False)
+    monkeypatch.setenv("MALLOC_TOP_PAD_", "4096")  # set by the user: it stands
+    otel_rl.configure(fileroot=str(tmp_path), tracer_provider=TracerProvider(shutdown_on_exit=False))
+    with otel_rl.trace_scope("step"):
+        pass
+    otel_rl.save(force=True)  # the exporter process is running
+    environ = _exporter_environ()
+    otel_rl.shutdown()
+    assert environ["MALLOC_TRIM_THRESHOLD_"] == str(256 << 20)
+    assert environ["MALLOC_MMAP_THRESHOLD_"] == str(256 << 20)
+    assert environ["MALLOC_TOP_PAD_"] == "4096"
 
 
 def test_a_sigkilled_training_process_leaves_every_shipped_span_on_disk(tmp_path):
