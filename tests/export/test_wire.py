@@ -14,9 +14,10 @@ from otel_rl._internal.recording import record
 
 packed = pytest.mark.skipif(wire._native is None, reason="built without a C compiler")
 
-_payload = st.one_of(st.none(), st.dictionaries(st.text(max_size=5), st.one_of(st.integers(), st.text(max_size=5),
-                                                                                st.floats(allow_nan=False)),
-                                                 max_size=3))
+# Values of every type the value stream takes (ints past int64 and nested dicts: marshal's).
+_value = st.one_of(st.integers(), st.text(max_size=5), st.floats(allow_nan=False), st.booleans(), st.none())
+_payload = st.one_of(st.none(), st.dictionaries(st.text(max_size=5), st.one_of(
+    _value, st.dictionaries(st.text(max_size=3), _value, max_size=2)), max_size=3))
 
 
 @st.composite
@@ -127,6 +128,20 @@ def test_bundled_phases_travel_packed_and_share_their_records_thread_and_trace_i
     threads = {id(rec[record.THREAD]) for rec in got} | {id(ph[3]) for rec in got for ph in rec[record.BUNDLE][1]}
     assert len(threads) == 1
     assert len({id(rec[record.TRACE_ID]) for rec in got}) == 1
+
+
+@packed
+def test_ids_and_attributes_of_plain_values_travel_in_the_value_stream_with_each_text_once():
+    batch = [rec[:record.IDS] + ({"rl.task.id": 3},) + rec[record.IDS + 1:record.ATTRIBUTES]
+             + ({"rl.span.kind": "session", "rl.session.status": "accepted", "ok": True, "x": 0.5},)
+             + rec[record.ATTRIBUTES + 1:] for rec in _sessions(20)]
+    data = wire.dumps({}, batch)
+    n, phases, values = (int.from_bytes(data[at:at + 4], "little") for at in (3, 7, 11))
+    _, _, rests, _, texts = marshal.loads(data[15 + 64 * n + phases + values:])
+    assert rests == []  # no record's fields left to marshal
+    assert sorted(texts) == sorted({"rl.task.id", "rl.span.kind", "session", "rl.session.status", "accepted", "ok",
+                                    "x"})
+    assert _typed(wire.loads(data)[1]) == _typed(batch)
 
 
 @packed

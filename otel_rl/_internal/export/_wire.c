@@ -10,22 +10,33 @@
  * A session's bundle, (session id, (phase, ...)), goes the same way where each phase is plain
  * (name, start, end, thread, None, None, None): its phase count (u32) and each phase's times and
  * thread (PHASE_BYTES) in the phase stream, the session id in the record's marshal part, the
- * names in one list for the batch (no object made per bundle on the sending side). A phase on its record's thread gets the record's thread
- * object back, and records in a row with the same trace id or thread the same int object: fewer
- * objects to make and free, and the id dicts downstream compare them by identity.
+ * names in one list for the batch (no object made per bundle on the sending side). A phase on
+ * its record's thread gets the record's thread object back, and records in a row with the same
+ * trace id or thread the same int object: fewer objects to make and free, and the id dicts
+ * downstream compare them by identity.
  *
- * Layout: MAGIC (3 bytes), record count (u32), phase stream length (u32), the fixed blocks, the
- * phase stream, then the marshal part: (thread names, record names, rest fields, phase names).
+ * The other fields of a record go in the value stream where each is None, a bool, an int64, a
+ * float, text, or a dict of text to those (a span's ids, attributes and args as the caller's
+ * thread keeps them): a tag byte a value, text as its index in the batch's table of texts (each
+ * text once, marshalled with the rest). marshal's own walk, its reference table included, cost
+ * about 2,900 instructions a session on the sending side. A record with any other value keeps
+ * its fields in the marshal part.
+ *
+ * Layout: MAGIC (3 bytes), record count, phase stream length, value stream length (u32 each),
+ * the fixed blocks, the phase stream, the value stream, then the marshal part: (thread names,
+ * record names, rest fields, phase names, texts).
  */
 #include "../_cext.h"
 #include <marshal.h>
 
-#define MAGIC "\0W2"
+#define MAGIC "\0W3"
 #define MAGIC_LEN 3
-#define HEAD_LEN (MAGIC_LEN + 8)
+#define HEAD_LEN (MAGIC_LEN + 12)
 #define RECORD_BYTES 64
 #define PHASE_BYTES 25
 #define BUNDLE_PACKED 4  /* in a fixed block's flags byte: the bundle's phases are in the phase stream */
+#define IN_VALUES 0x80000000u  /* a fixed block's rest index: its fields are next in the value stream */
+enum { V_NONE, V_FALSE, V_TRUE, V_INT, V_FLOAT, V_TEXT, V_DICT };
 #define MARSHAL_VERSION 4
 #define MAX_FIELDS 64
 
@@ -130,6 +141,116 @@ static int pack_bundle(PyObject *bundle, unsigned char **stream, Py_ssize_t *len
     return 0;
 }
 
+/* A growing byte buffer. */
+typedef struct {
+    unsigned char *p;
+    Py_ssize_t len, cap;
+} Bytes;
+
+static unsigned char *bytes_room(Bytes *b, Py_ssize_t n) {  /* NULL with MemoryError set */
+    if (b->len + n > b->cap) {
+        Py_ssize_t cap = 2 * (b->len + n) + 256;
+        unsigned char *more = PyMem_Realloc(b->p, cap);
+        if (!more) { PyErr_NoMemory(); return NULL; }
+        b->p = more;
+        b->cap = cap;
+    }
+    unsigned char *at = b->p + b->len;
+    b->len += n;
+    return at;
+}
+
+/* The batch's texts: each exact str once, by its index; the last ones met by address first. */
+#define TEXT_SLOTS 64
+typedef struct {
+    PyObject *list, *index;  /* strong: the texts, and text -> index */
+    struct { PyObject *text; unsigned int at; } seen[TEXT_SLOTS];  /* borrowed: the list holds them */
+} Texts;
+
+static long long text_index(Texts *t, PyObject *text) {  /* -1 with an error set */
+    size_t slot = ((size_t)text >> 4) % TEXT_SLOTS;
+    if (t->seen[slot].text == text) return t->seen[slot].at;
+    PyObject *found = PyDict_GetItemWithError(t->index, text);
+    long long at;
+    if (found) {
+        at = PyLong_AsLongLong(found);
+    } else {
+        if (PyErr_Occurred()) return -1;
+        at = PyList_GET_SIZE(t->list);
+        PyObject *number = PyLong_FromLongLong(at);
+        int r = !number || PyList_Append(t->list, text) < 0 || PyDict_SetItem(t->index, text, number) < 0;
+        Py_XDECREF(number);
+        if (r) return -1;
+    }
+    t->seen[slot].text = PyList_GET_ITEM(t->list, at);
+    t->seen[slot].at = (unsigned int)at;
+    return at;
+}
+
+/* One value into the value stream: 1 written, 0 not a value it takes (a dict only where
+ * `dicts`), -1 an error. */
+static int put_value(Bytes *b, Texts *t, PyObject *v, int dicts) {
+    unsigned char *at;
+    if (v == Py_None || v == Py_False || v == Py_True) {
+        if (!(at = bytes_room(b, 1))) return -1;
+        *at = v == Py_None ? V_NONE : v == Py_False ? V_FALSE : V_TRUE;
+        return 1;
+    }
+    if (PyLong_CheckExact(v)) {
+        long long x;
+        if (!as_int64(v, &x)) return 0;
+        if (!(at = bytes_room(b, 9))) return -1;
+        at[0] = V_INT;
+        put_u64(at + 1, (unsigned long long)x);
+        return 1;
+    }
+    if (PyFloat_CheckExact(v)) {
+        double x = PyFloat_AS_DOUBLE(v);
+        unsigned long long bits;
+        memcpy(&bits, &x, 8);
+        if (!(at = bytes_room(b, 9))) return -1;
+        at[0] = V_FLOAT;
+        put_u64(at + 1, bits);
+        return 1;
+    }
+    if (PyUnicode_CheckExact(v)) {
+        long long index = text_index(t, v);
+        if (index < 0 || index > 0xFFFFFFFFLL) return index < 0 ? -1 : 0;
+        if (!(at = bytes_room(b, 5))) return -1;
+        at[0] = V_TEXT;
+        for (int k = 0; k < 4; k++) at[1 + k] = (unsigned char)((unsigned long long)index >> (8 * k));
+        return 1;
+    }
+    if (!dicts || !PyDict_CheckExact(v) || PyDict_GET_SIZE(v) > 0xFFFF) return 0;
+    if (!(at = bytes_room(b, 3))) return -1;
+    at[0] = V_DICT;
+    at[1] = (unsigned char)PyDict_GET_SIZE(v);
+    at[2] = (unsigned char)(PyDict_GET_SIZE(v) >> 8);
+    Py_ssize_t pos = 0;
+    PyObject *key, *value;
+    while (PyDict_Next(v, &pos, &key, &value)) {
+        if (!PyUnicode_CheckExact(key)) return 0;
+        int r = put_value(b, t, key, 0);
+        if (r == 1) r = put_value(b, t, value, 0);
+        if (r != 1) return r;
+    }
+    return 1;
+}
+
+/* The rest fields of rec (the bundle's as `bundle`) into the value stream: 1, or 0 where one is
+ * not a value it takes (the stream as it was), or -1 an error. */
+static int put_rest(Bytes *b, Texts *t, PyObject *rec, PyObject *bundle) {
+    Py_ssize_t mark = b->len;
+    for (Py_ssize_t f = 0; f < n_rest; f++) {
+        int r = put_value(b, t, rest[f] == i_bundle ? bundle : PyTuple_GET_ITEM(rec, rest[f]), 1);
+        if (r != 1) {
+            b->len = mark;
+            return r;
+        }
+    }
+    return 1;
+}
+
 /* dumps(thread_names, records) -> bytes, or None when a record does not fit */
 static PyObject *dumps(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 2 || !PyList_CheckExact(args[1])) {
@@ -144,9 +265,14 @@ static PyObject *dumps(PyObject *self, PyObject *const *args, Py_ssize_t nargs) 
     Py_ssize_t n = PyList_GET_SIZE(records), n_stream = 0, cap = 0;
     if (n > 0xFFFFFFFFLL) Py_RETURN_NONE;
     unsigned char *fixed = PyMem_Malloc(n * RECORD_BYTES + 1), *stream = NULL;
+    Bytes values = {NULL, 0, 0};
+    Texts texts;
+    memset(&texts, 0, sizeof(texts));
     PyObject *names = PyList_New(n), *rests = PyList_New(0), *phase_names = PyList_New(0), *tail = NULL, *out = NULL;
+    texts.list = PyList_New(0);
+    texts.index = PyDict_New();
     if (!fixed) PyErr_NoMemory();
-    if (!fixed || !names || !rests || !phase_names) goto done;
+    if (!fixed || !names || !rests || !phase_names || !texts.list || !texts.index) goto done;
     unsigned char *p = fixed;
     for (Py_ssize_t k = 0; k < n; k++, p += RECORD_BYTES) {
         PyObject *rec = PyList_GET_ITEM(records, k);
@@ -158,20 +284,26 @@ static PyObject *dumps(PyObject *self, PyObject *const *args, Py_ssize_t nargs) 
         unsigned int index = 0;
         for (Py_ssize_t j = 0; j < n_rest; j++) {
             if (PyTuple_GET_ITEM(rec, rest[j]) == Py_None) continue;
+            PyObject *bundle = PyTuple_GET_ITEM(rec, i_bundle);
+            if (bundle != Py_None && plain_phases(bundle) > 0) {
+                if (pack_bundle(bundle, &stream, &n_stream, &cap, phase_names) < 0) goto done;
+                bundle = PyTuple_GET_ITEM(bundle, 0);  /* the session id */
+                p[56] |= BUNDLE_PACKED;
+            }
+            int simple = put_rest(&values, &texts, rec, bundle);
+            if (simple < 0) goto done;
+            if (simple) {
+                index = IN_VALUES;
+                break;
+            }
             PyObject *fields = PyTuple_New(n_rest);
             if (!fields) goto done;
-            for (Py_ssize_t f = 0; f < n_rest; f++) {
-                PyObject *v = PyTuple_GET_ITEM(rec, rest[f]);
-                if (rest[f] == i_bundle && v != Py_None && plain_phases(v) > 0) {
-                    if (pack_bundle(v, &stream, &n_stream, &cap, phase_names) < 0) { Py_DECREF(fields); goto done; }
-                    v = PyTuple_GET_ITEM(v, 0);  /* the session id */
-                    p[56] |= BUNDLE_PACKED;
-                }
-                PyTuple_SET_ITEM(fields, f, Py_NewRef(v));
-            }
+            for (Py_ssize_t f = 0; f < n_rest; f++)
+                PyTuple_SET_ITEM(fields, f, Py_NewRef(rest[f] == i_bundle ? bundle : PyTuple_GET_ITEM(rec, rest[f])));
             int r = PyList_Append(rests, fields);
             Py_DECREF(fields);
             if (r < 0) goto done;
+            if (PyList_GET_SIZE(rests) >= (Py_ssize_t)IN_VALUES) { out = Py_NewRef(Py_None); goto done; }
             index = (unsigned int)PyList_GET_SIZE(rests);
             break;
         }
@@ -180,13 +312,13 @@ static PyObject *dumps(PyObject *self, PyObject *const *args, Py_ssize_t nargs) 
         p[62] = (unsigned char)(index >> 16);
         p[63] = (unsigned char)(index >> 24);
     }
-    if (n_stream > 0xFFFFFFFFLL) { out = Py_NewRef(Py_None); goto done; }
-    PyObject *parts = PyTuple_Pack(4, args[0], names, rests, phase_names);
+    if (n_stream > 0xFFFFFFFFLL || values.len > 0xFFFFFFFFLL) { out = Py_NewRef(Py_None); goto done; }
+    PyObject *parts = PyTuple_Pack(5, args[0], names, rests, phase_names, texts.list);
     if (!parts) goto done;
     tail = PyMarshal_WriteObjectToString(parts, MARSHAL_VERSION);
     Py_DECREF(parts);
     if (!tail) goto done;
-    Py_ssize_t head = HEAD_LEN + n * RECORD_BYTES + n_stream;
+    Py_ssize_t head = HEAD_LEN + n * RECORD_BYTES + n_stream + values.len;
     out = PyBytes_FromStringAndSize(NULL, head + PyBytes_GET_SIZE(tail));
     if (!out) goto done;
     unsigned char *q = (unsigned char *)PyBytes_AS_STRING(out);
@@ -194,13 +326,18 @@ static PyObject *dumps(PyObject *self, PyObject *const *args, Py_ssize_t nargs) 
     for (int k = 0; k < 4; k++) {
         q[MAGIC_LEN + k] = (unsigned char)((unsigned long long)n >> (8 * k));
         q[MAGIC_LEN + 4 + k] = (unsigned char)((unsigned long long)n_stream >> (8 * k));
+        q[MAGIC_LEN + 8 + k] = (unsigned char)((unsigned long long)values.len >> (8 * k));
     }
     memcpy(q + HEAD_LEN, fixed, n * RECORD_BYTES);
     if (n_stream) memcpy(q + HEAD_LEN + n * RECORD_BYTES, stream, n_stream);
+    if (values.len) memcpy(q + HEAD_LEN + n * RECORD_BYTES + n_stream, values.p, values.len);
     memcpy(q + head, PyBytes_AS_STRING(tail), PyBytes_GET_SIZE(tail));
 done:
     PyMem_Free(fixed);
     PyMem_Free(stream);
+    PyMem_Free(values.p);
+    Py_XDECREF(texts.list);
+    Py_XDECREF(texts.index);
     Py_XDECREF(names);
     Py_XDECREF(rests);
     Py_XDECREF(phase_names);
@@ -217,6 +354,8 @@ typedef struct {
     const unsigned char *phase, *phase_end;  /* where the phase stream goes on, and its end */
     PyObject *phase_names;  /* borrowed: the batch's list of them */
     Py_ssize_t next_name;
+    const unsigned char *value, *value_end;  /* where the value stream goes on, and its end */
+    PyObject *texts;  /* borrowed: the batch's texts */
 } Shared;
 
 static void shared_clear(Shared *sh) {
@@ -275,25 +414,74 @@ failed:
     return NULL;
 }
 
+/* The next value of the value stream (a new reference), or NULL: with an error set, or none
+ * where the stream does not hold together. */
+static PyObject *read_value(Shared *sh, int dicts) {
+    const unsigned char *p = sh->value;
+    if (p >= sh->value_end) return NULL;
+    Py_ssize_t left = sh->value_end - p - 1;
+    sh->value = p + 1;
+    switch (p[0]) {
+        case V_NONE: return Py_NewRef(Py_None);
+        case V_FALSE: return Py_NewRef(Py_False);
+        case V_TRUE: return Py_NewRef(Py_True);
+        case V_INT:
+        case V_FLOAT: {
+            if (left < 8) return NULL;
+            sh->value += 8;
+            unsigned long long bits = get_u64(p + 1);
+            if (p[0] == V_INT) return PyLong_FromLongLong((long long)bits);
+            double x;
+            memcpy(&x, &bits, 8);
+            return PyFloat_FromDouble(x);
+        }
+        case V_TEXT: {
+            if (left < 4) return NULL;
+            sh->value += 4;
+            Py_ssize_t at = p[1] | p[2] << 8 | p[3] << 16 | (Py_ssize_t)p[4] << 24;
+            return at < PyList_GET_SIZE(sh->texts) ? Py_NewRef(PyList_GET_ITEM(sh->texts, at)) : NULL;
+        }
+        case V_DICT: {
+            if (!dicts || left < 2) return NULL;
+            sh->value += 2;
+            Py_ssize_t n = p[1] | p[2] << 8;
+            PyObject *d = dict_for(n);
+            for (Py_ssize_t k = 0; d && k < n; k++) {
+                PyObject *key = read_value(sh, 0), *v = key && PyUnicode_CheckExact(key) ? read_value(sh, 0) : NULL;
+                if (!v || PyDict_SetItem(d, key, v) < 0) Py_CLEAR(d);
+                Py_XDECREF(key);
+                Py_XDECREF(v);
+            }
+            return d;
+        }
+        default: return NULL;
+    }
+}
+
 static PyObject *unpack_one(const unsigned char *p, PyObject *name, PyObject *rests, Shared *sh) {
     PyObject *rec = PyTuple_New(n_fields);
     if (!rec) return NULL;
     unsigned int index = p[60] | p[61] << 8 | p[62] << 16 | (unsigned int)p[63] << 24;
     PyObject *fields = NULL;
-    if (index) {
+    int in_values = index == IN_VALUES;
+    if (index && !in_values) {
         if ((Py_ssize_t)index > PyList_GET_SIZE(rests)) goto corrupt;
         fields = PyList_GET_ITEM(rests, index - 1);
         if (!PyTuple_CheckExact(fields) || PyTuple_GET_SIZE(fields) != n_rest) goto corrupt;
     }
     for (Py_ssize_t j = 0; j < n_rest; j++) {
-        PyObject *v = fields ? PyTuple_GET_ITEM(fields, j) : Py_None;
+        PyObject *v = in_values ? read_value(sh, 1) : Py_NewRef(fields ? PyTuple_GET_ITEM(fields, j) : Py_None);
+        if (!v) {
+            if (PyErr_Occurred()) goto failed;
+            goto corrupt;
+        }
         if (rest[j] == i_bundle && p[56] & BUNDLE_PACKED) {
-            if (!fields || !(v = unpack_bundle(v, sh))) {
+            PyObject *bundle = index ? unpack_bundle(v, sh) : NULL;
+            Py_DECREF(v);
+            if (!(v = bundle)) {
                 if (PyErr_Occurred()) goto failed;
                 goto corrupt;
             }
-        } else {
-            Py_INCREF(v);
         }
         PyTuple_SET_ITEM(rec, rest[j], v);
     }
@@ -325,7 +513,7 @@ static PyObject *loads(PyObject *self, PyObject *arg) {
     Py_buffer view;
     if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0) return NULL;
     PyObject *parts = NULL, *records = NULL, *out = NULL;
-    Shared sh = {{0}, 0, NULL, NULL, NULL, NULL, NULL, 0};
+    Shared sh = {{0}, 0, NULL, NULL, NULL, NULL, NULL, 0, NULL, NULL, NULL};
     const unsigned char *p = view.buf;
     Py_ssize_t size = view.len;
     if (n_fields < 0) {
@@ -338,23 +526,26 @@ static PyObject *loads(PyObject *self, PyObject *arg) {
     }
     Py_ssize_t n = p[3] | p[4] << 8 | p[5] << 16 | (Py_ssize_t)p[6] << 24;
     Py_ssize_t m = p[7] | p[8] << 8 | p[9] << 16 | (Py_ssize_t)p[10] << 24;
-    Py_ssize_t head = HEAD_LEN + n * RECORD_BYTES + m;
+    Py_ssize_t v = p[11] | p[12] << 8 | p[13] << 16 | (Py_ssize_t)p[14] << 24;
+    Py_ssize_t head = HEAD_LEN + n * RECORD_BYTES + m + v;
     if (head > size) {
         PyErr_SetString(PyExc_ValueError, "a packed batch cut short");
         goto done;
     }
     sh.phase = p + HEAD_LEN + n * RECORD_BYTES;
-    sh.phase_end = p + head;
+    sh.phase_end = sh.value = sh.phase + m;
+    sh.value_end = p + head;
     parts = PyMarshal_ReadObjectFromString((const char *)p + head, size - head);
     if (!parts) goto done;
-    if (!PyTuple_CheckExact(parts) || PyTuple_GET_SIZE(parts) != 4 || !PyList_CheckExact(PyTuple_GET_ITEM(parts, 1))
+    if (!PyTuple_CheckExact(parts) || PyTuple_GET_SIZE(parts) != 5 || !PyList_CheckExact(PyTuple_GET_ITEM(parts, 1))
         || PyList_GET_SIZE(PyTuple_GET_ITEM(parts, 1)) != n || !PyList_CheckExact(PyTuple_GET_ITEM(parts, 2))
-        || !PyList_CheckExact(PyTuple_GET_ITEM(parts, 3))) {
+        || !PyList_CheckExact(PyTuple_GET_ITEM(parts, 3)) || !PyList_CheckExact(PyTuple_GET_ITEM(parts, 4))) {
         PyErr_SetString(PyExc_ValueError, "a packed batch that does not hold together");
         goto done;
     }
     PyObject *names = PyTuple_GET_ITEM(parts, 1), *rests = PyTuple_GET_ITEM(parts, 2);
     sh.phase_names = PyTuple_GET_ITEM(parts, 3);
+    sh.texts = PyTuple_GET_ITEM(parts, 4);
     records = PyList_New(n);
     if (!records) goto done;
     for (Py_ssize_t k = 0; k < n; k++) {
