@@ -147,7 +147,7 @@ done:
 #define MAX_GROUPS 16
 typedef struct {
     int k;
-    PyObject *phase, *status, *point, *counter;  /* phase, status borrowed from the entries */
+    PyObject *phase, *status, *point;  /* phase, status borrowed from the entries; point strong */
     long long n, counts[MAX_BOUNDS + 1];
     double sum, min, max;
     Py_ssize_t latest[MAX_BOUNDS + 1];  /* per bucket, the entry of its exemplar, or -1 */
