@@ -18,6 +18,14 @@ static Py_ssize_t i_name, i_trace, i_span, i_parent, i_kind, i_status, i_desc, i
 static PyObject *fixed_keys;  /* args keys the encoder sets itself (a tuple of str) */
 static PyObject *default_category;  /* the category a line does not write */
 static PyObject *flow_name, *flow_category;
+/* ,"name":<flow name>,"cat":<flow category>,"id":"0x as orjson writes them, made at configure():
+ * the same for every flow line (two text values escaped again each line were a fifth of one). */
+static char *flow_middle;
+static Py_ssize_t flow_middle_len;
+/* The last timestamp a flow line held, and its text. */
+static PyObject *flow_ts;
+static char flow_ts_text[48];
+static Py_ssize_t flow_ts_len;
 static unsigned long long local_flow_mix;
 static PyObject *pid_key;
 
@@ -451,6 +459,24 @@ static PyObject *configure(PyObject *self, PyObject *config) {
     for (int k = 0; k < 7; k++) if (all[k] > top) top = all[k];
     i_top = top;  /* a record shorter than this is left to the Python encoder */
     key_cache_clear();  /* the names and fixed keys may be others now */
+    Buf b;
+    buf_init(&b);
+    int r = PUTS(&b, ",\"name\":") < 0 ? -1 : put_text(&b, flow_name);
+    if (r == 0) r = PUTS(&b, ",\"cat\":") < 0 ? -1 : put_text(&b, flow_category);
+    if (r == 0) r = PUTS(&b, ",\"id\":\"0x") < 0 ? -1 : 0;
+    PyMem_Free(flow_middle);
+    flow_middle = NULL;
+    flow_middle_len = 0;
+    if (r == 0 && (flow_middle = PyMem_Malloc(b.n ? b.n : 1))) {
+        memcpy(flow_middle, b.p, b.n);
+        flow_middle_len = b.n;
+    }
+    buf_free(&b);
+    if (r < 0 || (r == 0 && !flow_middle)) {
+        if (!PyErr_Occurred()) PyErr_NoMemory();
+        return NULL;
+    }
+    /* r == SKIP (a flow name orjson would refuse): flows() leaves the lines to the encoder */
     Py_RETURN_NONE;
 }
 
@@ -460,11 +486,20 @@ static int put_flow_end(Buf *b, const char *head, Py_ssize_t head_len, const cha
     PyObject *pid = PyTuple_GET_ITEM(place, 2), *tid = PyTuple_GET_ITEM(place, 3), *ts = PyTuple_GET_ITEM(place, 4);
     if (!PyFloat_CheckExact(ts) || !PyLong_CheckExact(pid) || !PyLong_CheckExact(tid)) return SKIP;
     int r;
-    if (put(b, head, head_len) < 0 || PUTS(b, ",\"name\":") < 0) return -1;
-    if ((r = put_text(b, flow_name)) || PUTS(b, ",\"cat\":") < 0) return r ? r : -1;
-    if ((r = put_text(b, flow_category)) || PUTS(b, ",\"id\":\"0x") < 0) return r ? r : -1;
+    if (put(b, head, head_len) < 0 || put(b, flow_middle, flow_middle_len) < 0) return -1;
     if (put(b, id, 16) < 0 || PUTS(b, "\",\"ts\":") < 0) return -1;
-    if ((r = put_float(b, ts)) || PUTS(b, ",\"pid\":") < 0) return r ? r : -1;
+    if (ts == flow_ts) {  /* a task's flows all start at its slice: its time written once */
+        if (put(b, flow_ts_text, flow_ts_len) < 0) return -1;
+    } else {
+        Py_ssize_t at = b->n;
+        if ((r = put_float(b, ts))) return r;
+        if (b->n - at <= (Py_ssize_t)sizeof(flow_ts_text)) {
+            flow_ts_len = b->n - at;
+            memcpy(flow_ts_text, b->p + at, flow_ts_len);
+            Py_XSETREF(flow_ts, Py_NewRef(ts));  /* held: no other float takes its address */
+        }
+    }
+    if (PUTS(b, ",\"pid\":") < 0) return -1;
     if ((r = put_int(b, pid)) || PUTS(b, ",\"tid\":") < 0) return r ? r : -1;
     if ((r = put_int(b, tid)) || PUTS(b, "}") < 0) return r ? r : -1;
     return 0;
@@ -480,7 +515,7 @@ static PyObject *flows(PyObject *self, PyObject *const *args, Py_ssize_t nargs) 
     }
     PyObject *parent = args[1], *child = args[2];
     unsigned long long id;
-    if (!flow_name || !as_uint64(args[0], &id) || !PyTuple_Check(parent) || PyTuple_GET_SIZE(parent) < 5
+    if (!flow_middle || !as_uint64(args[0], &id) || !PyTuple_Check(parent) || PyTuple_GET_SIZE(parent) < 5
         || !PyTuple_Check(child) || PyTuple_GET_SIZE(child) < 5)
         Py_RETURN_FALSE;
     char text[16];
