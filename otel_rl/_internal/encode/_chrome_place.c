@@ -869,17 +869,19 @@ static int lane_insert(PyObject *lane, PyObject *start_o, long long start, PyObj
             int a = is_ancestor(parent_of, span_id, PyList_GET_ITEM(ids, k), own, own_parent);
             if (a <= 0) return a;
         }
-        PyObject *adopted = new_level();
+        /* A level of the intervals it adopts, its lists those slices (no empty ones made first). */
+        PyObject *adopted = t_level->tp_alloc(t_level, 0);
         if (!adopted) return -1;
-        PyObject *lists[4] = {starts, ends, ids, kids};
+        PyObject *lists[4] = {starts, ends, ids, kids}, *values[4] = {start_o, end_o, span_id, adopted};
         Py_ssize_t offs[4] = {o_level_starts, o_level_ends, o_level_ids, o_level_kids};
         for (int k = 0; k < 4; k++) {
             PyObject *part = PyList_GetSlice(lists[k], i, j);
             if (!part) { Py_DECREF(adopted); return -1; }
-            set_slot(adopted, offs[k], part);
+            SLOT(adopted, offs[k]) = part;
         }
-        int r = replace_slice(starts, i, j, start_o) < 0 || replace_slice(ends, i, j, end_o) < 0
-                || replace_slice(ids, i, j, span_id) < 0 || replace_slice(kids, i, j, adopted) < 0;
+        int r = 0;
+        for (int k = 0; k < 4 && r == 0; k++)  /* one interval adopted (a task its session): set in place */
+            r = j - i == 1 ? PyList_SetItem(lists[k], i, Py_NewRef(values[k])) : replace_slice(lists[k], i, j, values[k]);
         Py_DECREF(adopted);
         if (r) return -1;
         break;
