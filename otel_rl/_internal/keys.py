@@ -8,6 +8,8 @@ The ``#:`` comment above each constant is its entry in ``docs/reference.md``,
 which ``scripts/gen_reference.py`` writes from this module.
 """
 
+import sys
+
 # --- ids carried in context (span attributes and W3C baggage use the same keys)
 #: The task's id (``register_task``): in baggage and on every span started in the task's
 #: context; an integer outside int64 is written as its decimal text.
@@ -294,3 +296,24 @@ PLACEMENT_INFERRED = "inferred"
 #: On ``prefill`` server-timing spans: prompt tokens served from the engine's prefix cache
 #: (OpenTelemetry GenAI semantic conventions; included in ``gen_ai.usage.input_tokens``).
 GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS = "gen_ai.usage.cache_read.input_tokens"
+
+
+def _interned(value):
+    """``value`` with every text in it interned (tuples, frozensets and dicts rebuilt)."""
+    if type(value) is str:
+        return sys.intern(value)
+    if type(value) in (tuple, frozenset):
+        return type(value)(_interned(item) for item in value)
+    if type(value) is dict:
+        return {_interned(key): _interned(item) for key, item in value.items()}
+    return value
+
+
+# Every name above interned: a literal with a dot in it is not, while the exporter process
+# interns the names it reads back from its pipe (marshal keeps them interned). The attribute
+# and baggage dicts on both sides, and the compiled steps' own keys, are then the very same
+# objects, so a dict lookup matches by identity instead of comparing text.
+for _name, _value in list(globals().items()):
+    if _name.isupper():
+        globals()[_name] = _interned(_value)
+del _name, _value

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from otel_rl._internal import keys
 from otel_rl._internal.export import wire
 from otel_rl._internal.recording import record
 
@@ -142,6 +143,16 @@ def test_ids_and_attributes_of_plain_values_travel_in_the_value_stream_with_each
     assert sorted(texts) == sorted({"rl.task.id", "rl.span.kind", "session", "rl.session.status", "accepted", "ok",
                                     "x"})
     assert _typed(wire.loads(data)[1]) == _typed(batch)
+
+
+def test_attribute_keys_read_back_from_the_pipe_are_the_keys_modules_own_objects():
+    # The names are interned on both sides, so the exporter's lookups match by identity.
+    batch = [rec[:record.ATTRIBUTES] + ({keys.SPAN_KIND: keys.KIND_SESSION, keys.SESSION_ID: 1},)
+             + rec[record.ATTRIBUTES + 1:] for rec in _scopes(2)]
+    got = wire.loads(wire.dumps({}, batch))[1]
+    assert [key is keys.SPAN_KIND for key in got[1][record.ATTRIBUTES]] == [True, False]
+    assert list(got[1][record.ATTRIBUTES])[1] is keys.SESSION_ID
+    assert got[0][record.ATTRIBUTES][keys.SPAN_KIND] is keys.KIND_SESSION
 
 
 @packed

@@ -132,9 +132,22 @@ static PyObject *attributes(PyObject *rec, PyObject *thread_names, Py_ssize_t ma
     PyObject *bag = PyTuple_GET_ITEM(rec, i_ids);
     if (bag != Py_None && (!PyDict_CheckExact(bag) || PyDict_GET_SIZE(bag))) {
         if (!PyDict_CheckExact(bag)) goto drop;
-        for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(baggage_keys) && r == 1; k++) {
-            PyObject *key = PyTuple_GET_ITEM(baggage_keys, k);
-            PyObject *value = PyDict_GetItemWithError(bag, key);
+        /* The baggage keys in their order, each looked up; or, where the bag holds only them,
+         * as the very key objects and in that order (as the caller's thread builds it), the
+         * bag's own items. */
+        Py_ssize_t n_keys = PyTuple_GET_SIZE(baggage_keys), pos = 0, next_key = 0, found = 0;
+        PyObject *in_order[8], *values[8], *key, *value;
+        while (n_keys <= 8 && PyDict_Next(bag, &pos, &key, &value)) {
+            while (next_key < n_keys && PyTuple_GET_ITEM(baggage_keys, next_key) != key) next_key++;
+            if (next_key == n_keys) break;
+            in_order[found] = key;
+            values[found++] = value;
+            next_key++;
+        }
+        int as_bag = n_keys <= 8 && found == PyDict_GET_SIZE(bag);
+        for (Py_ssize_t k = 0; k < (as_bag ? found : n_keys) && r == 1; k++) {
+            key = as_bag ? in_order[k] : PyTuple_GET_ITEM(baggage_keys, k);
+            value = as_bag ? values[k] : PyDict_GetItemWithError(bag, key);
             if (!value) { if (PyErr_Occurred()) goto drop; continue; }
             if (value == Py_None) continue;
             if (PyUnicode_CheckExact(value)) {
