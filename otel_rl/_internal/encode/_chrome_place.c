@@ -1455,36 +1455,58 @@ static int bundle_open(BundleLane *c, PyObject *enc, PyObject *proc, PyObject *o
     return 0;
 }
 
-static int place_in(BundleLane *c, PyObject *rec, PyObject *attrs) {
-    if (!c->usable || !PyTuple_CheckExact(rec) || PyTuple_GET_SIZE(rec) != n_fields || !PyDict_CheckExact(attrs)
-        || PyTuple_GET_ITEM(rec, i_remote) != Py_False || !bundled_phase(rec))
+/* Whether a phase may go onto c's lane as place_in takes it (a bundled phase of c's session,
+ * on its session's thread, not a client or producer span): 1, with its times (an end before
+ * its start taken as the start, end_o the object of the end taken); 0 not; -1 an error. */
+static int phase_on_lane(BundleLane *c, PyObject *rec, PyObject *attrs, long long *start, long long *end,
+                         PyObject **end_o) {
+    long long kind;
+    if (!PyTuple_CheckExact(rec) || PyTuple_GET_SIZE(rec) != n_fields || !PyDict_CheckExact(attrs)
+        || PyTuple_GET_ITEM(rec, i_remote) != Py_False || !bundled_phase(rec)
+        || !as_int64(PyTuple_GET_ITEM(rec, i_start), start) || !as_int64(PyTuple_GET_ITEM(rec, i_end), end)
+        || !as_int64(PyTuple_GET_ITEM(rec, i_kind), &kind) || kind == client_kind || kind == producer_kind)
         return 0;
-    PyObject *span_id = PyTuple_GET_ITEM(rec, i_span), *parent_id = PyTuple_GET_ITEM(rec, i_parent);
-    PyObject *start_o = PyTuple_GET_ITEM(rec, i_start), *end_o = PyTuple_GET_ITEM(rec, i_end);
-    long long start, end, kind;
-    if (!as_int64(start_o, &start) || !as_int64(end_o, &end) || !as_int64(PyTuple_GET_ITEM(rec, i_kind), &kind)
-        || kind == client_kind || kind == producer_kind)
-        return 0;
-    if (end < start) { end = start; end_o = start_o; }
-    int is_child = same_value(parent_id, c->session);
+    *end_o = PyTuple_GET_ITEM(rec, i_end);
+    if (*end < *start) {
+        *end = *start;
+        *end_o = PyTuple_GET_ITEM(rec, i_start);
+    }
+    int is_child = same_value(PyTuple_GET_ITEM(rec, i_parent), c->session);
     if (is_child <= 0) return is_child;
     PyObject *thread = PyDict_GetItemWithError(attrs, k_thread_id);
     if (!thread || thread == Py_None || PyDict_GetItemWithError(c->groups, thread) != c->group
         || PyDict_GetItemWithError(attrs, k_context_sent))
         return PyErr_Occurred() ? -1 : 0;
-    int inserted = lane_insert(c->lane, start_o, start, end_o, end, span_id, c->parent_of, parent_id);
-    if (inserted <= 0) return inserted;  /* refused: nothing changed, place_span's way */
-    /* Placed on the session's lane: the rest of what place_span does after its insert. */
+    return 1;
+}
+
+/* A phase just placed on c's lane: the clock moved on and its line written, the rest of what
+ * place_span does after its insert (but the lane's shortening). 0, or -1 on error. */
+static int phase_slice(BundleLane *c, PyObject *rec, PyObject *attrs, long long start, long long end,
+                       PyObject *end_o) {
     PyObject *ts = NULL, *trace_hex = NULL;
-    if (add_clock(c->enc, c->group) < 0 || shorten_when_due(c->enc, c->lane) < 0) return -1;
+    if (add_clock(c->enc, c->group) < 0) return -1;
     PyObject *span_kind = PyDict_GetItemWithError(attrs, k_span_kind);
     PyObject *cat = span_kind || !PyErr_Occurred() ? category(attrs, span_kind) : NULL;
-    int r = cat && (ts = micros(start)) && (trace_hex = span_trace_hex(c->enc, PyTuple_GET_ITEM(rec, i_trace), span_id))
+    int r = cat && (ts = micros(start))
+            && (trace_hex = span_trace_hex(c->enc, PyTuple_GET_ITEM(rec, i_trace), PyTuple_GET_ITEM(rec, i_span)))
             ? write_slice(c->enc, rec, attrs, span_kind, cat, trace_hex, c->pid, c->tid, ts, end - start, end_o, c->out)
             : -1;
     Py_XDECREF(ts);
     Py_XDECREF(trace_hex);
-    return r < 0 ? -1 : 1;
+    return r < 0 ? -1 : 0;
+}
+
+static int place_in(BundleLane *c, PyObject *rec, PyObject *attrs) {
+    long long start, end;
+    PyObject *end_o;
+    int fits = c->usable ? phase_on_lane(c, rec, attrs, &start, &end, &end_o) : 0;
+    if (fits <= 0) return fits;
+    int inserted = lane_insert(c->lane, PyTuple_GET_ITEM(rec, i_start), start, end_o, end, PyTuple_GET_ITEM(rec, i_span),
+                               c->parent_of, PyTuple_GET_ITEM(rec, i_parent));
+    if (inserted <= 0) return inserted;  /* refused: nothing changed, place_span's way */
+    if (shorten_when_due(c->enc, c->lane) < 0 || phase_slice(c, rec, attrs, start, end, end_o) < 0) return -1;
+    return 1;
 }
 
 /* What place_in does for each of a session's phases, for all of them at once where each would
@@ -1497,7 +1519,7 @@ static int place_in(BundleLane *c, PyObject *rec, PyObject *attrs) {
  * (about 2,500 instructions a phase less), and the lane's count and the encoder's clock move
  * on as n inserts move them. 1 done; 0 not this case, nothing changed; -1 an error. */
 static int place_packed(BundleLane *c, PyObject *const *pairs, Py_ssize_t n) {
-    if (!c->usable || n < 1 || Py_TYPE(c->lane) != t_lane) return 0;
+    if (!c->usable || n < 1 || n > BUNDLE_MAX || Py_TYPE(c->lane) != t_lane) return 0;
     PyObject *root = SLOT(c->lane, o_lane_root), *starts, *ends, *ids, *kids, *pruned = SLOT(c->lane, o_lane_pruned);
     if (!root || !pruned || Py_TYPE(root) != t_level || level_lists(root, &starts, &ends, &ids, &kids) < 0) {
         PyErr_Clear();
@@ -1518,28 +1540,19 @@ static int place_packed(BundleLane *c, PyObject *const *pairs, Py_ssize_t n) {
     }
     int same = same_value(PyList_GET_ITEM(ids, last), c->session);
     if (same <= 0) return same;
-    if (n > BUNDLE_MAX) return 0;
     long long at[BUNDLE_MAX][2];
     unsigned long long span_ids[BUNDLE_MAX];
+    PyObject *end_os[BUNDLE_MAX];
     long long prev_end = LLONG_MIN;
     for (Py_ssize_t k = 0; k < n; k++) {
-        PyObject *rec = PyTuple_GET_ITEM(pairs[k], 0), *attrs = PyTuple_GET_ITEM(pairs[k], 1);
-        long long start, end, kind;
+        PyObject *rec = PyTuple_GET_ITEM(pairs[k], 0);
+        long long start, end;
         /* place_in's conditions, then lane_insert's path into the session's interval */
-        if (!PyTuple_CheckExact(rec) || PyTuple_GET_SIZE(rec) != n_fields || !PyDict_CheckExact(attrs)
-            || PyTuple_GET_ITEM(rec, i_remote) != Py_False || !bundled_phase(rec)
-            || !as_int64(PyTuple_GET_ITEM(rec, i_start), &start) || !as_int64(PyTuple_GET_ITEM(rec, i_end), &end)
-            || !as_int64(PyTuple_GET_ITEM(rec, i_kind), &kind) || kind == client_kind || kind == producer_kind
-            || !as_uint64(PyTuple_GET_ITEM(rec, i_span), &span_ids[k]))
+        int fits = phase_on_lane(c, rec, PyTuple_GET_ITEM(pairs[k], 1), &start, &end, &end_os[k]);
+        if (fits <= 0) return fits;
+        if (!as_uint64(PyTuple_GET_ITEM(rec, i_span), &span_ids[k])
+            || !(a <= start && start < b && a < end && end <= b && start >= prev_end && start >= before))
             return 0;
-        if (end < start) end = start;
-        if (!(a <= start && start < b && a < end && end <= b && start >= prev_end && start >= before)) return 0;
-        int is_child = same_value(PyTuple_GET_ITEM(rec, i_parent), c->session);
-        if (is_child <= 0) return is_child;
-        PyObject *thread = PyDict_GetItemWithError(attrs, k_thread_id);
-        if (!thread || thread == Py_None || PyDict_GetItemWithError(c->groups, thread) != c->group
-            || PyDict_GetItemWithError(attrs, k_context_sent))
-            return PyErr_Occurred() ? -1 : 0;
         at[k][0] = start;
         at[k][1] = end;
         prev_end = end;
@@ -1558,22 +1571,9 @@ static int place_packed(BundleLane *c, PyObject *const *pairs, Py_ssize_t n) {
     }
     PyList_SetItem(kids, last, packed);  /* steals it */
     set_slot(c->lane, o_lane_count, num);
-    for (Py_ssize_t k = 0; k < n; k++) {
-        /* the rest of what place_span does after each insert, as place_in does it */
-        PyObject *rec = PyTuple_GET_ITEM(pairs[k], 0), *attrs = PyTuple_GET_ITEM(pairs[k], 1), *ts = NULL, *trace_hex = NULL;
-        if (add_clock(c->enc, c->group) < 0) return -1;
-        PyObject *span_kind = PyDict_GetItemWithError(attrs, k_span_kind);
-        PyObject *cat = span_kind || !PyErr_Occurred() ? category(attrs, span_kind) : NULL;
-        PyObject *end_o = at[k][1] == at[k][0] ? PyTuple_GET_ITEM(rec, i_start) : PyTuple_GET_ITEM(rec, i_end);
-        int r = cat && (ts = micros(at[k][0]))
-                && (trace_hex = span_trace_hex(c->enc, PyTuple_GET_ITEM(rec, i_trace), PyTuple_GET_ITEM(rec, i_span)))
-                ? write_slice(c->enc, rec, attrs, span_kind, cat, trace_hex, c->pid, c->tid, ts, at[k][1] - at[k][0],
-                              end_o, c->out)
-                : -1;
-        Py_XDECREF(ts);
-        Py_XDECREF(trace_hex);
-        if (r < 0) return -1;
-    }
+    for (Py_ssize_t k = 0; k < n; k++)
+        if (phase_slice(c, PyTuple_GET_ITEM(pairs[k], 0), PyTuple_GET_ITEM(pairs[k], 1), at[k][0], at[k][1], end_os[k]) < 0)
+            return -1;
     return 1;
 }
 

@@ -319,17 +319,16 @@ static int drain(Parts *p) {
     return r;
 }
 
-/* Runs drain(p) under the metrics' lock. */
-static int drain_locked(Parts *p) {
-    PyObject *release = Py_NewRef(p->release);
-    PyObject *got = PyObject_CallNoArgs(p->acquire);
-    if (!got) { Py_DECREF(release); return -1; }
+/* what(arg) between acquire() and release() (a lock's bound methods), released whatever
+ * happened: its result, or -1 where the lock failed (release's error kept over what's). */
+static int under_lock(PyObject *acquire, PyObject *release, int (*what)(void *), void *arg) {
+    PyObject *got = PyObject_CallNoArgs(acquire);
+    if (!got) return -1;
     Py_DECREF(got);
-    int r = drain(p);
+    int r = what(arg);
     PyObject *type, *value, *tb;
-    PyErr_Fetch(&type, &value, &tb);  /* released whatever happened */
+    PyErr_Fetch(&type, &value, &tb);
     got = PyObject_CallNoArgs(release);
-    Py_DECREF(release);
     if (!got) {
         Py_XDECREF(type);
         Py_XDECREF(value);
@@ -338,6 +337,18 @@ static int drain_locked(Parts *p) {
     }
     Py_DECREF(got);
     PyErr_Restore(type, value, tb);
+    return r;
+}
+
+static int drain_parts(void *p) { return drain((Parts *)p); }
+
+/* drain(p) under the metrics' lock. */
+static int drain_locked(Parts *p) {
+    /* held: p may be refreshed by another thread while this one waits for the lock */
+    PyObject *acquire = Py_NewRef(p->acquire), *release = Py_NewRef(p->release);
+    int r = under_lock(acquire, release, drain_parts, p);
+    Py_DECREF(acquire);
+    Py_DECREF(release);
     return r;
 }
 
@@ -781,20 +792,17 @@ done:
     return r;
 }
 
+static int drain_lines(void *unused) { return lines_drain(); }
+
 /* lines_drain() under lines_of's lock. */
 static int lines_locked_drain(void) {
-    PyObject *lock = PyObject_GetAttr(lines_of, a_lock), *got = lock ? PyObject_CallMethodNoArgs(lock, s_acquire) : NULL;
-    int r = -1;
-    if (got) {
-        Py_DECREF(got);
-        r = lines_drain();
-        PyObject *type, *value, *tb;
-        PyErr_Fetch(&type, &value, &tb);  /* released whatever happened */
-        got = PyObject_CallMethodNoArgs(lock, s_release);
-        if (got) { Py_DECREF(got); PyErr_Restore(type, value, tb); }
-        else { Py_XDECREF(type); Py_XDECREF(value); Py_XDECREF(tb); r = -1; }
-    }
+    PyObject *lock = PyObject_GetAttr(lines_of, a_lock);
+    PyObject *acquire = lock ? PyObject_GetAttr(lock, s_acquire) : NULL;
+    PyObject *release = acquire ? PyObject_GetAttr(lock, s_release) : NULL;
+    int r = release ? under_lock(acquire, release, drain_lines, NULL) : -1;
     Py_XDECREF(lock);
+    Py_XDECREF(acquire);
+    Py_XDECREF(release);
     return r;
 }
 

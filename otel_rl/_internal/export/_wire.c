@@ -55,6 +55,14 @@ static unsigned long long get_u64(const unsigned char *p) {
     return v;
 }
 
+static void put_u32(unsigned char *p, unsigned long long v) {
+    for (int k = 0; k < 4; k++, v >>= 8) p[k] = (unsigned char)v;
+}
+
+static Py_ssize_t get_u32(const unsigned char *p) {
+    return p[0] | p[1] << 8 | p[2] << 16 | (Py_ssize_t)p[3] << 24;
+}
+
 static int u8_of(PyObject *v, unsigned char *out) {
     long long x;
     if (!as_int64(v, &x) || x < 0 || x > 255) return 0;
@@ -89,58 +97,6 @@ static int pack_fixed(PyObject *rec, unsigned char *p) {
     return 1;
 }
 
-/* Whether every phase of bundle is plain (see the top), and how many there are (-1: not). */
-static Py_ssize_t plain_phases(PyObject *bundle) {
-    if (!PyTuple_CheckExact(bundle) || PyTuple_GET_SIZE(bundle) != 2) return -1;
-    PyObject *phases = PyTuple_GET_ITEM(bundle, 1);
-    if (!PyTuple_CheckExact(phases)) return -1;
-    for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(phases); k++) {
-        PyObject *ph = PyTuple_GET_ITEM(phases, k), *thread;
-        long long t;
-        unsigned long long u;
-        if (!PyTuple_CheckExact(ph) || PyTuple_GET_SIZE(ph) != 7 || !PyUnicode_CheckExact(PyTuple_GET_ITEM(ph, 0))
-            || !as_int64(PyTuple_GET_ITEM(ph, 1), &t) || !as_int64(PyTuple_GET_ITEM(ph, 2), &t)
-            || PyTuple_GET_ITEM(ph, 4) != Py_None || PyTuple_GET_ITEM(ph, 5) != Py_None
-            || PyTuple_GET_ITEM(ph, 6) != Py_None)
-            return -1;
-        thread = PyTuple_GET_ITEM(ph, 3);
-        if (thread != Py_None && !as_uint64(thread, &u)) return -1;
-    }
-    return PyTuple_GET_SIZE(phases);
-}
-
-/* A plain bundle's phases: their count and blocks appended to the phase stream, their names to
- * `names`; 0, or -1 on error. */
-static int pack_bundle(PyObject *bundle, unsigned char **stream, Py_ssize_t *len, Py_ssize_t *cap, PyObject *names) {
-    PyObject *phases = PyTuple_GET_ITEM(bundle, 1);
-    Py_ssize_t n = PyTuple_GET_SIZE(phases), need = 4 + n * PHASE_BYTES;
-    if (*len + need > *cap) {
-        Py_ssize_t grown = (*cap + need) * 2;
-        unsigned char *more = PyMem_Realloc(*stream, grown);
-        if (!more) { PyErr_NoMemory(); return -1; }
-        *stream = more;
-        *cap = grown;
-    }
-    unsigned char *p = *stream + *len;
-    for (int k = 0; k < 4; k++) p[k] = (unsigned char)((unsigned long long)n >> (8 * k));
-    p += 4;
-    for (Py_ssize_t k = 0; k < n; k++, p += PHASE_BYTES) {
-        PyObject *ph = PyTuple_GET_ITEM(phases, k), *thread = PyTuple_GET_ITEM(ph, 3);
-        long long start = 0, end = 0;
-        unsigned long long u = 0;
-        as_int64(PyTuple_GET_ITEM(ph, 1), &start);
-        as_int64(PyTuple_GET_ITEM(ph, 2), &end);
-        if (thread != Py_None) as_uint64(thread, &u);
-        put_u64(p, (unsigned long long)start);
-        put_u64(p + 8, (unsigned long long)end);
-        put_u64(p + 16, u);
-        p[24] = thread != Py_None;
-        if (PyList_Append(names, PyTuple_GET_ITEM(ph, 0)) < 0) return -1;
-    }
-    *len += need;
-    return 0;
-}
-
 /* A growing byte buffer. */
 typedef struct {
     unsigned char *p;
@@ -158,6 +114,38 @@ static unsigned char *bytes_room(Bytes *b, Py_ssize_t n) {  /* NULL with MemoryE
     unsigned char *at = b->p + b->len;
     b->len += n;
     return at;
+}
+
+/* A bundle whose phases are all plain (see the top), at least one: their count and blocks
+ * appended to the phase stream, their names to `names`. 1 packed; 0 not such a bundle (the
+ * stream and the names as they were); -1 an error. */
+static int pack_bundle(PyObject *bundle, Bytes *stream, PyObject *names) {
+    if (!PyTuple_CheckExact(bundle) || PyTuple_GET_SIZE(bundle) != 2 || !PyTuple_CheckExact(PyTuple_GET_ITEM(bundle, 1)))
+        return 0;
+    PyObject *phases = PyTuple_GET_ITEM(bundle, 1);
+    Py_ssize_t n = PyTuple_GET_SIZE(phases), mark = stream->len, named = PyList_GET_SIZE(names);
+    unsigned char *p = n ? bytes_room(stream, 4 + n * PHASE_BYTES) : NULL;
+    if (!p) return n ? -1 : 0;
+    put_u32(p, (unsigned long long)n);
+    p += 4;
+    for (Py_ssize_t k = 0; k < n; k++, p += PHASE_BYTES) {
+        PyObject *ph = PyTuple_GET_ITEM(phases, k), *thread;
+        long long start, end;
+        unsigned long long u = 0;
+        if (!PyTuple_CheckExact(ph) || PyTuple_GET_SIZE(ph) != 7 || !PyUnicode_CheckExact(PyTuple_GET_ITEM(ph, 0))
+            || !as_int64(PyTuple_GET_ITEM(ph, 1), &start) || !as_int64(PyTuple_GET_ITEM(ph, 2), &end)
+            || PyTuple_GET_ITEM(ph, 4) != Py_None || PyTuple_GET_ITEM(ph, 5) != Py_None
+            || PyTuple_GET_ITEM(ph, 6) != Py_None || ((thread = PyTuple_GET_ITEM(ph, 3)) != Py_None && !as_uint64(thread, &u))) {
+            stream->len = mark;  /* not plain: as they were */
+            return PyList_SetSlice(names, named, PyList_GET_SIZE(names), NULL) < 0 ? -1 : 0;
+        }
+        put_u64(p, (unsigned long long)start);
+        put_u64(p + 8, (unsigned long long)end);
+        put_u64(p + 16, u);
+        p[24] = thread != Py_None;
+        if (PyList_Append(names, PyTuple_GET_ITEM(ph, 0)) < 0) return -1;
+    }
+    return 1;
 }
 
 /* The batch's texts: each exact str once, by its index; the last ones met by address first. */
@@ -218,7 +206,7 @@ static int put_value(Bytes *b, Texts *t, PyObject *v, int dicts) {
         if (index < 0 || index > 0xFFFFFFFFLL) return index < 0 ? -1 : 0;
         if (!(at = bytes_room(b, 5))) return -1;
         at[0] = V_TEXT;
-        for (int k = 0; k < 4; k++) at[1 + k] = (unsigned char)((unsigned long long)index >> (8 * k));
+        put_u32(at + 1, (unsigned long long)index);
         return 1;
     }
     if (!dicts || !PyDict_CheckExact(v) || PyDict_GET_SIZE(v) > 0xFFFF) return 0;
@@ -262,10 +250,10 @@ static PyObject *dumps(PyObject *self, PyObject *const *args, Py_ssize_t nargs) 
         return NULL;
     }
     PyObject *records = args[1];
-    Py_ssize_t n = PyList_GET_SIZE(records), n_stream = 0, cap = 0;
+    Py_ssize_t n = PyList_GET_SIZE(records);
     if (n > 0xFFFFFFFFLL) Py_RETURN_NONE;
-    unsigned char *fixed = PyMem_Malloc(n * RECORD_BYTES + 1), *stream = NULL;
-    Bytes values = {NULL, 0, 0};
+    unsigned char *fixed = PyMem_Malloc(n * RECORD_BYTES + 1);
+    Bytes phases = {NULL, 0, 0}, values = {NULL, 0, 0};
     Texts texts;
     memset(&texts, 0, sizeof(texts));
     PyObject *names = PyList_New(n), *rests = PyList_New(0), *phase_names = PyList_New(0), *tail = NULL, *out = NULL;
@@ -285,8 +273,9 @@ static PyObject *dumps(PyObject *self, PyObject *const *args, Py_ssize_t nargs) 
         for (Py_ssize_t j = 0; j < n_rest; j++) {
             if (PyTuple_GET_ITEM(rec, rest[j]) == Py_None) continue;
             PyObject *bundle = PyTuple_GET_ITEM(rec, i_bundle);
-            if (bundle != Py_None && plain_phases(bundle) > 0) {
-                if (pack_bundle(bundle, &stream, &n_stream, &cap, phase_names) < 0) goto done;
+            int packed = bundle == Py_None ? 0 : pack_bundle(bundle, &phases, phase_names);
+            if (packed < 0) goto done;
+            if (packed) {
                 bundle = PyTuple_GET_ITEM(bundle, 0);  /* the session id */
                 p[56] |= BUNDLE_PACKED;
             }
@@ -307,34 +296,29 @@ static PyObject *dumps(PyObject *self, PyObject *const *args, Py_ssize_t nargs) 
             index = (unsigned int)PyList_GET_SIZE(rests);
             break;
         }
-        p[60] = (unsigned char)index;
-        p[61] = (unsigned char)(index >> 8);
-        p[62] = (unsigned char)(index >> 16);
-        p[63] = (unsigned char)(index >> 24);
+        put_u32(p + 60, index);
     }
-    if (n_stream > 0xFFFFFFFFLL || values.len > 0xFFFFFFFFLL) { out = Py_NewRef(Py_None); goto done; }
+    if (phases.len > 0xFFFFFFFFLL || values.len > 0xFFFFFFFFLL) { out = Py_NewRef(Py_None); goto done; }
     PyObject *parts = PyTuple_Pack(5, args[0], names, rests, phase_names, texts.list);
     if (!parts) goto done;
     tail = PyMarshal_WriteObjectToString(parts, MARSHAL_VERSION);
     Py_DECREF(parts);
     if (!tail) goto done;
-    Py_ssize_t head = HEAD_LEN + n * RECORD_BYTES + n_stream + values.len;
+    Py_ssize_t head = HEAD_LEN + n * RECORD_BYTES + phases.len + values.len;
     out = PyBytes_FromStringAndSize(NULL, head + PyBytes_GET_SIZE(tail));
     if (!out) goto done;
     unsigned char *q = (unsigned char *)PyBytes_AS_STRING(out);
     memcpy(q, MAGIC, MAGIC_LEN);
-    for (int k = 0; k < 4; k++) {
-        q[MAGIC_LEN + k] = (unsigned char)((unsigned long long)n >> (8 * k));
-        q[MAGIC_LEN + 4 + k] = (unsigned char)((unsigned long long)n_stream >> (8 * k));
-        q[MAGIC_LEN + 8 + k] = (unsigned char)((unsigned long long)values.len >> (8 * k));
-    }
+    put_u32(q + MAGIC_LEN, (unsigned long long)n);
+    put_u32(q + MAGIC_LEN + 4, (unsigned long long)phases.len);
+    put_u32(q + MAGIC_LEN + 8, (unsigned long long)values.len);
     memcpy(q + HEAD_LEN, fixed, n * RECORD_BYTES);
-    if (n_stream) memcpy(q + HEAD_LEN + n * RECORD_BYTES, stream, n_stream);
-    if (values.len) memcpy(q + HEAD_LEN + n * RECORD_BYTES + n_stream, values.p, values.len);
+    if (phases.len) memcpy(q + HEAD_LEN + n * RECORD_BYTES, phases.p, phases.len);
+    if (values.len) memcpy(q + HEAD_LEN + n * RECORD_BYTES + phases.len, values.p, values.len);
     memcpy(q + head, PyBytes_AS_STRING(tail), PyBytes_GET_SIZE(tail));
 done:
     PyMem_Free(fixed);
-    PyMem_Free(stream);
+    PyMem_Free(phases.p);
     PyMem_Free(values.p);
     Py_XDECREF(texts.list);
     Py_XDECREF(texts.index);
@@ -387,7 +371,7 @@ static PyObject *shared_thread(Shared *sh, unsigned long long thread) {
 static PyObject *unpack_bundle(PyObject *session_id, Shared *sh) {
     if (sh->phase_end - sh->phase < 4) return NULL;
     const unsigned char *p = sh->phase;
-    Py_ssize_t n = p[0] | p[1] << 8 | p[2] << 16 | (Py_ssize_t)p[3] << 24;
+    Py_ssize_t n = get_u32(p);
     if ((sh->phase_end - p - 4) / PHASE_BYTES < n || PyList_GET_SIZE(sh->phase_names) - sh->next_name < n) return NULL;
     sh->phase += 4;
     PyObject *phases = PyTuple_New(n);
@@ -438,7 +422,7 @@ static PyObject *read_value(Shared *sh, int dicts) {
         case V_TEXT: {
             if (left < 4) return NULL;
             sh->value += 4;
-            Py_ssize_t at = p[1] | p[2] << 8 | p[3] << 16 | (Py_ssize_t)p[4] << 24;
+            Py_ssize_t at = get_u32(p + 1);
             return at < PyList_GET_SIZE(sh->texts) ? Py_NewRef(PyList_GET_ITEM(sh->texts, at)) : NULL;
         }
         case V_DICT: {
@@ -461,7 +445,7 @@ static PyObject *read_value(Shared *sh, int dicts) {
 static PyObject *unpack_one(const unsigned char *p, PyObject *name, PyObject *rests, Shared *sh) {
     PyObject *rec = PyTuple_New(n_fields);
     if (!rec) return NULL;
-    unsigned int index = p[60] | p[61] << 8 | p[62] << 16 | (unsigned int)p[63] << 24;
+    unsigned int index = (unsigned int)get_u32(p + 60);
     PyObject *fields = NULL;
     int in_values = index == IN_VALUES;
     if (index && !in_values) {
@@ -524,9 +508,7 @@ static PyObject *loads(PyObject *self, PyObject *arg) {
         PyErr_SetString(PyExc_ValueError, "not a packed batch");
         goto done;
     }
-    Py_ssize_t n = p[3] | p[4] << 8 | p[5] << 16 | (Py_ssize_t)p[6] << 24;
-    Py_ssize_t m = p[7] | p[8] << 8 | p[9] << 16 | (Py_ssize_t)p[10] << 24;
-    Py_ssize_t v = p[11] | p[12] << 8 | p[13] << 16 | (Py_ssize_t)p[14] << 24;
+    Py_ssize_t n = get_u32(p + MAGIC_LEN), m = get_u32(p + MAGIC_LEN + 4), v = get_u32(p + MAGIC_LEN + 8);
     Py_ssize_t head = HEAD_LEN + n * RECORD_BYTES + m + v;
     if (head > size) {
         PyErr_SetString(PyExc_ValueError, "a packed batch cut short");

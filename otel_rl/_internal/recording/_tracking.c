@@ -684,34 +684,24 @@ done:
  * here from the context variable where it is known (a call of the Python function costs about
  * 1,200 instructions a task). 1, 0, or -1 on error. */
 static int step_in_force(PyObject *current_id) {
-    if (cfg.context_var == Py_None) {
-        PyObject *step = PyObject_CallOneArg(current_id, cfg.k_step);
-        int r = step ? step != Py_None : -1;
-        Py_XDECREF(step);
-        return r;
-    }
-    PyObject *current = NULL;
-    if (PyContextVar_Get(cfg.context_var, NULL, &current) < 0) return -1;
-    if (!current) return 0;
-    int r = 0;
-    if (PyDict_Check(current)) {
-        PyObject *bag = PyDict_GetItemWithError(current, cfg.baggage_key), *step = NULL;
-        if (bag && bag != Py_None) {
-            /* a mapping: current_id asks bag.get(key), and a value that is not None stands */
-            step = PyDict_Check(bag) ? Py_XNewRef(PyDict_GetItemWithError(bag, cfg.k_step))
-                                     : PyObject_CallMethodOneArg(bag, s_get, cfg.k_step);
-            if (step) r = step != Py_None;
-            else if (PyErr_Occurred()) r = -1;
-            Py_XDECREF(step);
-        } else if (PyErr_Occurred()) {
-            r = -1;
-        }
+    PyObject *current = NULL, *step = NULL;
+    if (cfg.context_var != Py_None && PyContextVar_Get(cfg.context_var, NULL, &current) < 0) return -1;
+    if (cfg.context_var == Py_None || (current && !PyDict_Check(current))) {
+        step = PyObject_CallOneArg(current_id, cfg.k_step);  /* a context of its own kind: its reading */
+    } else if (current) {
+        /* a mapping: current_id asks bag.get(key), and a value that is not None stands */
+        PyObject *bag = PyDict_GetItemWithError(current, cfg.baggage_key);
+        step = !bag ? (PyErr_Occurred() ? NULL : Py_NewRef(Py_None))
+               : bag == Py_None ? Py_NewRef(Py_None)
+               : PyDict_Check(bag) ? Py_XNewRef(PyDict_GetItemWithError(bag, cfg.k_step))
+               : PyObject_CallMethodOneArg(bag, s_get, cfg.k_step);
+        if (!step && !PyErr_Occurred()) step = Py_NewRef(Py_None);
     } else {
-        PyObject *step = PyObject_CallOneArg(current_id, cfg.k_step);
-        r = step ? step != Py_None : -1;
-        Py_XDECREF(step);
+        step = Py_NewRef(Py_None);  /* no context set: empty */
     }
-    Py_DECREF(current);
+    Py_XDECREF(current);
+    int r = step ? step != Py_None : -1;
+    Py_XDECREF(step);
     return r;
 }
 
