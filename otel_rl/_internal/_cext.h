@@ -234,6 +234,25 @@ static inline int is_text(PyObject *v, PyObject *text) {
     return r == 0;
 }
 
+/* obj.name(), or obj() where name is NULL, with an error already set kept over it (a lock
+ * released whatever happened before): 0, or -1 with the call's error where it fails. */
+static inline int call_keeping_error(PyObject *obj, PyObject *name) {
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyObject *argv[1] = {obj};
+    PyObject *got = name ? PyObject_VectorcallMethod(name, argv, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL)
+                         : PyObject_CallNoArgs(obj);
+    if (!got) {
+        Py_XDECREF(type);
+        Py_XDECREF(value);
+        Py_XDECREF(tb);
+        return -1;
+    }
+    Py_DECREF(got);
+    PyErr_Restore(type, value, tb);
+    return 0;
+}
+
 /* self.method([arg,] exc) with the exception raised now (which it clears): how a compiled
  * twin hands a failure to the Python method that reports it. NULL when that call fails. */
 static inline PyObject *report_raised(PyObject *self, PyObject *method, PyObject *arg) {

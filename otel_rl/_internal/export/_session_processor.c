@@ -326,18 +326,7 @@ static int under_lock(PyObject *acquire, PyObject *release, int (*what)(void *),
     if (!got) return -1;
     Py_DECREF(got);
     int r = what(arg);
-    PyObject *type, *value, *tb;
-    PyErr_Fetch(&type, &value, &tb);
-    got = PyObject_CallNoArgs(release);
-    if (!got) {
-        Py_XDECREF(type);
-        Py_XDECREF(value);
-        Py_XDECREF(tb);
-        return -1;
-    }
-    Py_DECREF(got);
-    PyErr_Restore(type, value, tb);
-    return r;
+    return call_keeping_error(release, NULL) < 0 ? -1 : r;
 }
 
 static int drain_parts(void *p) { return drain((Parts *)p); }

@@ -320,19 +320,7 @@ static int lock_release(PyObject *lock) {
         return 0;
     }
 #endif
-    PyObject *type, *value, *tb;
-    PyErr_Fetch(&type, &value, &tb);
-    PyObject *argv[1] = {lock};
-    PyObject *got = PyObject_VectorcallMethod(s_release, argv, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
-    if (!got) {
-        Py_XDECREF(type);
-        Py_XDECREF(value);
-        Py_XDECREF(tb);
-        return -1;
-    }
-    Py_DECREF(got);
-    PyErr_Restore(type, value, tb);
-    return 0;
+    return call_keeping_error(lock, s_release);
 }
 
 /* The new session's id, NULL for the Python function (no error set, nothing changed), or NULL
