@@ -8,6 +8,7 @@ from setuptools import Extension, setup
 
 _SHARED = "otel_rl/_internal/_cext.h"  # the byte buffer and configure() readers most of them share
 _JSON = "otel_rl/_internal/_json.h"  # JSON values as orjson writes them
+_LINES = "otel_rl/_internal/encode/_chrome_lines.h"  # the line writer the placement module calls
 
 
 def twin(module: str, *headers: str) -> Extension:
@@ -26,8 +27,8 @@ setup(
     ext_modules=[
         twin("_internal.encode.perfetto._native"),
         twin("_internal.read._facts_native", "otel_rl/_internal/read/_facts_scan.h"),
-        twin("_internal.encode._chrome_lines", _SHARED, _JSON),
-        twin("_internal.encode._chrome_place", _SHARED),
+        twin("_internal.encode._chrome_lines", _SHARED, _JSON, _LINES),
+        twin("_internal.encode._chrome_place", _SHARED, _LINES),
         twin("_internal.encode._otlp", _SHARED),
         twin("_internal.export._record_sink", _SHARED),
         twin("_internal.export._session_processor", _SHARED, _JSON),

@@ -148,10 +148,12 @@ static Py_ssize_t put_decimal(unsigned __int128 n, int d, char *out) {
  * goes to q), a multiplication by ten a digit rather than a 128-bit product. */
 static int shortest_fixed(double x, char *out, Py_ssize_t *len) {
     if (!(x >= 1e-20 && x < 1e16)) return 0;
-    int ex;
-    double m = frexp(x, &ex);
-    unsigned long long mant = (unsigned long long)ldexp(m, 53);
-    int e = ex - 53;
+    /* x = mant * 2^e read from its bits (a normal double here): frexp and ldexp were library
+     * calls on every number written */
+    unsigned long long bits;
+    memcpy(&bits, &x, sizeof(bits));
+    unsigned long long mant = (bits & ((1ULL << 52) - 1)) | (1ULL << 52);
+    int e = (int)((bits >> 52) & 0x7ff) - 1075;
     if (e >= 0) {  /* an integer below 1e16: nothing shorter lies within half an ulp */
         *len = put_decimal((unsigned __int128)mant << e, 0, out);
         return 1;

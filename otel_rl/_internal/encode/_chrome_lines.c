@@ -10,6 +10,7 @@
  */
 #include "../_cext.h"
 #include "../_json.h"
+#include "_chrome_lines.h"
 
 
 /* Set by configure(). */
@@ -250,7 +251,9 @@ static int put_named(Buf *b, const char *key, Py_ssize_t keylen, PyObject *names
     return put_text(b, name);
 }
 
-static int write_complete(Buf *b, PyObject *const *a) {
+/* a: complete()'s arguments; dur: a[4]'s value (a[4] itself may be NULL: the placement module's
+ * call, which has the double without a float object). */
+static int write_complete(Buf *b, PyObject *const *a, double dur) {
     PyObject *rec = a[0], *attrs = a[1];
     int r;
     if (!PyTuple_CheckExact(rec) || PyTuple_GET_SIZE(rec) <= i_top) return SKIP;
@@ -265,11 +268,11 @@ static int write_complete(Buf *b, PyObject *const *a) {
         if (PUTS(b, ",\"cat\":") < 0) return -1;
         if ((r = put_text(b, a[2]))) return r;
     }
-    if (!PyFloat_CheckExact(a[3]) || !PyFloat_CheckExact(a[4])) return SKIP;
+    if (!PyFloat_CheckExact(a[3])) return SKIP;
     if (PUTS(b, ",\"ts\":") < 0) return -1;
     if ((r = put_float(b, a[3]))) return r;
     if (PUTS(b, ",\"dur\":") < 0) return -1;
-    if ((r = put_float(b, a[4]))) return r;
+    if ((r = isfinite(dur) ? put_double(b, dur) : a[4] ? put_dumped(b, a[4]) : SKIP)) return r;
     if (!PyLong_CheckExact(a[5]) || !PyLong_CheckExact(a[6])) return SKIP;
     if (PUTS(b, ",\"pid\":") < 0) return -1;
     if ((r = put_int(b, a[5]))) return r;
@@ -316,6 +319,17 @@ static int write_complete(Buf *b, PyObject *const *a) {
     return PUTS(b, "}}");
 }
 
+static PyObject *complete_bytes(PyObject *const *args, double dur) {
+    Buf b;
+    buf_init(&b);
+    int r = write_complete(&b, args, dur);
+    PyObject *out = NULL;
+    if (r == 0) out = PyBytes_FromStringAndSize(b.p, b.n);
+    else if (r == SKIP) out = Py_NewRef(Py_None);
+    buf_free(&b);
+    return out;
+}
+
 /* complete(rec, attrs, cat, ts, dur, pid, tid, trace_text) -> bytes or None */
 static PyObject *complete(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 8) {
@@ -326,14 +340,19 @@ static PyObject *complete(PyObject *self, PyObject *const *args, Py_ssize_t narg
         PyErr_SetString(PyExc_RuntimeError, "configure() was not called");
         return NULL;
     }
-    Buf b;
-    buf_init(&b);
-    int r = write_complete(&b, args);
-    PyObject *out = NULL;
-    if (r == 0) out = PyBytes_FromStringAndSize(b.p, b.n);
-    else if (r == SKIP) out = Py_NewRef(Py_None);
-    buf_free(&b);
-    return out;
+    if (!PyFloat_CheckExact(args[4])) Py_RETURN_NONE;
+    return complete_bytes(args, PyFloat_AS_DOUBLE(args[4]));
+}
+
+/* complete() for the placement module (through API): the duration as a double, no call. */
+static PyObject *complete_c(PyObject *rec, PyObject *attrs, PyObject *cat, PyObject *ts, double dur, PyObject *pid,
+                            PyObject *tid, PyObject *trace) {
+    if (!dumps) {
+        PyErr_SetString(PyExc_RuntimeError, "configure() was not called");
+        return NULL;
+    }
+    PyObject *args[8] = {rec, attrs, cat, ts, NULL, pid, tid, trace};
+    return complete_bytes(args, dur);
 }
 
 /* The pid of a line complete() wrote: the first ',"pid":' is the key (a quote inside a
@@ -661,6 +680,13 @@ PyMODINIT_FUNC PyInit__chrome_lines(void) {
     if (!m) return NULL;
     pid_key = PyUnicode_InternFromString("pid");
     if (!pid_key) { Py_DECREF(m); return NULL; }
+    static ChromeLinesAPI api = {complete_c};
+    PyObject *capsule = PyCapsule_New(&api, CHROME_LINES_API, NULL);
+    if (!capsule || PyModule_AddObject(m, "API", capsule) < 0) {
+        Py_XDECREF(capsule);
+        Py_DECREF(m);
+        return NULL;
+    }
     crc_table_init();
 #ifdef CRC_CAN_FOLD
     __builtin_cpu_init();

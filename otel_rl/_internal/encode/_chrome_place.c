@@ -14,9 +14,11 @@
  * through the offsets of the classes' member descriptors, found once in configure().
  */
 #include "../_cext.h"
+#include "_chrome_lines.h"
 #include <math.h>
 
 static PyObject *complete_fn;  /* _chrome_lines.complete */
+static ChromeLinesAPI *lines_api;  /* its C entry */
 static PyObject *flows_fn;  /* _chrome_lines.flows */
 static PyTypeObject *t_map, *t_lane, *t_level, *t_group, *t_proc;
 static Py_ssize_t o_map_cap, o_map_young, o_map_old;
@@ -260,20 +262,45 @@ static PyObject *category(PyObject *attrs, PyObject *span_kind) {
  * remainder r are exact, q + r/1000 lies in q's binade, and the double is q on the grid of that
  * binade's ulp plus r/1000 of a unit rounded to that grid, in integers (Python's own division,
  * its exact long algorithm, where q itself has more than 53 bits). */
-static PyObject *micros(long long ns) {
-    if (ns < (1LL << 53) && ns > -(1LL << 53)) return PyFloat_FromDouble((double)ns / 1000.0);
+static int micros_double(long long ns, double *out) {  /* 0 where only Python's division can */
+    if (ns < (1LL << 53) && ns > -(1LL << 53)) {
+        *out = (double)ns / 1000.0;
+        return 1;
+    }
     unsigned long long u = ns < 0 ? 0ULL - (unsigned long long)ns : (unsigned long long)ns;
     unsigned long long q = u / 1000, r = u % 1000;
-    if (q < (1ULL << 53)) {  /* q >= 2^53 / 1000 > 2^42 here */
-        int shift = 52 - (63 - __builtin_clzll(q));  /* grid steps per unit: 2^shift, shift <= 10 */
-        unsigned long long num = r << shift, m = (q << shift) + num / 1000, rem = num % 1000;
-        if (rem > 500 || (rem == 500 && (m & 1))) m++;
-        double x = ldexp((double)m, -shift);
-        return PyFloat_FromDouble(ns < 0 ? -x : x);
-    }
+    if (q >= (1ULL << 53)) return 0;
+    /* q >= 2^53 / 1000 > 2^42 here */
+    int shift = 52 - (63 - __builtin_clzll(q));  /* grid steps per unit: 2^shift, shift <= 10 */
+    unsigned long long num = r << shift, m = (q << shift) + num / 1000, rem = num % 1000;
+    if (rem > 500 || (rem == 500 && (m & 1))) m++;
+    double x = (double)m / (double)(1ULL << shift);  /* exact: m < 2^53, a power of two */
+    *out = ns < 0 ? -x : x;
+    return 1;
+}
+
+static PyObject *micros(long long ns) {
+    double x;
+    if (micros_double(ns, &x)) return PyFloat_FromDouble(x);
     PyObject *d = PyLong_FromLongLong(ns), *out = d ? PyNumber_TrueDivide(d, thousand) : NULL;
     Py_XDECREF(d);
     return out;
+}
+
+/* writer(rec, attrs, cat, ts, micros(duration), pid, tid, trace): the line, or None where the
+ * dict must give it; the line writer's C entry when writer is its complete() (no call, no float
+ * object for the duration). */
+static PyObject *complete_line(PyObject *writer, PyObject *rec, PyObject *attrs, PyObject *cat, PyObject *ts,
+                               long long duration, PyObject *pid, PyObject *tid, PyObject *trace) {
+    double d;
+    if (writer == complete_fn && lines_api && micros_double(duration, &d))
+        return lines_api->complete(rec, attrs, cat, ts, d, pid, tid, trace);
+    PyObject *dur = micros(duration);
+    if (!dur) return NULL;
+    PyObject *call[8] = {rec, attrs, cat, ts, dur, pid, tid, trace};
+    PyObject *line = PyObject_Vectorcall(writer, call, 8, NULL);
+    Py_DECREF(dur);
+    return line;
 }
 
 /* micros_of(ns): micros() for the tests against Python's int division. */
@@ -394,11 +421,7 @@ static int place(Batch *b, PyObject *item) {
     }
     PyObject *ts = micros(start);
     if (!ts) return -1;
-    PyObject *dur = micros(end_c - start);
-    if (!dur) { Py_DECREF(ts); return -1; }
-    PyObject *args[8] = {rec, attrs, cat, ts, dur, pid, tid, text};
-    PyObject *line = PyObject_Vectorcall(complete_fn, args, 8, NULL);
-    Py_DECREF(dur);
+    PyObject *line = complete_line(complete_fn, rec, attrs, cat, ts, end_c - start, pid, tid, text);
     if (!line) { Py_DECREF(ts); return -1; }
     if (line == Py_None) {  /* a line the dict must give */
         Py_DECREF(line);
@@ -1052,13 +1075,10 @@ static PyObject *span_trace_hex(PyObject *enc, PyObject *trace_id, PyObject *spa
 static int write_slice(PyObject *enc, PyObject *rec, PyObject *attrs, PyObject *span_kind, PyObject *cat,
                        PyObject *trace_hex, PyObject *pid, PyObject *tid, PyObject *ts, long long duration,
                        PyObject *end_o, PyObject *out) {
-    PyObject *writer = attr(enc, a_complete_line), *line = NULL, *dur;
+    PyObject *writer = attr(enc, a_complete_line), *line = NULL;
     if (!writer) return -1;
-    if (writer != Py_None && !is_text(span_kind, kind_instant) && (dur = micros(duration))) {
-        PyObject *call[8] = {rec, attrs, cat, ts, dur, pid, tid, trace_hex};
-        line = PyObject_Vectorcall(writer, call, 8, NULL);
-        Py_DECREF(dur);
-    }
+    if (writer != Py_None && !is_text(span_kind, kind_instant))
+        line = complete_line(writer, rec, attrs, cat, ts, duration, pid, tid, trace_hex);
     Py_DECREF(writer);
     if (PyErr_Occurred()) { Py_XDECREF(line); return -1; }
     int r;
@@ -2036,6 +2056,10 @@ static PyObject *configure(PyObject *self, PyObject *config) {
         return NULL;
     client_kind = (long)client;
     producer_kind = (long)producer;
+    if (!(lines_api = PyCapsule_Import(CHROME_LINES_API, 0))) {
+        Py_CLEAR(complete_fn);
+        return NULL;
+    }
     if (!PyUnicode_CheckExact(kind_counter) || !PyUnicode_CheckExact(kind_instant)
         || !PyUnicode_CheckExact(kind_session)) {
         Py_CLEAR(complete_fn);
