@@ -5,6 +5,7 @@ take to the Python function unchanged."""
 
 from __future__ import annotations
 
+import gc
 import inspect
 import threading
 
@@ -387,6 +388,16 @@ def a_task_of_one_session():
     task_id = otel_rl.register_task()
     otel_rl.register_session(task_id)
     return task_id, sessions.STATE.pipeline
+
+
+@compiled
+def test_a_finalized_tasks_queued_records_stay_out_of_the_collectors_generations(capture):
+    # Waiting for the sender, tracked records were carried into the oldest generation, whose
+    # growth sets off full collections of the user's whole heap.
+    task_id, pipeline = a_task_of_one_session()
+    otel_rl.trace_session_event("mark_finalized", task_id=task_id)
+    queued = {rec[record.NAME]: gc.is_tracked(rec) for rec in pipeline.queue}
+    assert queued == {"session": False, "task": False}
 
 
 @compiled

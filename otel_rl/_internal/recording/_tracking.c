@@ -863,6 +863,9 @@ static int end_task(PyObject *task) {
         }
         PyTuple_SET_ITEM(rec, cfg.at[k], Py_NewRef(v[k]));
     }
+    /* as a session's record: it waits in the queue for the sender, and tracked, it was carried
+     * into the oldest generation, whose growth sets off full collections of the user's heap */
+    untrack_leaf(rec);
     PyObject *pipeline = SLOT(span, cfg.span_pipeline);
     Sink sink = {NULL};
     if (!pipeline || sink_open(&sink, pipeline) < 0) goto done;
