@@ -154,6 +154,17 @@ def exporter_only_cpu_s(ctx: Context) -> float:
     return descendants_cpu_s({receiver.pid} if receiver is not None else set())
 
 
+def quiesce() -> None:
+    """Before a measured window: the page cache's dirty pages written out and this process's
+    garbage collected, as :meth:`.harness.Timer.start` collects. The steady-state row's
+    warm-up writes about 450 MB of trace lines, and earlier workloads their own: the kernel
+    writes them back in its own threads, on the same cores, whenever it gets to them, which
+    would otherwise fall into whichever window came next."""
+    if hasattr(os, "sync"):
+        os.sync()
+    gc.collect()
+
+
 # --------------------------------------------------------------------------- 9. total CPU, every process
 
 
@@ -163,7 +174,7 @@ def _otel_total(ctx: Context, n_items: int, warm: Callable[[], None], body: Call
         run_ctx = contextvars.copy_context()
         run_ctx.run(warm)
         otel_rl.save(force=True)
-        gc.collect()  # as Timer.start: no contender pays for a full collection of the bench's heap
+        quiesce()
         c0, x0, w0 = machine_cpu_s(ctx), exporter_only_cpu_s(ctx), time.perf_counter()
         run_ctx.run(body)
         otel_rl.save(force=True)
@@ -180,7 +191,7 @@ def _plain_total(ctx: Context, n_items: int, warm: Callable[[], None], body: Cal
                  finish: Callable[[], None]) -> dict:
     warm()
     finish()
-    gc.collect()
+    quiesce()
     c0, w0 = machine_cpu_s(ctx), time.perf_counter()
     body()
     finish()
@@ -322,7 +333,7 @@ def w_otlp_total(ctx: Context, repeats: int) -> dict[str, Any]:
             otel_loop(warm, WARM)
             otel_rl.save(force=True)
             receiver.start_counting(warm)
-            gc.collect()
+            quiesce()
             c0 = machine_cpu_s(ctx)
             otel_loop(n, SCOPE)
             otel_rl.save(force=True)
@@ -342,7 +353,7 @@ def w_otlp_total(ctx: Context, repeats: int) -> dict[str, Any]:
             sdk_loop(tracer.tracer, warm, WARM)
             tracer.flush(FLUSH_TIMEOUT_MS)
             receiver.start_counting(warm)
-            gc.collect()
+            quiesce()
             c0 = machine_cpu_s(ctx)
             sdk_loop(tracer.tracer, n, SCOPE)
             tracer.flush(FLUSH_TIMEOUT_MS)
