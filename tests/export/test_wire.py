@@ -77,6 +77,40 @@ def test_a_batch_comes_back_as_the_records_it_was(batch, names):
     assert _typed(got) == _typed(batch)
 
 
+@settings(max_examples=100, deadline=None)
+@given(st.lists(records(), max_size=20), st.dictionaries(st.integers(0, 1 << 40), st.text(max_size=6)),
+       st.integers(1, 7))
+def test_a_batch_read_a_slice_at_a_time_comes_back_as_the_records_it_was(batch, names, size):
+    reader = wire.reader(wire.dumps(names, batch))
+    slices = []
+    while slice_ := reader.take(size):
+        slices.append(slice_)
+    assert reader.names == names
+    assert all(len(part) == size for part in slices[:-1])
+    assert _typed([rec for part in slices for rec in part]) == _typed(batch)
+    assert reader.take(size) == []
+
+
+def test_without_the_compiled_twin_a_batch_is_read_a_slice_at_a_time_too(monkeypatch):
+    monkeypatch.setattr(wire, "_native", None)
+    reader = wire.reader(wire.dumps({7: "main"}, _scopes(5)))
+    assert (reader.names, reader.take(3), reader.take(3), reader.take(3)) == (
+        {7: "main"}, _scopes(5)[:3], _scopes(5)[3:], [])
+
+
+@packed
+def test_a_batch_broken_partway_is_refused_at_the_slice_that_reaches_the_break():
+    data = bytearray(wire.dumps({}, _scopes(4)))
+    assert data[:1] == b"\x00"
+    third = 15 + 2 * 64  # the header, then 64 bytes a record
+    data[third + 60:third + 64] = (1 << 20).to_bytes(4, "little")  # its fields at an index past the batch's
+    reader = wire.reader(bytes(data))
+    assert reader.take(2) == _scopes(4)[:2]
+    with pytest.raises(ValueError, match="does not hold together"):
+        reader.take(1)
+    assert reader.take(1) == []  # nothing more is read
+
+
 def test_without_the_compiled_twin_a_batch_is_marshal(monkeypatch):
     monkeypatch.setattr(wire, "_native", None)
     batch = _scopes(5)

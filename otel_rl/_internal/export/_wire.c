@@ -493,54 +493,130 @@ failed:
 }
 
 /* loads(data) -> (thread_names, records): the inverse of dumps() */
-static PyObject *loads(PyObject *self, PyObject *arg) {
-    Py_buffer view;
-    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0) return NULL;
-    PyObject *parts = NULL, *records = NULL, *out = NULL;
-    Shared sh = {{0}, 0, NULL, NULL, NULL, NULL, NULL, 0, NULL, NULL, NULL};
-    const unsigned char *p = view.buf;
-    Py_ssize_t size = view.len;
+/* A batch read a slice of records at a time (reader(payload)): `names` its thread names,
+ * take(count) its next records. The exporter process decodes each slice where it takes it
+ * through the outputs (process.export_batch): a whole batch decoded first kept thousands of
+ * records alive at once, spread over the heap between the placement state that outlives them,
+ * for the same instructions about 4 % more time in a fresh process and 9 % more in one 100,000
+ * sessions in (alternated replays of one capture). */
+typedef struct {
+    PyObject_HEAD
+    Py_buffer view;  /* held while the reader lives: the streams are read in place */
+    int has_view;
+    PyObject *parts;  /* the marshalled tail: (thread names, names, rests, phase names, texts) */
+    Shared sh;
+    Py_ssize_t n, next;  /* records in the batch, and the next to read */
+} Reader;
+
+static PyTypeObject ReaderType;
+
+static void reader_dealloc(Reader *r) {
+    shared_clear(&r->sh);
+    Py_XDECREF(r->parts);
+    if (r->has_view) PyBuffer_Release(&r->view);
+    Py_TYPE(r)->tp_free((PyObject *)r);
+}
+
+static PyObject *reader(PyObject *self, PyObject *arg) {
     if (n_fields < 0) {
         PyErr_SetString(PyExc_RuntimeError, "configure() was not called");
-        goto done;
+        return NULL;
     }
+    Reader *r = PyObject_New(Reader, &ReaderType);
+    if (!r) return NULL;
+    r->has_view = 0;
+    r->parts = NULL;
+    memset(&r->sh, 0, sizeof(r->sh));
+    r->n = r->next = 0;
+    if (PyObject_GetBuffer(arg, &r->view, PyBUF_SIMPLE) < 0) goto failed;
+    r->has_view = 1;
+    const unsigned char *p = r->view.buf;
+    Py_ssize_t size = r->view.len;
     if (size < HEAD_LEN || memcmp(p, MAGIC, MAGIC_LEN) != 0) {
         PyErr_SetString(PyExc_ValueError, "not a packed batch");
-        goto done;
+        goto failed;
     }
     Py_ssize_t n = get_u32(p + MAGIC_LEN), m = get_u32(p + MAGIC_LEN + 4), v = get_u32(p + MAGIC_LEN + 8);
     Py_ssize_t head = HEAD_LEN + n * RECORD_BYTES + m + v;
     if (head > size) {
         PyErr_SetString(PyExc_ValueError, "a packed batch cut short");
-        goto done;
+        goto failed;
     }
-    sh.phase = p + HEAD_LEN + n * RECORD_BYTES;
-    sh.phase_end = sh.value = sh.phase + m;
-    sh.value_end = p + head;
-    parts = PyMarshal_ReadObjectFromString((const char *)p + head, size - head);
-    if (!parts) goto done;
+    r->sh.phase = p + HEAD_LEN + n * RECORD_BYTES;
+    r->sh.phase_end = r->sh.value = r->sh.phase + m;
+    r->sh.value_end = p + head;
+    PyObject *parts = r->parts = PyMarshal_ReadObjectFromString((const char *)p + head, size - head);
+    if (!parts) goto failed;
     if (!PyTuple_CheckExact(parts) || PyTuple_GET_SIZE(parts) != 5 || !PyList_CheckExact(PyTuple_GET_ITEM(parts, 1))
         || PyList_GET_SIZE(PyTuple_GET_ITEM(parts, 1)) != n || !PyList_CheckExact(PyTuple_GET_ITEM(parts, 2))
         || !PyList_CheckExact(PyTuple_GET_ITEM(parts, 3)) || !PyList_CheckExact(PyTuple_GET_ITEM(parts, 4))) {
         PyErr_SetString(PyExc_ValueError, "a packed batch that does not hold together");
-        goto done;
+        goto failed;
     }
-    PyObject *names = PyTuple_GET_ITEM(parts, 1), *rests = PyTuple_GET_ITEM(parts, 2);
-    sh.phase_names = PyTuple_GET_ITEM(parts, 3);
-    sh.texts = PyTuple_GET_ITEM(parts, 4);
-    records = PyList_New(n);
-    if (!records) goto done;
-    for (Py_ssize_t k = 0; k < n; k++) {
-        PyObject *rec = unpack_one(p + HEAD_LEN + k * RECORD_BYTES, PyList_GET_ITEM(names, k), rests, &sh);
-        if (!rec) goto done;
-        PyList_SET_ITEM(records, k, rec);
+    r->sh.phase_names = PyTuple_GET_ITEM(parts, 3);
+    r->sh.texts = PyTuple_GET_ITEM(parts, 4);
+    r->n = n;
+    return (PyObject *)r;
+failed:
+    Py_DECREF(r);
+    return NULL;
+}
+
+/* The next count records (fewer at the batch's end, none after it). */
+static PyObject *reader_read(Reader *r, Py_ssize_t count) {
+    Py_ssize_t upto = count < r->n - r->next ? r->next + count : r->n;
+    PyObject *out = PyList_New(upto > r->next ? upto - r->next : 0);
+    if (!out) return NULL;
+    PyObject *names = PyTuple_GET_ITEM(r->parts, 1), *rests = PyTuple_GET_ITEM(r->parts, 2);
+    const unsigned char *p = r->view.buf;
+    for (Py_ssize_t k = r->next; k < upto; k++) {
+        PyObject *rec = unpack_one(p + HEAD_LEN + k * RECORD_BYTES, PyList_GET_ITEM(names, k), rests, &r->sh);
+        if (!rec) {
+            r->next = r->n;  /* the streams are out of step from here: nothing more is read */
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyList_SET_ITEM(out, k - r->next, rec);
     }
-    out = PyTuple_Pack(2, PyTuple_GET_ITEM(parts, 0), records);
-done:
-    shared_clear(&sh);
-    Py_XDECREF(parts);
+    r->next = upto;
+    return out;
+}
+
+static PyObject *reader_take(Reader *r, PyObject *arg) {
+    Py_ssize_t count = PyLong_AsSsize_t(arg);
+    if (count == -1 && PyErr_Occurred()) return NULL;
+    return reader_read(r, count < 0 ? 0 : count);
+}
+
+static PyObject *reader_names(Reader *r, void *unused) { return Py_NewRef(PyTuple_GET_ITEM(r->parts, 0)); }
+
+static PyMethodDef reader_methods[] = {
+    {"take", (PyCFunction)reader_take, METH_O, "The next count records: a list, empty at the batch's end."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef reader_getset[] = {
+    {"names", (getter)reader_names, NULL, "The batch's thread names.", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject ReaderType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "otel_rl._internal.export._wire.Reader",
+    .tp_basicsize = sizeof(Reader),
+    .tp_dealloc = (destructor)reader_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A packed batch read a slice of records at a time.",
+    .tp_methods = reader_methods,
+    .tp_getset = reader_getset,
+};
+
+static PyObject *loads(PyObject *self, PyObject *arg) {
+    Reader *r = (Reader *)reader(self, arg);
+    if (!r) return NULL;
+    PyObject *records = reader_read(r, r->n), *out = records ? PyTuple_Pack(2, PyTuple_GET_ITEM(r->parts, 0), records) : NULL;
     Py_XDECREF(records);
-    PyBuffer_Release(&view);
+    Py_DECREF(r);
     return out;
 }
 
@@ -637,9 +713,13 @@ static PyMethodDef methods[] = {
     {"dumps", (PyCFunction)(void (*)(void))dumps, METH_FASTCALL,
      "A batch of records as bytes, or None where a record does not fit."},
     {"loads", loads, METH_O, "The (thread names, records) of bytes dumps() wrote."},
+    {"reader", reader, METH_O, "The batch dumps() wrote, read a slice of records at a time (Reader)."},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_wire", NULL, -1, methods};
 
-PyMODINIT_FUNC PyInit__wire(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__wire(void) {
+    if (PyType_Ready(&ReaderType) < 0) return NULL;
+    return PyModule_Create(&module);
+}

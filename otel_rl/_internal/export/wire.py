@@ -54,6 +54,36 @@ def loads(data: bytes) -> tuple[dict[int, str], list[tuple]]:
     return thread_names, records
 
 
+class _Decoded:
+    """A batch ``marshal`` read whole, handed out as the compiled reader hands out its records."""
+
+    def __init__(self, names: dict[int, str], records: list[tuple]) -> None:
+        self.names = names
+        self._records = records
+        self._next = 0
+
+    def take(self, count: int) -> list[tuple]:
+        start, self._next = self._next, min(len(self._records), self._next + max(0, count))
+        return self._records[start:self._next]
+
+
+def reader(data: bytes) -> Any:
+    """The batch :func:`dumps` wrote, read a slice of records at a time: ``names`` its thread
+    names, ``take(count)`` its next records (a list; empty at its end). The exporter process
+    decodes each slice where it takes it through its outputs, so a batch's records are not
+    all alive at once.
+
+    Raises:
+        ValueError: ``data`` is not such a batch (a packed batch found broken partway raises
+            at the ``take`` that reaches the break).
+    """
+    if data[:1] == bytes((_PACKED,)):
+        if _native is None:
+            raise ValueError("a packed batch needs the compiled reader")
+        return _native.reader(data)
+    return _Decoded(*marshal.loads(data))
+
+
 def survey(records: list[Any]) -> tuple[bool, int, set[Any]]:
     """What the export thread asks of a batch before shipping it: whether every record is a
     tuple (else ``(False, 0, set())``: the caller converts the others and asks again), how
