@@ -57,12 +57,10 @@ EXPORTER_NICE = 10
 #: Garbage-collector thresholds of the exporter process (the default is 700, 10, 10).
 EXPORTER_GC_THRESHOLDS = (50_000, 20, 100)
 #: glibc's malloc settings for the exporter process (mallopt(3), "Environment variables"),
-#: where the environment does not set them. Each batch allocates its payload, records and
-#: lines (megabytes) and frees them all at its end: by default glibc gave the top of its heap
-#: back to the kernel and served the large buffers with fresh mmaps, so every batch
-#: faulted its pages in again, zeroed (about 0.5 page faults a session, 6 % of this
-#: process's CPU in ``bench.profile_exporter``). Kept instead, the heap stays at the size a
-#: batch needs: the process's memory is flat at its peak.
+#: where the environment does not set them. Each batch allocates and frees megabytes: by
+#: default glibc gave its heap's top back to the kernel and served large buffers with fresh
+#: mmaps, so every batch faulted its pages in again, zeroed (about 0.5 page faults a session,
+#: 6 % of this process's CPU). Kept, the heap stays at a batch's peak size.
 EXPORTER_MALLOC_ENV = {
     "MALLOC_TRIM_THRESHOLD_": str(256 << 20),
     "MALLOC_MMAP_THRESHOLD_": str(256 << 20),
@@ -466,37 +464,33 @@ def export_batch(on_records: Any, chain: Any, thread_names: dict[int, str], payl
     then ends the batch; returns its span count. The exporter process's step: it
     manages that process's garbage collector.
 
-    The collector is paused meanwhile: nearly every object the batch allocates
-    (the decoded records, attribute dicts, lines) is freed before it ends, and
-    young collections in between traversed them all while they were still alive
-    (decoding alone set off several per batch). What survives (pending sessions,
-    placement state: a few objects a span, freed by their counts when the maps
-    they sit in move on) holds no cycles, yet young and middle collections
-    traversed each of them in turn, about 4 % of this process's CPU on sessions:
-    it is frozen out of them after each batch instead, and a full collection every
-    ``EXPORTER_FULL_COLLECT_S`` seconds reclaims any cycle something else made.
+    The collector is paused meanwhile: nearly every object the batch allocates (records,
+    attribute dicts, lines) is freed before it ends, and young collections in between
+    traversed them all while alive. What survives (pending sessions, placement state,
+    freed by their counts as the maps move on) holds no cycles, yet young and middle
+    collections traversed it in turn (about 4 % of this process's CPU on sessions): it is
+    frozen after each batch, and a full collection every ``EXPORTER_FULL_COLLECT_S``
+    seconds reclaims any cycle something else made.
 
-    The records go through the outputs ``EXPORT_SLICE`` at a time, each slice decoded from
-    the payload where it is taken (``wire.reader``) and encoded for the trace file as soon
-    as it is derived (``chain.after_slice``); the batch is still written once, with one
-    marker line (``chain.after_batch``). A whole batch (up to
-    thousands of sessions) derived first and encoded afterwards had its attribute dicts
-    and placement state leave the core's cache in between and read back from memory:
-    about an eighth of this process's CPU on sessions (``bench.profile_exporter``).
+    The records go through the outputs ``EXPORT_SLICE`` at a time, each slice decoded
+    where it is taken (``wire.reader``) and encoded for the trace file as soon as it is
+    derived (``chain.after_slice``); the batch is written once, with one marker line
+    (``chain.after_batch``). A whole batch (thousands of sessions) decoded, or derived,
+    before the next step kept it all alive and out of the core's cache in between
+    (``bench.profile_exporter``: an eighth of this process's CPU on sessions for the
+    derivation, 4-9 % for the decoding).
     """
     global _next_full_collect
     gc.disable()
     try:
         batch = wire.reader(payload)
         thread_names.update(batch.names)
-        spans = 0
-        records = batch.take(EXPORT_SLICE)
+        spans, records = 0, batch.take(EXPORT_SLICE)
         while True:  # an empty batch too goes through once
             on_records(records)  # never raises
             chain.after_slice()
             spans += wire.survey(records)[1]
-            records = batch.take(EXPORT_SLICE)
-            if not records:
+            if not (records := batch.take(EXPORT_SLICE)):
                 break
         chain.after_batch()
         return spans
