@@ -5,16 +5,17 @@ The older workloads take ``time.process_time()`` of the benchmark process;
 otel_rl also starts an exporter process, whose CPU is another core's. Here
 every figure named "all processes" is :func:`machine_cpu_s` taken before and
 after: this process (every thread), every live descendant process found in
-``/proc`` and read from its CPU-time clock (``clock_getcpuclockid``: user + system,
-to the nanosecond; ``/proc/<pid>/stat``'s 10 ms ticks where there is none; the
-exporter child and anything it starts), and ``RUSAGE_CHILDREN`` for descendants that exited and were reaped
-in between. The counting OTLP receiver (a stand-in for a collector on another
+``/proc`` (the exporter child and anything it starts) read from its CPU-time clock
+(``clock_getcpuclockid``: user + system, to the nanosecond; ``/proc/<pid>/stat``'s
+10 ms ticks where there is none), and ``RUSAGE_CHILDREN`` for descendants that
+exited and were reaped in between. The counting OTLP receiver (a stand-in for a collector on another
 machine) is left out.
 """
 
 from __future__ import annotations
 
 import contextvars
+import ctypes
 import gc
 import glob
 import importlib.util
@@ -86,7 +87,6 @@ def _descendants(table: dict[int, tuple[int, float, int]], exclude: set[int]) ->
 
 def _libc() -> Any:
     try:
-        import ctypes
         libc = ctypes.CDLL(None, use_errno=True)
         libc.clock_getcpuclockid  # noqa: B018 - present, or this host reads ticks
         return libc
@@ -102,7 +102,6 @@ def _cpu_clock_s(pid: int) -> float | None:
     (its POSIX CPU-time clock), or ``None`` where the clock cannot be read."""
     if _LIBC is None:
         return None
-    import ctypes
     clock = ctypes.c_int()
     if _LIBC.clock_getcpuclockid(pid, ctypes.byref(clock)) != 0:
         return None

@@ -492,7 +492,6 @@ failed:
     return NULL;
 }
 
-/* loads(data) -> (thread_names, records): the inverse of dumps() */
 /* A batch read a slice of records at a time (reader(payload)): `names` its thread names,
  * take(count) its next records. The exporter process decodes each slice where it takes it
  * through the outputs (process.export_batch): a whole batch decoded first kept thousands of
@@ -611,6 +610,7 @@ static PyTypeObject ReaderType = {
     .tp_getset = reader_getset,
 };
 
+/* loads(data) -> (thread_names, records): the inverse of dumps() */
 static PyObject *loads(PyObject *self, PyObject *arg) {
     Reader *r = (Reader *)reader(self, arg);
     if (!r) return NULL;
