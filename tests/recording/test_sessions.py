@@ -332,6 +332,21 @@ def test_too_many_open_sessions_evicts_the_oldest_as_dropped(tmp_path):
     assert otel_rl.diagnostics()["sessions_evicted"] == 15
 
 
+def test_an_eviction_takes_the_oldest_session_still_pending(tmp_path):
+    otel_rl.configure(fileroot=str(tmp_path), max_pending_sessions=3,
+                      tracer_provider=TracerProvider(shutdown_on_exit=False))
+    task_id = otel_rl.register_task()
+    first, second, third = (otel_rl.register_session(task_id) for _ in range(3))
+    otel_rl.trace_session_event("mark_finalized", session_id=second, status="accepted")
+    otel_rl.register_session(task_id)  # three pending: none evicted
+    otel_rl.register_session(task_id)  # four: the first goes
+    otel_rl.register_session(task_id)  # four again: the third, the second being finalized
+    otel_rl.save(force=True)
+    got = read_sessions(otel_rl.settings().run_dir)
+    assert sorted((r["session_id"], r["status"]) for r in got) == [
+        (first, "dropped"), (second, "accepted"), (third, "dropped")]
+
+
 def test_sampling_thins_export_but_records_cover_every_session(tmp_path, monkeypatch):
     monkeypatch.setenv("OTEL_TRACES_SAMPLER", "traceidratio")
     monkeypatch.setenv("OTEL_TRACES_SAMPLER_ARG", "0.1")

@@ -250,6 +250,8 @@ class Registry:
         # passed); an OrderedDict's own links cost the compiled steps about 450 instructions a
         # session.
         self.sessions: dict[Any, SessionState] = {}
+        # No pending session has an id below this one (see _oldest_pending).
+        self._oldest_id = 0
         self._finalized: dict[Any, None] = {}
         #: Recently finalized sessions, for a trainer in this process consuming or
         #: annotating them: id -> (task id, trace id, span id, version at registration,
@@ -325,6 +327,20 @@ class Registry:
             self._end_task(task, task.idle_since)
 
     # --- sessions ------------------------------------------------------------------
+    def _oldest_pending(self, newest: int) -> Any:
+        """The id of the oldest pending session (the registry's lock held). Ids count up in
+        registration order, so it is the smallest present, sought from the last one found:
+        a dict's first item is found by skipping every entry deleted before it, about 30 µs
+        an eviction at the default bound (an ``OrderedDict`` kept it at 0.2, and cost the
+        compiled steps 450 instructions a session)."""
+        sid = self._oldest_id
+        while sid <= newest and sid not in self.sessions:
+            sid += 1
+        if sid > newest:  # ids that did not count up from here (a replaced counter)
+            sid = next(iter(self.sessions))
+        self._oldest_id = sid
+        return sid
+
     def register_session(self, task_id: Any = None) -> Any:
         if task_id is None:
             task_id = current_id(keys.TASK_ID)
@@ -344,7 +360,7 @@ class Registry:
                 task.idle_since = 0
                 self._idle.pop(task_id, None)
             if len(self.sessions) > self._max_pending:
-                evicted = self.sessions.pop(next(iter(self.sessions)))
+                evicted = self.sessions.pop(self._oldest_pending(session_id))
         if evicted is not None:
             guard.count(diagnostics.SESSIONS_EVICTED)
             self._finalize(evicted, keys.STATUS_DROPPED, "evicted: too many pending sessions")
