@@ -67,7 +67,6 @@ class PhaseOptions:
 #: outlive configurations, and each new registry starts with them.
 PHASES: dict[str, PhaseOptions] = {}
 
-
 #: Finalized sessions a registry remembers for ``otel_rl.consume`` / ``annotate``
 #: in the same process (their ids, trace ids and versions): at least this many.
 RECENT_SESSIONS = 4096
@@ -246,16 +245,12 @@ class Registry:
         self._task_ids = itertools.count()
         self._session_ids = itertools.count()
         self.tasks: dict[Any, TaskState] = {}
-        # A plain dict keeps registration order too (the oldest goes first when the bound is
-        # passed); an OrderedDict's own links cost the compiled steps about 450 instructions a
-        # session.
+        # A plain dict: an OrderedDict's links cost the compiled steps 450 instructions a session.
         self.sessions: dict[Any, SessionState] = {}
-        # No pending session has an id below this one (see _oldest_pending).
-        self._oldest_id = 0
+        self._oldest_id = 0  # no pending session's id is below it (_oldest_pending)
         self._finalized: dict[Any, None] = {}
-        #: Recently finalized sessions, for a trainer in this process consuming or
-        #: annotating them: id -> (task id, trace id, span id, version at registration,
-        #: ended marked phases).
+        #: Recently finalized sessions, for a trainer in this process consuming or annotating them:
+        #: id -> (task id, trace id, span id, version at registration, ended marked phases).
         self.recent: dict[Any, tuple] = {}
         # Tasks with no open session, oldest first, waiting out TASK_IDLE_GRACE_NS.
         self._idle: collections.OrderedDict[Any, TaskState] = collections.OrderedDict()
@@ -328,18 +323,13 @@ class Registry:
 
     # --- sessions ------------------------------------------------------------------
     def _oldest_pending(self, newest: int) -> Any:
-        """The id of the oldest pending session (the registry's lock held). Ids count up in
-        registration order, so it is the smallest present, sought from the last one found:
-        a dict's first item is found by skipping every entry deleted before it, about 30 µs
-        an eviction at the default bound (an ``OrderedDict`` kept it at 0.2, and cost the
-        compiled steps 450 instructions a session)."""
+        """The oldest pending session's id (lock held): ids count up as sessions register, so the smallest
+        present, sought from the last found (a dict's first item skips every entry deleted before it: 30 µs)."""
         sid = self._oldest_id
         while sid <= newest and sid not in self.sessions:
             sid += 1
-        if sid > newest:  # ids that did not count up from here (a replaced counter)
-            sid = next(iter(self.sessions))
-        self._oldest_id = sid
-        return sid
+        self._oldest_id = sid if sid <= newest else next(iter(self.sessions))  # a replaced counter
+        return self._oldest_id
 
     def register_session(self, task_id: Any = None) -> Any:
         if task_id is None:
@@ -494,9 +484,8 @@ class Registry:
         the bookkeeping of their tasks under one lock. ``extra`` attributes go on
         every session's span (the reward given with the verdict)."""
         if type(status) is not str:
-            # A str enum member as its value, anything else (a float('nan'), an
-            # object) as its text: as a metric label or in a record it would
-            # otherwise cost the whole metrics interval or the session's record.
+            # A str enum member as its value, anything else (a float('nan'), an object) as its text:
+            # as a metric label or in a record it would otherwise cost the metrics interval or the record.
             status = str.__str__(status) if isinstance(status, str) else safe_str(status)
         if status not in keys.FINAL_STATUSES and status != keys.STATUS_PENDING:
             guard.report(diagnostics.UNKNOWN_STATUS, "unknown session status %s; recorded as given",
@@ -601,12 +590,11 @@ def _record_config() -> dict[str, Any]:
         "KIND_SESSION": keys.KIND_SESSION, "SESSION_ID": keys.SESSION_ID, "TASK_ID": keys.TASK_ID,
         "POLICY_VERSION": keys.POLICY_VERSION, "SESSION_STATUS": keys.SESSION_STATUS,
         "SESSION_REASON": keys.SESSION_REASON, "layout": records.layout(), "STEP": keys.STEP,
-        "STATUSES": (*keys.FINAL_STATUSES, keys.STATUS_PENDING), "STATUS_FAILED": keys.STATUS_FAILED,
+        "STATUSES": (*keys.FINAL_STATUSES, keys.STATUS_PENDING),
         "ERROR_CODE": StatusCode.ERROR.value, "keep_latest": _keep_latest, "FINALIZED_KEPT": FINALIZED_KEPT,
-        "RECENT_SESSIONS": RECENT_SESSIONS,
-        # A task's end (Registry._end_task), in the order it sets the counts: the
-        # statuses it counts, the keys it sets, what a plain task span holds, and
-        # the globals the clocks are read from (where the tests' fake clock stands).
+        "RECENT_SESSIONS": RECENT_SESSIONS, "STATUS_FAILED": keys.STATUS_FAILED,
+        # A task's end (Registry._end_task), in the order it sets the counts: the statuses it counts, the
+        # keys it sets, what a plain task span holds, the globals the clocks are read from (the fake clock).
         "STATUS_ACCEPTED": keys.STATUS_ACCEPTED, "STATUS_PENDING": keys.STATUS_PENDING,
         "FINAL_STATUSES": keys.FINAL_STATUSES,
         "TASK_STATUSES": (keys.STATUS_ACCEPTED, keys.STATUS_REJECTED, keys.STATUS_FAILED, keys.STATUS_DROPPED),
@@ -614,9 +602,8 @@ def _record_config() -> dict[str, Any]:
                       keys.TASK_DROPPED, keys.TASK_ACCEPTANCE_RATE),
         "BAGGAGE_KEY": _BAGGAGE_KEY, "KIND_INTERNAL": SpanKind.INTERNAL, "STATUS_UNSET": StatusCode.UNSET,
         "tracking_globals": globals(), "spans_globals": vars(spans_module),
-        # A task's registration (Registry.register_task): the context variable the
-        # current context is read from (None with another runtime context), and
-        # what the task's span and context are made of.
+        # A task's registration (Registry.register_task): the context variable the current context is read
+        # from (None with another runtime context), and what the task's span and context are made of.
         "CONTEXT_VAR": getattr(spans_module, "_var", None), "Context": Context, "EMPTY_CONTEXT": _EMPTY_CONTEXT,
         "SPAN_KEY": _SPAN_KEY, "KIND_TASK": keys.KIND_TASK,
     }
